@@ -1,0 +1,213 @@
+//! Command-line flags. Names and defaults follow the reference server, so
+//! existing manifests work unchanged; each flag can also come from an
+//! `INFERENCECACHE_*` environment variable.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+
+/// Cache-aware routing hints for LLM inference.
+///
+/// Engines report which prompt prefixes each replica holds; gateways ask
+/// LookupRoute where to send a request so that it lands where its prefix is
+/// already cached. Hints always fail open: a missing or slow hint never blocks
+/// a request.
+#[derive(Debug, Parser)]
+#[command(name = "inferencecache", version, propagate_version = true)]
+pub struct Cli {
+    /// Log format: json (one object per line) or text.
+    #[arg(long, global = true, env = "INFERENCECACHE_LOG_FORMAT", default_value = "json",
+          value_parser = parse_log_format)]
+    pub log_format: LogFormat,
+
+    /// Log level: debug, info, warn (or warning), error.
+    #[arg(long, global = true, env = "INFERENCECACHE_LOG_LEVEL", default_value = "info",
+          value_parser = parse_log_level)]
+    pub log_level: tracing::Level,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What to run.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the policy server: gRPC on :9090, health and metrics on :8080,
+    /// controller endpoints on :8081.
+    ///
+    /// Try it: `inferencecache serve`, then
+    /// `grpcurl -plaintext localhost:9090 list` and
+    /// `curl localhost:8080/metrics`.
+    Serve(ServeArgs),
+}
+
+/// Flags of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// gRPC listen address (InferenceCache, health, reflection). `:PORT` means every interface.
+    #[arg(
+        long,
+        env = "INFERENCECACHE_GRPC_BIND_ADDRESS",
+        default_value = ":9090"
+    )]
+    pub grpc_bind_address: String,
+
+    /// Public HTTP listen address for /healthz, /readyz and /metrics.
+    #[arg(
+        long,
+        env = "INFERENCECACHE_HTTP_BIND_ADDRESS",
+        default_value = ":8080"
+    )]
+    pub http_bind_address: String,
+
+    /// Control HTTP listen address for /snapshot, /policy and /probe. Without
+    /// an auth flag it is narrowed to loopback.
+    #[arg(
+        long,
+        env = "INFERENCECACHE_SNAPSHOT_BIND_ADDRESS",
+        default_value = ":8081"
+    )]
+    pub snapshot_bind_address: String,
+
+    /// Kubernetes username allowed on the control endpoints (checked with a
+    /// TokenReview), e.g. system:serviceaccount:inference-cache-system:inference-cache-controller-manager.
+    #[arg(long, env = "INFERENCECACHE_ALLOWED_CONTROLLER_SA", default_value = "")]
+    pub allowed_controller_sa: String,
+
+    /// Serve the control endpoints without authentication on any address (local development only).
+    #[arg(long, env = "INFERENCECACHE_INSECURE_DISABLE_AUTH")]
+    pub insecure_disable_auth: bool,
+
+    /// TokenReview audience for /snapshot and /probe.
+    #[arg(long, env = "INFERENCECACHE_CONTROLLER_AUDIENCE",
+          default_value = inferencecache_server::config::DEFAULT_CONTROLLER_AUDIENCE)]
+    pub controller_audience: String,
+
+    /// TokenReview audience for /policy.
+    #[arg(long, env = "INFERENCECACHE_POLICY_AUDIENCE",
+          default_value = inferencecache_server::config::DEFAULT_POLICY_AUDIENCE)]
+    pub policy_audience: String,
+
+    /// PEM certificate chain for gRPC TLS (set together with --tls-key-file).
+    #[arg(long, env = "INFERENCECACHE_TLS_CERT_FILE", default_value = "")]
+    pub tls_cert_file: String,
+
+    /// PEM private key for gRPC TLS (set together with --tls-cert-file).
+    #[arg(long, env = "INFERENCECACHE_TLS_KEY_FILE", default_value = "")]
+    pub tls_key_file: String,
+
+    /// Directory of tokenizers for prompt_text lookups: one subdirectory per
+    /// model id holding tokenizer.json and tokenizer_config.json.
+    #[arg(long, env = "INFERENCECACHE_TOKENIZER_MODELS_DIR", default_value = "")]
+    pub tokenizer_models_dir: String,
+
+    /// Tokens per KV block, used to fingerprint token_ids and prompt_text
+    /// (match the engine's block size). Values <= 0 keep the default.
+    #[arg(
+        long,
+        env = "INFERENCECACHE_ENGINE_BLOCK_SIZE",
+        default_value_t = 16,
+        allow_negative_numbers = true
+    )]
+    pub engine_block_size: i64,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+fn parse_log_format(s: &str) -> Result<LogFormat, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "" | "json" => Ok(LogFormat::Json),
+        "text" => Ok(LogFormat::Text),
+        other => Err(format!("unknown log format {other:?}; use json or text")),
+    }
+}
+
+fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "debug" => Ok(tracing::Level::DEBUG),
+        "" | "info" => Ok(tracing::Level::INFO),
+        "warn" | "warning" => Ok(tracing::Level::WARN),
+        "error" => Ok(tracing::Level::ERROR),
+        other => Err(format!(
+            "unknown log level {other:?}; use debug, info, warn or error"
+        )),
+    }
+}
+
+/// Accepts Go-style single-dash long flags (`-grpc-bind-address=:9090`), as
+/// existing manifests written for the reference server use them.
+pub fn go_style_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    args.into_iter()
+        .map(|arg| match arg.to_str() {
+            Some(s) if is_go_long_flag(s) => OsString::from(format!("-{s}")),
+            _ => arg,
+        })
+        .collect()
+}
+
+fn is_go_long_flag(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('-') else {
+        return false;
+    };
+    if rest.starts_with('-') {
+        return false;
+    }
+    let name = rest.split_once('=').map_or(rest, |(n, _)| n);
+    // Only multi-letter names made of flag characters; `-5` or `-h` stay as they are.
+    name.len() > 1 && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn go_single_dash_flags_become_long_flags() {
+        let got = go_style_args(os(&[
+            "x",
+            "serve",
+            "-grpc-bind-address=:1",
+            "-h",
+            "-5",
+            "--a",
+        ]));
+        assert_eq!(
+            got,
+            os(&["x", "serve", "--grpc-bind-address=:1", "-h", "-5", "--a"])
+        );
+    }
+
+    #[test]
+    fn log_flags_parse_like_the_reference() {
+        assert_eq!(parse_log_format(" JSON "), Ok(LogFormat::Json));
+        assert_eq!(parse_log_format(""), Ok(LogFormat::Json));
+        assert_eq!(parse_log_format("Text"), Ok(LogFormat::Text));
+        assert!(parse_log_format("xml").is_err());
+        assert_eq!(parse_log_level("WARNING"), Ok(tracing::Level::WARN));
+        assert_eq!(parse_log_level(""), Ok(tracing::Level::INFO));
+        assert!(parse_log_level("trace2").is_err());
+    }
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let cli = Cli::try_parse_from(["inferencecache", "serve"]).expect("parses");
+        let Command::Serve(a) = cli.command;
+        assert_eq!(a.grpc_bind_address, ":9090");
+        assert_eq!(a.http_bind_address, ":8080");
+        assert_eq!(a.snapshot_bind_address, ":8081");
+        assert_eq!(a.controller_audience, "inferencecache.io/controller");
+        assert_eq!(a.policy_audience, "inferencecache.io/policy");
+        assert_eq!(a.engine_block_size, 16);
+        assert!(!a.insecure_disable_auth);
+    }
+}

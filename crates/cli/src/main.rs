@@ -1,0 +1,22 @@
+//! `inferencecache`: the cache-aware routing control plane for LLM inference.
+//!
+//! `inferencecache serve` runs the policy server. Flag parsing, logging and
+//! signal handling live here; everything else is in the library crates.
+
+mod args;
+mod logging;
+mod serve;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse_from(args::go_style_args(std::env::args_os()));
+    if let Err(e) = logging::init(cli.log_format, cli.log_level) {
+        eprintln!("inferencecache: {e}");
+        return ExitCode::from(2);
+    }
+    match cli.command {
+        args::Command::Serve(serve_args) => serve::run(serve_args),
+    }
+}

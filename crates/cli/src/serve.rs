@@ -1,0 +1,152 @@
+//! `inferencecache serve`: validate flags, bind, serve until SIGINT/SIGTERM.
+
+use crate::args::ServeArgs;
+use inferencecache_server::config::{
+    AuthFlags, ControlAuth, DEFAULT_ENGINE_BLOCK_SIZE, ListenAddr, TlsFiles, control_listen_addr,
+};
+use inferencecache_server::{ConfigError, Server, ServerConfig};
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+/// Exit code for flag errors (same as clap's usage errors).
+const EXIT_USAGE: u8 = 2;
+/// Exit code for runtime failures (bind, TLS files, listener errors).
+const EXIT_FAILURE: u8 = 1;
+
+/// Runs the server; returns the process exit code.
+pub fn run(args: ServeArgs) -> ExitCode {
+    let config = match build_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("inferencecache serve: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "serve_error");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "serve_error");
+            eprintln!("inferencecache serve: {e}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
+    let control_auth = AuthFlags {
+        allowed_controller_sa: args.allowed_controller_sa.clone(),
+        insecure_disable_auth: args.insecure_disable_auth,
+        controller_audience: args.controller_audience.clone(),
+        policy_audience: args.policy_audience.clone(),
+    }
+    .validate()?;
+    let grpc_addr = ListenAddr::parse("--grpc-bind-address", &args.grpc_bind_address)?;
+    let http_addr = ListenAddr::parse("--http-bind-address", &args.http_bind_address)?;
+    let requested_control =
+        ListenAddr::parse("--snapshot-bind-address", &args.snapshot_bind_address)?;
+    let (control_addr, narrowed) = control_listen_addr(requested_control, &control_auth)?;
+    if narrowed {
+        tracing::warn!(
+            requested = %requested_control,
+            bound = %control_addr,
+            reason = "neither --allowed-controller-sa nor --insecure-disable-auth is set",
+            "controller_auth_disabled_loopback_only"
+        );
+    }
+    let tls = TlsFiles::from_flags(&args.tls_cert_file, &args.tls_key_file)?;
+    let engine_block_size = u32::try_from(args.engine_block_size)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_ENGINE_BLOCK_SIZE);
+    let tokenizer_models_dir =
+        (!args.tokenizer_models_dir.is_empty()).then(|| args.tokenizer_models_dir.clone().into());
+    Ok(ServerConfig {
+        grpc_addr,
+        http_addr,
+        control_addr,
+        control_auth,
+        tls,
+        engine_block_size,
+        tokenizer_models_dir,
+    })
+}
+
+fn log_auth_mode(auth: &ControlAuth) {
+    match auth {
+        ControlAuth::TokenReview {
+            allowed_sa,
+            controller_audience,
+            policy_audience,
+        } => tracing::info!(
+            expected_sa = %allowed_sa,
+            controller_audience = %controller_audience,
+            policy_audience = %policy_audience,
+            "controller_auth_enabled"
+        ),
+        ControlAuth::Disabled => tracing::warn!(
+            reason = "--insecure-disable-auth",
+            "controller_auth_disabled"
+        ),
+        ControlAuth::LoopbackOnly => tracing::warn!(
+            reason = "no auth flag; control endpoints reachable from loopback only",
+            "controller_auth_disabled"
+        ),
+    }
+}
+
+async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(forward_signals(shutdown.clone()));
+
+    log_auth_mode(&config.control_auth);
+    if let Some(dir) = &config.tokenizer_models_dir {
+        tracing::warn!(
+            tokenizer_models_dir = %dir.display(),
+            reason = "prompt_text tokenization is not built yet",
+            effect = "prompt_text lookups fail open with NO_HINT",
+            "tokenizer_models_dir_ignored"
+        );
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        grpc_addr = %config.grpc_addr,
+        grpc_tls = config.tls.is_some(),
+        http_addr = %config.http_addr,
+        snapshot_addr = %config.control_addr,
+        engine_block_size = config.engine_block_size,
+        "startup"
+    );
+    let server = Server::bind(&config).await?;
+    server.serve(shutdown).await?;
+    Ok(())
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM.
+async fn forward_signals(shutdown: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sigterm_handler_unavailable");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,177 @@
+//! The content fingerprint that engine sidecars and gateways must agree on byte
+//! for byte.
+//!
+//! A prompt is cut into blocks of `block_size` tokens (a partial tail is
+//! dropped). Each block gets a content hash, XXH3-64 with seed 1337 over the
+//! little-endian `u32` token ids. Content hashes are chained into positional
+//! prefix hashes, so `prefix[i]` identifies blocks `0..=i` together:
+//!
+//! - `prefix[0] = content[0]`, or `XXH3(le_u64(parent) ‖ le_u64(content[0]))`
+//!   when the chain continues a parent prefix;
+//! - `prefix[i] = XXH3(le_u64(prefix[i-1]) ‖ le_u64(content[i]))`.
+//!
+//! On the wire each prefix hash is 8 bytes, big-endian. The scheme is pinned by
+//! `tests/data/golden_vectors.json`, shared with every other implementation.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// XXH3-64 seed of the scheme.
+pub const SEED: u64 = 1337;
+
+/// A prefix hash in its 8-byte big-endian wire form.
+pub type WireHash = [u8; 8];
+
+/// Content hash of one block: XXH3-64 (seed 1337) over the little-endian `u32`
+/// encoding of each token.
+pub fn content_hash(block: &[u32]) -> u64 {
+    // Blocks are small (16 tokens is typical); a stack buffer avoids a heap
+    // allocation per block. Larger blocks are hashed in one pass over a Vec.
+    const STACK_TOKENS: usize = 64;
+    if block.len() <= STACK_TOKENS {
+        let mut buf = [0u8; STACK_TOKENS * 4];
+        let bytes = encode_tokens(block, &mut buf);
+        xxh3_64_with_seed(bytes, SEED)
+    } else {
+        let mut buf = vec![0u8; block.len() * 4];
+        let bytes = encode_tokens(block, &mut buf);
+        xxh3_64_with_seed(bytes, SEED)
+    }
+}
+
+fn encode_tokens<'a>(block: &[u32], buf: &'a mut [u8]) -> &'a [u8] {
+    let len = block.len() * 4;
+    for (chunk, token) in buf[..len].chunks_exact_mut(4).zip(block) {
+        chunk.copy_from_slice(&token.to_le_bytes());
+    }
+    &buf[..len]
+}
+
+/// Chains a content hash onto a previous prefix hash.
+pub fn chain_step(previous: u64, content: u64) -> u64 {
+    let mut buf = [0u8; 16];
+    buf[..8].copy_from_slice(&previous.to_le_bytes());
+    buf[8..].copy_from_slice(&content.to_le_bytes());
+    xxh3_64_with_seed(&buf, SEED)
+}
+
+/// Iterates the full blocks of `tokens`; nothing when `block_size` is 0.
+fn full_blocks(tokens: &[u32], block_size: usize) -> std::slice::ChunksExact<'_, u32> {
+    // chunks_exact drops the partial tail, which is exactly the scheme's rule.
+    let tokens = if block_size == 0 { &[][..] } else { tokens };
+    tokens.chunks_exact(block_size.max(1))
+}
+
+/// Content hash of every full block.
+pub fn content_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
+    full_blocks(tokens, block_size).map(content_hash).collect()
+}
+
+/// Positional prefix hashes of every full block, starting a new chain.
+pub fn prefix_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
+    prefix_hashes_from(tokens, block_size, None)
+}
+
+/// Positional prefix hashes of every full block, continuing `parent` when given
+/// (the engine reports a stored block's parent, so a continuation chains onto it).
+pub fn prefix_hashes_from(tokens: &[u32], block_size: usize, parent: Option<u64>) -> Vec<u64> {
+    let mut previous = parent;
+    full_blocks(tokens, block_size)
+        .map(|block| {
+            let content = content_hash(block);
+            let prefix = match previous {
+                None => content,
+                Some(p) => chain_step(p, content),
+            };
+            previous = Some(prefix);
+            prefix
+        })
+        .collect()
+}
+
+/// Wire form of a prefix hash: 8 bytes, big-endian.
+pub fn to_wire(hash: u64) -> WireHash {
+    hash.to_be_bytes()
+}
+
+/// Parses the wire form back; `None` unless exactly 8 bytes.
+pub fn from_wire(bytes: &[u8]) -> Option<u64> {
+    let arr: [u8; 8] = bytes.try_into().ok()?;
+    Some(u64::from_be_bytes(arr))
+}
+
+/// The chain a gateway sends in `LookupRouteRequest.block_hashes` /
+/// `block_token_counts`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Chain {
+    /// Big-endian wire bytes of each positional prefix hash.
+    pub block_hashes: Vec<WireHash>,
+    /// Tokens in each block (always `block_size`, since partial tails are dropped).
+    pub block_token_counts: Vec<i32>,
+}
+
+impl Chain {
+    /// Number of full blocks in the chain.
+    pub fn len(&self) -> usize {
+        self.block_hashes.len()
+    }
+
+    /// True when the prompt held no full block.
+    pub fn is_empty(&self) -> bool {
+        self.block_hashes.is_empty()
+    }
+}
+
+/// Fingerprints `tokens` into a wire chain: one hash and count per full block.
+/// Empty when `block_size` is 0 or shorter than one block.
+pub fn chain(tokens: &[u32], block_size: usize) -> Chain {
+    // A block size beyond i32 cannot be expressed on the wire; treat it as
+    // "no full block" rather than wrapping the count.
+    let Ok(count) = i32::try_from(block_size) else {
+        return Chain::default();
+    };
+    let block_hashes: Vec<WireHash> = prefix_hashes(tokens, block_size)
+        .into_iter()
+        .map(to_wire)
+        .collect();
+    let block_token_counts = vec![count; block_hashes.len()];
+    Chain {
+        block_hashes,
+        block_token_counts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_block_size_gives_nothing() {
+        assert!(chain(&[1, 2, 3], 0).is_empty());
+        assert!(prefix_hashes(&[1, 2, 3], 0).is_empty());
+        assert!(content_hashes(&[1, 2, 3], 0).is_empty());
+    }
+
+    #[test]
+    fn no_tokens_gives_nothing() {
+        assert!(chain(&[], 16).is_empty());
+    }
+
+    #[test]
+    fn wire_round_trip() {
+        let h = 0x0123_4567_89ab_cdef;
+        assert_eq!(to_wire(h), [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
+        assert_eq!(from_wire(&to_wire(h)), Some(h));
+        assert_eq!(from_wire(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn large_blocks_hash_like_small_ones() {
+        // The heap path (blocks > 64 tokens) must hash exactly like the stack path.
+        let tokens: Vec<u32> = (0..512).collect();
+        let mut bytes = Vec::new();
+        for t in &tokens {
+            bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        assert_eq!(content_hash(&tokens), xxh3_64_with_seed(&bytes, SEED));
+    }
+}

@@ -1,0 +1,72 @@
+//! Errors of the server crate. Configuration errors mean "fix your flags"
+//! (exit 2); serve errors mean the environment refused us (exit 1).
+
+use std::path::PathBuf;
+
+/// A flag value or combination that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A listen address that is not `host:port`.
+    #[error("{flag}: {value:?} is not a listen address; use HOST:PORT, :PORT or [IPV6]:PORT")]
+    BadAddress {
+        /// The flag that carried the value.
+        flag: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// One of the authentication rules failed.
+    #[error("{0}")]
+    Auth(String),
+    /// Non-loopback control listener without any auth flag.
+    #[error(
+        "--snapshot-bind-address {0} is not loopback, but no auth flag is set; \
+         pass --allowed-controller-sa (TokenReview) or --insecure-disable-auth, or bind 127.0.0.1"
+    )]
+    ControlNeedsAuth(String),
+    /// Only one of the two TLS flags.
+    #[error("server: --tls-cert-file and --tls-key-file must both be set or both be empty")]
+    HalfTls,
+}
+
+/// A failure while starting or running the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not bind.
+    #[error(
+        "cannot listen on {addr} ({what}): {source}; pick another {flag} or stop the process using it"
+    )]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// The flag that sets its address.
+        flag: &'static str,
+        /// The address that was refused.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A TLS file could not be read.
+    #[error("read {what} {}: {source}", path.display())]
+    TlsRead {
+        /// "certificate" or "private key".
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The gRPC server stopped with an error.
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// An HTTP listener stopped with an error.
+    #[error("HTTP server ({what}): {source}")]
+    Http {
+        /// Which listener.
+        what: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Reflection could not be built from the embedded descriptors.
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}

@@ -1,0 +1,39 @@
+//! The gRPC router: the InferenceCache service, `grpc.health.v1.Health` and
+//! server reflection (v1 and v1alpha: grpcurl 1.8.6 speaks only v1alpha).
+
+use crate::error::ServeError;
+use crate::service::InferenceCacheService;
+use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCacheServer;
+use tonic::transport::server::Router;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+/// Builds the gRPC router with every service registered.
+pub async fn router(
+    service: InferenceCacheService,
+    tls: Option<Identity>,
+) -> Result<Router, ServeError> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    // The overall service "" is SERVING from the start and never changes, as
+    // in the reference; per-service status is reported too.
+    health_reporter
+        .set_serving::<InferenceCacheServer<InferenceCacheService>>()
+        .await;
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(inferencecache_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+
+    let mut builder = Server::builder();
+    if let Some(identity) = tls {
+        builder = builder.tls_config(ServerTlsConfig::new().identity(identity))?;
+    }
+    Ok(builder
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(InferenceCacheServer::new(service)))
+}

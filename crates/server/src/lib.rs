@@ -1,0 +1,30 @@
+//! The inference-cache policy server.
+//!
+//! It serves the `inferencecache.v1alpha1.InferenceCache` contract over gRPC
+//! (with health and reflection), exposes `/healthz`, `/readyz` and `/metrics`
+//! on a public HTTP listener, and the controller's endpoints on a separate
+//! control listener. Handlers are thin adapters over the domain crates; the
+//! binary (`inferencecache serve`) only parses flags and sets up logging.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), inferencecache_server::ServeError> {
+//! use inferencecache_server::{Server, ServerConfig};
+//! let server = Server::bind(&ServerConfig::ephemeral()).await?;
+//! println!("gRPC on {}", server.grpc_addr());
+//! server.serve(tokio_util::sync::CancellationToken::new()).await
+//! # }
+//! ```
+
+pub mod config;
+mod error;
+pub mod exposition;
+mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod reason;
+mod serve;
+pub mod service;
+
+pub use config::{ControlAuth, ServerConfig};
+pub use error::{ConfigError, ServeError};
+pub use serve::{DRAIN_TIMEOUT, Server};

@@ -1,0 +1,195 @@
+//! Binding the three listeners, serving them, and the graceful shutdown
+//! lifecycle (`graceful_shutdown_started` → drain → `graceful_shutdown_done`).
+
+use crate::config::ServerConfig;
+use crate::error::ServeError;
+use crate::http::{HttpState, control_router, public_router};
+use crate::metrics::Metrics;
+use crate::service::InferenceCacheService;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Identity;
+
+/// How long in-flight HTTP requests and gRPC calls may take to finish after a
+/// shutdown signal before they are cut.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A server whose listeners are bound but not yet serving.
+#[derive(Debug)]
+pub struct Server {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    tls: Option<Identity>,
+    grpc: TcpListener,
+    http: TcpListener,
+    control: TcpListener,
+}
+
+async fn bind(
+    what: &'static str,
+    flag: &'static str,
+    addr: SocketAddr,
+) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            what,
+            flag,
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+fn read_tls(config: &ServerConfig) -> Result<Option<Identity>, ServeError> {
+    let Some(files) = &config.tls else {
+        return Ok(None);
+    };
+    let read = |what, path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| ServeError::TlsRead {
+            what,
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let cert = read("certificate", &files.cert)?;
+    let key = read("private key", &files.key)?;
+    Ok(Some(Identity::from_pem(cert, key)))
+}
+
+impl Server {
+    /// Loads TLS material and binds every listener; fails before serving
+    /// anything if a file is unreadable or a port is taken.
+    pub async fn bind(config: &ServerConfig) -> Result<Self, ServeError> {
+        let tls = read_tls(config)?;
+        let metrics = Arc::new(Metrics::new());
+        metrics.grpc_tls_enabled.set(i64::from(tls.is_some()));
+        Ok(Self {
+            grpc: bind("gRPC", "--grpc-bind-address", config.grpc_addr.0).await?,
+            http: bind("HTTP", "--http-bind-address", config.http_addr.0).await?,
+            control: bind("control", "--snapshot-bind-address", config.control_addr.0).await?,
+            metrics,
+            ready: Arc::new(AtomicBool::new(false)),
+            tls,
+        })
+    }
+
+    /// Bound gRPC address (useful with port 0).
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc.local_addr().unwrap_or_else(|_| unspecified())
+    }
+
+    /// Bound public HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http.local_addr().unwrap_or_else(|_| unspecified())
+    }
+
+    /// Bound control HTTP address.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control.local_addr().unwrap_or_else(|_| unspecified())
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Serves until `shutdown` is cancelled (returns Ok after draining) or a
+    /// listener fails (stops the others, then returns that error).
+    pub async fn serve(self, shutdown: CancellationToken) -> Result<(), ServeError> {
+        let stop = shutdown.child_token();
+        let state = HttpState {
+            metrics: Arc::clone(&self.metrics),
+            ready: Arc::clone(&self.ready),
+        };
+        let grpc = crate::grpc::router(
+            InferenceCacheService::new(Arc::clone(&self.metrics)),
+            self.tls,
+        )
+        .await?;
+
+        let mut tasks: JoinSet<Result<(), ServeError>> = JoinSet::new();
+        {
+            let stop = stop.clone();
+            let incoming = TcpListenerStream::new(self.grpc);
+            tasks.spawn(async move {
+                grpc.serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                    .await
+                    .map_err(ServeError::from)
+            });
+        }
+        for (what, listener, router) in [
+            ("public", self.http, public_router(state.clone())),
+            ("control", self.control, control_router(state)),
+        ] {
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+                    .map_err(|source| ServeError::Http { what, source })
+            });
+        }
+
+        self.ready.store(true, Ordering::Release);
+        self.metrics.server_up.set(1);
+
+        let mut failure = None;
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            Some(joined) = tasks.join_next() => {
+                failure = Some(task_error(joined));
+            }
+        }
+        tracing::info!("graceful_shutdown_started");
+        self.ready.store(false, Ordering::Release);
+        stop.cancel();
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while let Some(joined) = tasks.join_next().await {
+                let err = task_error(joined);
+                if failure.is_none() && shutdown.is_cancelled() {
+                    if let Err(e) = err {
+                        tracing::warn!(error = %e, "listener_stop_error");
+                    }
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                timeout_s = DRAIN_TIMEOUT.as_secs(),
+                "graceful_shutdown_timeout"
+            );
+            tasks.abort_all();
+        }
+        self.metrics.server_up.set(0);
+        tracing::info!("graceful_shutdown_done");
+        match failure {
+            Some(Err(e)) => Err(e),
+            // A listener that ends on its own without an error is still a
+            // failure of `serve`: nothing should stop before the signal.
+            _ => Ok(()),
+        }
+    }
+}
+
+fn task_error(
+    joined: Result<Result<(), ServeError>, tokio::task::JoinError>,
+) -> Result<(), ServeError> {
+    match joined {
+        Ok(r) => r,
+        Err(e) => Err(ServeError::Http {
+            what: "task",
+            source: std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
