@@ -127,6 +127,13 @@ async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         "startup"
     );
     let server = Server::bind(&config).await?;
+    // The bound addresses differ from the flags when a port is 0.
+    tracing::info!(
+        grpc_addr = %server.grpc_addr(),
+        http_addr = %server.http_addr(),
+        snapshot_addr = %server.control_addr(),
+        "listening"
+    );
     server.serve(shutdown).await?;
     Ok(())
 }

@@ -1,0 +1,79 @@
+//! Boots a real server on ephemeral loopback ports for a test.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
+use inferencecache_server::{Server, ServerConfig};
+use std::net::SocketAddr;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// A running server and handles to reach and stop it.
+pub struct Running {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub control: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), inferencecache_server::ServeError>>,
+}
+
+impl Running {
+    pub async fn start() -> Self {
+        let server = Server::bind(&ServerConfig::ephemeral())
+            .await
+            .expect("bind");
+        let (grpc, http, control) = (
+            server.grpc_addr(),
+            server.http_addr(),
+            server.control_addr(),
+        );
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(server.serve(shutdown.clone()));
+        let running = Self {
+            grpc,
+            http,
+            control,
+            shutdown,
+            task,
+        };
+        running.wait_ready().await;
+        running
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..100 {
+            if let Ok(r) = reqwest::get(self.url("/readyz")).await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("server did not become ready");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.http)
+    }
+
+    pub fn control_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.control)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn client(&self) -> InferenceCacheClient<Channel> {
+        InferenceCacheClient::new(self.channel().await)
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("join").expect("clean shutdown");
+    }
+}
