@@ -2,21 +2,11 @@
 //! and the shutdown lifecycle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::{BIN, EPHEMERAL, ServerProcess, http_get, wait_for_log};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_inferencecache");
-
-/// Loopback ephemeral ports for every listener.
-const EPHEMERAL: [&str; 6] = [
-    "--grpc-bind-address",
-    "127.0.0.1:0",
-    "--http-bind-address",
-    "127.0.0.1:0",
-    "--snapshot-bind-address",
-    "127.0.0.1:0",
-];
 
 fn run(args: &[&str]) -> Output {
     let mut child = Command::new(BIN)
@@ -163,72 +153,43 @@ fn help_teaches_the_flags() {
     }
 }
 
-/// Reads JSON log lines until one has `message == want`.
-fn wait_for_log(lines: &mut impl Iterator<Item = String>, want: &str) -> serde_json::Value {
-    for line in lines {
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
-        if v["message"] == want {
-            return v;
-        }
-    }
-    panic!("log {want:?} never appeared");
-}
-
-fn spawn_server(extra: &[&str]) -> Child {
-    Command::new(BIN)
-        .arg("serve")
-        .args(EPHEMERAL)
-        .args(extra)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn")
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args(["-s", sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
 #[test]
 fn sigterm_runs_the_graceful_shutdown_lifecycle() {
-    let mut child = spawn_server(&[]);
-    let mut lines = BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map(Result::unwrap);
-    let listening = wait_for_log(&mut lines, "listening");
-    let http = listening["http_addr"].as_str().unwrap().to_owned();
-    // Serving: a raw HTTP/1.0 request to /healthz.
-    let mut conn = std::net::TcpStream::connect(&http).unwrap();
-    std::io::Write::write_all(&mut conn, b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    std::io::Read::read_to_string(&mut conn, &mut resp).unwrap();
-    assert!(
-        resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200"),
-        "{resp}"
-    );
+    let mut server = ServerProcess::start(&[]);
+    let (status, body) = http_get(&server.http, "/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    assert_eq!(body, "ok\n");
 
-    signal(&child, "TERM");
-    let started = wait_for_log(&mut lines, "graceful_shutdown_started");
+    server.signal("TERM");
+    let started = wait_for_log(&mut server.lines, "graceful_shutdown_started");
     assert_eq!(started["level"], "INFO");
-    wait_for_log(&mut lines, "graceful_shutdown_done");
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    wait_for_log(&mut server.lines, "graceful_shutdown_done");
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
 }
 
 #[test]
-fn sigint_also_shuts_down_cleanly_with_text_logs() {
-    let mut child = spawn_server(&["--log-format", "text"]);
-    let mut lines = BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map(Result::unwrap);
-    assert!(lines.by_ref().any(|l| l.contains("listening")));
-    signal(&child, "INT");
-    assert!(lines.by_ref().any(|l| l.contains("graceful_shutdown_done")));
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+fn sigint_also_shuts_down_cleanly() {
+    let mut server = ServerProcess::start(&[]);
+    server.signal("INT");
+    wait_for_log(&mut server.lines, "graceful_shutdown_done");
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn text_log_format_is_human_readable() {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--log-format", "text"])
+        .args(EPHEMERAL)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("INFO") || line.contains("WARN"), "{line}");
+    assert!(!line.trim_start().starts_with('{'), "not JSON: {line}");
 }
 
 #[test]
