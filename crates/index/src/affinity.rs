@@ -1,0 +1,62 @@
+//! AFFINITY_HINT picker (§2.6.7) and its seed helpers.
+
+use crate::index::Index;
+use crate::shard::{lock, read};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Big-endian u64 of the first 8 bytes of SHA-256(seed).
+pub fn affinity_seed_value(seed: &[u8]) -> u64 {
+    let d = Sha256::digest(seed);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    u64::from_be_bytes(b)
+}
+
+/// Canonical chain seed: concatenation of `u32_be(len(hash)) ‖ hash`.
+pub fn chain_seed<H: AsRef<[u8]>>(block_hashes: &[H]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(block_hashes.iter().map(|h| 4 + h.as_ref().len()).sum());
+    for h in block_hashes {
+        let h = h.as_ref();
+        out.extend_from_slice(&(h.len() as u32).to_be_bytes());
+        out.extend_from_slice(h);
+    }
+    out
+}
+
+/// Index into a sorted replica set of size `n` (`n > 0`).
+pub fn affinity_index(seed: &[u8], n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    (affinity_seed_value(seed) % n as u64) as usize
+}
+
+impl Index {
+    /// Deterministic pick among the replicas serving (tenant, model, scheme),
+    /// sorted byte-wise: `SHA-256(seed)[0..8]` (BE u64) mod count. `None` if
+    /// the seed or scheme is empty or nobody serves the scope.
+    pub fn affinity_hint(
+        &self,
+        tenant: &str,
+        model: &str,
+        scheme: &str,
+        seed: &[u8],
+    ) -> Option<Arc<str>> {
+        if seed.is_empty() || scheme.is_empty() {
+            return None;
+        }
+        let scope = read(&self.catalog).find_scope(tenant, model, scheme)?;
+        let ids: Vec<u32> = lock(&self.counters).scope(scope)?.keys().copied().collect();
+        if ids.is_empty() {
+            return None;
+        }
+        let mut names: Vec<Arc<str>> = {
+            let c = read(&self.catalog);
+            ids.iter().map(|&r| c.replica_name(r)).collect()
+        };
+        names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let i = affinity_index(seed, names.len());
+        names.into_iter().nth(i)
+    }
+}

@@ -1,0 +1,125 @@
+//! Aggregates (§2.7, §2.8): cache state, per-tenant totals, gauge source.
+
+use crate::index::Index;
+use crate::shard::{lock, read, split_key};
+use crate::types::{Aggregate, CacheState, ReplicaStatsView};
+use std::sync::Arc;
+
+/// A distinct prefix is "hot" when the LFU access counts of its holders sum to
+/// at least this. Access counts are only captured for LFU tenants (§2.5.5), so
+/// LRU tenants report 0 hot prefixes.
+pub const HOT_PREFIX_MIN_HITS: u64 = 1;
+
+impl Index {
+    /// `GetCacheState(tenant, model)`: stats of every replica (sorted by id),
+    /// distinct prefixes of (tenant, model) across schemes and adapters, and
+    /// hot prefixes. No empty-key guard (quirk 13).
+    pub fn cache_state(&self, tenant: &str, model: &str) -> CacheState {
+        let Some(tm) = read(&self.catalog).find_tm(tenant, model) else {
+            return CacheState::default();
+        };
+        let total = lock(&self.counters).tm_keys(tm) as i64;
+        let hot = if total > 0 {
+            self.count_hot(|p| p == tm)
+        } else {
+            0
+        };
+        let mut replicas: Vec<ReplicaStatsView> = {
+            let stats = read(&self.stats);
+            let catalog = read(&self.catalog);
+            stats
+                .get(&tm)
+                .map(|m| {
+                    m.iter()
+                        .map(|(&r, s)| ReplicaStatsView {
+                            replica_id: catalog.replica_name(r),
+                            cache_memory_bytes: s.cache_memory_bytes,
+                            hit_rate: s.hit_rate,
+                            pressure: s.pressure,
+                            client_version: s.client_version.clone(),
+                            t2_hit_tokens: s.t2_hit_tokens,
+                            t2_query_tokens: s.t2_query_tokens,
+                            last_seen_ns: s.last_seen,
+                            stats_reported_ns: s.stats_reported,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        replicas.sort_by(|a, b| a.replica_id.cmp(&b.replica_id));
+        CacheState {
+            replicas,
+            total_prefixes: total,
+            hot_prefixes: hot,
+        }
+    }
+
+    /// Count hot distinct prefixes among keys whose (tenant, model) id passes `want`.
+    pub(crate) fn count_hot(&self, want: impl Fn(u32) -> bool) -> i64 {
+        let parts = self.partitions();
+        let mut hot = 0i64;
+        for si in 0..self.shards.len() {
+            let shard = self.shards.read(si);
+            for (key, holders) in shard.iter() {
+                let (pid, _) = split_key(key);
+                let Some(p) = parts.get(pid as usize) else {
+                    continue;
+                };
+                if !want(p.tm_id) {
+                    continue;
+                }
+                let sum: u64 = holders.iter().map(|h| h.access()).sum();
+                if sum >= HOT_PREFIX_MIN_HITS {
+                    hot += 1;
+                }
+            }
+        }
+        hot
+    }
+
+    /// Distinct prefixes per tenant, reserved tenants excluded.
+    pub fn aggregate(&self) -> Aggregate {
+        let (names, reserved): (Vec<Arc<str>>, Vec<bool>) = {
+            let c = read(&self.catalog);
+            (
+                (0..c.tenant_count() as u32)
+                    .map(|i| c.tenant_name(i))
+                    .collect(),
+                c.tenant_reserved.clone(),
+            )
+        };
+        let counts: Vec<u64> = lock(&self.counters).keys_by_tenant.clone();
+        let mut per_tenant: Vec<(Arc<str>, i64)> = counts
+            .iter()
+            .enumerate()
+            .filter(|&(i, &n)| n > 0 && !reserved.get(i).copied().unwrap_or(false))
+            .filter_map(|(i, &n)| names.get(i).map(|t| (t.clone(), n as i64)))
+            .collect();
+        per_tenant.sort_by(|a, b| a.0.cmp(&b.0));
+        Aggregate {
+            total: per_tenant.iter().map(|x| x.1).sum(),
+            per_tenant,
+        }
+    }
+
+    /// Gauge source (§2.8): distinct prefixes per model across tenants,
+    /// reserved tenants excluded. Models that drained since the previous call
+    /// are reported once with 0, then forgotten. Calls are serialized.
+    pub fn entry_counts_by_model(&self) -> Vec<(Arc<str>, u64)> {
+        let mut last = lock(&self.gauge);
+        let counts: Vec<u64> = lock(&self.counters).keys_by_model.clone();
+        let catalog = read(&self.catalog);
+        let mut out = Vec::new();
+        let n = counts.len().max(last.len());
+        last.resize(n, false);
+        for (i, was) in last.iter_mut().enumerate() {
+            let c = counts.get(i).copied().unwrap_or(0);
+            if c > 0 || *was {
+                out.push((catalog.model_name(i as u32), c));
+            }
+            *was = c > 0;
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}

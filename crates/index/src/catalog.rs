@@ -1,0 +1,245 @@
+//! Interning of strings into small ids: partitions (tenant, model, scheme,
+//! adapter), tenants, (tenant, model) pairs, serving scopes (tenant, model,
+//! scheme), model names and replicas. Ids are dense `u32`s used to index
+//! counter vectors. Interned names are never freed (their number is bounded by
+//! the deployment's tenants × models × schemes × adapters and replicas).
+
+use crate::hashing::{FoldBuild, hash_strs};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One (tenant, model, scheme, adapter) partition.
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub(crate) id: u32,
+    pub(crate) tenant: Arc<str>,
+    pub(crate) model: Arc<str>,
+    pub(crate) scheme: Arc<str>,
+    pub(crate) adapter: Arc<str>,
+    pub(crate) tenant_id: u32,
+    pub(crate) tm_id: u32,
+    pub(crate) scope_id: u32,
+    pub(crate) model_id: u32,
+    pub(crate) reserved: bool,
+}
+
+/// Tuple interner: hash of the strings → candidate ids, compared on hit.
+#[derive(Default)]
+struct TupleMap<const N: usize> {
+    buckets: HashMap<u64, Vec<u32>, FoldBuild>,
+    items: Vec<[Arc<str>; N]>,
+}
+
+impl<const N: usize> TupleMap<N> {
+    fn get(&self, key: &[&str; N]) -> Option<u32> {
+        let h = hash_strs(key);
+        let cands = self.buckets.get(&h)?;
+        cands.iter().copied().find(|&id| {
+            self.items
+                .get(id as usize)
+                .is_some_and(|it| it.iter().zip(key.iter()).all(|(a, b)| **a == **b))
+        })
+    }
+
+    /// Returns (id, newly created).
+    fn intern(&mut self, key: &[&str; N], make: impl FnOnce() -> [Arc<str>; N]) -> (u32, bool) {
+        if let Some(id) = self.get(key) {
+            return (id, false);
+        }
+        let id = self.items.len() as u32;
+        self.items.push(make());
+        self.buckets.entry(hash_strs(key)).or_default().push(id);
+        (id, true)
+    }
+}
+
+/// Simple string interner.
+#[derive(Default)]
+struct NameMap {
+    map: HashMap<Arc<str>, u32>,
+    names: Vec<Arc<str>>,
+}
+
+impl NameMap {
+    fn get(&self, s: &str) -> Option<u32> {
+        self.map.get(s).copied()
+    }
+
+    fn intern(&mut self, s: &str) -> (u32, Arc<str>) {
+        if let Some(&id) = self.map.get(s) {
+            return (id, self.names[id as usize].clone());
+        }
+        let a: Arc<str> = Arc::from(s);
+        let id = self.names.len() as u32;
+        self.names.push(a.clone());
+        self.map.insert(a.clone(), id);
+        (id, a)
+    }
+}
+
+/// (tenant, model) info.
+pub(crate) struct TenantModel {
+    pub(crate) tenant_id: u32,
+    pub(crate) tenant: Arc<str>,
+    pub(crate) model: Arc<str>,
+    /// Partition ids under this (tenant, model).
+    pub(crate) parts: Vec<u32>,
+    /// Scope ids under this (tenant, model).
+    pub(crate) scopes: Vec<u32>,
+}
+
+/// All interned names.
+#[derive(Default)]
+pub(crate) struct Catalog {
+    part_map: TupleMap<4>,
+    pub(crate) parts: Vec<Arc<Partition>>,
+    tenants: NameMap,
+    pub(crate) tenant_reserved: Vec<bool>,
+    tm_map: TupleMap<2>,
+    pub(crate) tms: Vec<TenantModel>,
+    scope_map: TupleMap<3>,
+    models: NameMap,
+    replicas: NameMap,
+}
+
+impl Catalog {
+    pub(crate) fn find_partition(
+        &self,
+        t: &str,
+        m: &str,
+        s: &str,
+        a: &str,
+    ) -> Option<&Arc<Partition>> {
+        self.part_map
+            .get(&[t, m, s, a])
+            .and_then(|id| self.parts.get(id as usize))
+    }
+
+    pub(crate) fn intern_partition(
+        &mut self,
+        t: &str,
+        m: &str,
+        s: &str,
+        a: &str,
+        reserved: &dyn Fn(&str) -> bool,
+    ) -> Arc<Partition> {
+        if let Some(p) = self.find_partition(t, m, s, a) {
+            return p.clone();
+        }
+        let (tenant_id, tenant) = self.intern_tenant(t, reserved);
+        let tm_id = self.intern_tm(t, m, reserved);
+        let model = self.tms[tm_id as usize].model.clone();
+        let (scope_id, new_scope) = self
+            .scope_map
+            .intern(&[t, m, s], || [tenant.clone(), model.clone(), Arc::from(s)]);
+        if new_scope {
+            self.tms[tm_id as usize].scopes.push(scope_id);
+        }
+        let scheme = self.scope_map.items[scope_id as usize][2].clone();
+        let (model_id, _) = self.models.intern(m);
+        let id = self.parts.len() as u32;
+        let adapter: Arc<str> = Arc::from(a);
+        self.part_map.intern(&[t, m, s, a], || {
+            [
+                tenant.clone(),
+                model.clone(),
+                scheme.clone(),
+                adapter.clone(),
+            ]
+        });
+        let p = Arc::new(Partition {
+            id,
+            tenant,
+            model,
+            scheme,
+            adapter,
+            tenant_id,
+            tm_id,
+            scope_id,
+            model_id,
+            reserved: self.tenant_reserved[tenant_id as usize],
+        });
+        self.parts.push(p.clone());
+        self.tms[tm_id as usize].parts.push(id);
+        p
+    }
+
+    fn intern_tenant(&mut self, t: &str, reserved: &dyn Fn(&str) -> bool) -> (u32, Arc<str>) {
+        let (id, name) = self.tenants.intern(t);
+        if id as usize >= self.tenant_reserved.len() {
+            self.tenant_reserved.push(reserved(t));
+        }
+        (id, name)
+    }
+
+    pub(crate) fn intern_tm(&mut self, t: &str, m: &str, reserved: &dyn Fn(&str) -> bool) -> u32 {
+        if let Some(id) = self.tm_map.get(&[t, m]) {
+            return id;
+        }
+        let (tenant_id, tenant) = self.intern_tenant(t, reserved);
+        let model: Arc<str> = Arc::from(m);
+        let (id, _) = self
+            .tm_map
+            .intern(&[t, m], || [tenant.clone(), model.clone()]);
+        self.tms.push(TenantModel {
+            tenant_id,
+            tenant,
+            model,
+            parts: Vec::new(),
+            scopes: Vec::new(),
+        });
+        id
+    }
+
+    pub(crate) fn find_tenant(&self, t: &str) -> Option<u32> {
+        self.tenants.get(t)
+    }
+
+    pub(crate) fn tenant_name(&self, id: u32) -> Arc<str> {
+        self.tenants
+            .names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(""))
+    }
+
+    pub(crate) fn tenant_count(&self) -> usize {
+        self.tenants.names.len()
+    }
+
+    pub(crate) fn find_tm(&self, t: &str, m: &str) -> Option<u32> {
+        self.tm_map.get(&[t, m])
+    }
+
+    pub(crate) fn find_scope(&self, t: &str, m: &str, s: &str) -> Option<u32> {
+        self.scope_map.get(&[t, m, s])
+    }
+
+    pub(crate) fn model_name(&self, id: u32) -> Arc<str> {
+        self.models
+            .names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(""))
+    }
+
+    pub(crate) fn find_replica(&self, r: &str) -> Option<u32> {
+        self.replicas.get(r)
+    }
+
+    pub(crate) fn intern_replica(&mut self, r: &str) -> (u32, Arc<str>) {
+        self.replicas.intern(r)
+    }
+
+    pub(crate) fn replica_name(&self, id: u32) -> Arc<str> {
+        self.replicas
+            .names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(""))
+    }
+
+    pub(crate) fn replica_names(&self) -> &[Arc<str>] {
+        &self.replicas.names
+    }
+}

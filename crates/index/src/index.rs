@@ -1,0 +1,230 @@
+//! The `Index` struct and shared helpers.
+
+use crate::catalog::{Catalog, Partition};
+use crate::clock::{Clock, duration_ns};
+use crate::config::{DEFAULT_TTL, IndexConfig, RankingConfig};
+use crate::counters::Counters;
+use crate::hashing::FoldBuild;
+use crate::observer::{IndexObserver, PrefixChange};
+use crate::policy::{EvictionAlgorithm, PolicyResolver};
+use crate::shard::{Holder, ShardMap, Shards, lock, read, write};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Stored replica stats.
+#[derive(Debug, Clone)]
+pub(crate) struct StatsEntry {
+    pub(crate) cache_memory_bytes: i64,
+    pub(crate) hit_rate: f32,
+    pub(crate) pressure: f32,
+    pub(crate) client_version: Arc<str>,
+    pub(crate) t2_hit_tokens: i64,
+    pub(crate) t2_query_tokens: i64,
+    pub(crate) last_seen: i64,
+    pub(crate) stats_reported: i64,
+}
+
+/// (tenant, model) id → replica id → stats.
+pub(crate) type StatsMap = HashMap<u32, HashMap<u32, StatsEntry, FoldBuild>, FoldBuild>;
+
+/// The prefix index. `Send + Sync`; share it behind an `Arc`.
+pub struct Index {
+    pub(crate) max_entries: i64,
+    pub(crate) default_ttl_ns: i64,
+    pub(crate) reserved: HashSet<String>,
+    pub(crate) ranking: RankingConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) policy: Arc<dyn PolicyResolver>,
+    pub(crate) observer: Option<Arc<dyn IndexObserver>>,
+    pub(crate) catalog: RwLock<Catalog>,
+    pub(crate) shards: Shards,
+    pub(crate) counters: Mutex<Counters>,
+    pub(crate) stats: RwLock<StatsMap>,
+    /// Serializes cap and quota enforcement (victim selection + removal).
+    pub(crate) evict_lock: Mutex<()>,
+    /// Model ids reported non-zero by the last `entry_counts_by_model`.
+    pub(crate) gauge: Mutex<Vec<bool>>,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("max_entries", &self.max_entries)
+            .field("total_entries", &self.total_entries())
+            .field("distinct_prefixes", &self.distinct_prefixes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Self::new(IndexConfig::default())
+    }
+}
+
+impl Index {
+    /// Build an index from its configuration.
+    pub fn new(cfg: IndexConfig) -> Self {
+        let ttl = if cfg.default_ttl.is_zero() {
+            DEFAULT_TTL
+        } else {
+            cfg.default_ttl
+        };
+        Self {
+            max_entries: cfg.max_entries,
+            default_ttl_ns: duration_ns(ttl),
+            reserved: cfg.reserved_tenants.into_iter().collect(),
+            ranking: cfg.ranking,
+            clock: cfg.clock,
+            policy: cfg.policy,
+            observer: cfg.observer,
+            catalog: RwLock::new(Catalog::default()),
+            shards: Shards::new(),
+            counters: Mutex::new(Counters::default()),
+            stats: RwLock::new(StatsMap::default()),
+            evict_lock: Mutex::new(()),
+            gauge: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Shorthand for [`IndexConfig::new`].
+    pub fn builder() -> IndexConfig {
+        IndexConfig::new()
+    }
+
+    /// The configured global cap (`<= 0` = unbounded).
+    pub fn max_entries(&self) -> i64 {
+        self.max_entries
+    }
+
+    /// The default TTL in nanoseconds.
+    pub fn default_ttl_ns(&self) -> i64 {
+        self.default_ttl_ns
+    }
+
+    /// Resolved TTL of a tenant in nanoseconds (policy value if > 0, else default).
+    pub fn tenant_ttl_ns(&self, tenant: &str) -> i64 {
+        match self.policy.ttl(tenant) {
+            Some(d) if !d.is_zero() => duration_ns(d),
+            _ => self.default_ttl_ns,
+        }
+    }
+
+    pub(crate) fn algorithm(&self, tenant: &str) -> EvictionAlgorithm {
+        self.policy.eviction_algorithm(tenant)
+    }
+
+    /// Whether `tenant` is reserved.
+    pub fn is_reserved(&self, tenant: &str) -> bool {
+        self.reserved.contains(tenant)
+    }
+
+    /// Number of (prefix, replica) entries, including reserved tenants.
+    pub fn total_entries(&self) -> u64 {
+        lock(&self.counters).total_entries
+    }
+
+    /// Number of distinct prefix keys, including reserved tenants.
+    pub fn distinct_prefixes(&self) -> u64 {
+        lock(&self.counters).total_keys
+    }
+
+    pub(crate) fn find_partition(
+        &self,
+        t: &str,
+        m: &str,
+        s: &str,
+        a: &str,
+    ) -> Option<Arc<Partition>> {
+        read(&self.catalog).find_partition(t, m, s, a).cloned()
+    }
+
+    pub(crate) fn intern_partition(&self, t: &str, m: &str, s: &str, a: &str) -> Arc<Partition> {
+        if let Some(p) = self.find_partition(t, m, s, a) {
+            return p;
+        }
+        let reserved = |x: &str| self.reserved.contains(x);
+        write(&self.catalog).intern_partition(t, m, s, a, &reserved)
+    }
+
+    pub(crate) fn intern_replica(&self, r: &str) -> (u32, Arc<str>) {
+        {
+            let c = read(&self.catalog);
+            if let Some(id) = c.find_replica(r) {
+                return (id, c.replica_name(id));
+            }
+        }
+        write(&self.catalog).intern_replica(r)
+    }
+
+    pub(crate) fn intern_tm(&self, t: &str, m: &str) -> u32 {
+        if let Some(id) = read(&self.catalog).find_tm(t, m) {
+            return id;
+        }
+        let reserved = |x: &str| self.reserved.contains(x);
+        write(&self.catalog).intern_tm(t, m, &reserved)
+    }
+
+    /// Snapshot of partitions (for scans that must not nest the catalog lock).
+    pub(crate) fn partitions(&self) -> Vec<Arc<Partition>> {
+        read(&self.catalog).parts.clone()
+    }
+
+    pub(crate) fn replica_names(&self) -> Vec<Arc<str>> {
+        read(&self.catalog).replica_names().to_vec()
+    }
+
+    /// Per tenant id: (ttl ns, algorithm), resolved once for a scan.
+    pub(crate) fn tenant_policies(&self) -> Vec<(i64, EvictionAlgorithm)> {
+        let names: Vec<Arc<str>> = {
+            let c = read(&self.catalog);
+            (0..c.tenant_count() as u32)
+                .map(|i| c.tenant_name(i))
+                .collect()
+        };
+        names
+            .iter()
+            .map(|t| (self.tenant_ttl_ns(t), self.algorithm(t)))
+            .collect()
+    }
+
+    /// Remove `replica` from `key` in a locked shard; returns the holder and
+    /// whether the key disappeared. Counters are updated by the caller.
+    pub(crate) fn take_holder(
+        map: &mut ShardMap,
+        key: &[u8],
+        replica: u32,
+    ) -> Option<(Holder, bool)> {
+        let holders = map.get_mut(key)?;
+        let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
+        let h = holders.remove(i);
+        let gone = holders.is_empty();
+        if gone {
+            map.remove(key);
+        }
+        Some((h, gone))
+    }
+
+    pub(crate) fn change(
+        p: &Partition,
+        hash: &[u8],
+        replica_id: Arc<str>,
+        h: &Holder,
+    ) -> PrefixChange {
+        PrefixChange {
+            tenant: p.tenant.clone(),
+            model: p.model.clone(),
+            hash_scheme: p.scheme.clone(),
+            adapter: p.adapter.clone(),
+            prefix_hash: Arc::from(hash),
+            replica_id,
+            token_count: h.tokens,
+            tier: h.tier,
+            last_seen_ns: h.last_seen,
+        }
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ns()
+    }
+}

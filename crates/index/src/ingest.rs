@@ -1,0 +1,195 @@
+//! Ingest (§2.3): additive upserts, stats, quota, cap.
+
+use crate::catalog::Partition;
+use crate::clock::wire_us_to_ns;
+use crate::index::{Index, StatsEntry};
+use crate::observer::{Note, Notes};
+use crate::shard::{Holder, KeyBuf, Shards, lock, write};
+use crate::types::{CacheUpdate, IngestOutcome, Tier};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// Non-finite → 0.
+fn sanitize(v: f32) -> f32 {
+    if v.is_finite() { v } else { 0.0 }
+}
+
+struct Writer<'a> {
+    replica: u32,
+    replica_id: &'a Arc<str>,
+    ts: i64,
+}
+
+impl Index {
+    /// Ingest one `CacheStateUpdate` (§2.3). Never fails: bad input is dropped
+    /// and counted in the outcome.
+    pub fn ingest(&self, u: &CacheUpdate) -> IngestOutcome {
+        let now = self.now();
+        let ts = wire_us_to_ns(u.timestamp_us, now);
+        let quota = self.policy.tenant_quota(&u.tenant_id);
+        let mut out = IngestOutcome::default();
+        let mut notes = Notes::new(self.observer.is_some());
+
+        if u.hash_scheme.is_empty() {
+            out.skipped_no_scheme = u.prefixes.len() as u64;
+        } else if !u.prefixes.is_empty() {
+            let (replica, replica_id) = self.intern_replica(&u.replica_id);
+            let w = Writer {
+                replica,
+                replica_id: &replica_id,
+                ts,
+            };
+            // Partition cache: entries of one update almost always share an adapter.
+            let mut cached: Option<Arc<Partition>> = None;
+            for e in &u.prefixes {
+                let adapter: &str = if !e.adapter_id.is_empty() {
+                    &e.adapter_id
+                } else {
+                    &u.adapter_id
+                };
+                let chain = !e.block_hashes.is_empty() || !e.block_token_counts.is_empty();
+                if chain && e.block_hashes.len() != e.block_token_counts.len() {
+                    out.dropped_mismatched_chain += 1;
+                    continue;
+                }
+                if !chain && e.prefix_hash.is_empty() {
+                    out.dropped_empty_hash += 1;
+                    continue;
+                }
+                let part = match &cached {
+                    Some(p) if &*p.adapter == adapter => p.clone(),
+                    _ => {
+                        let p = self.intern_partition(
+                            &u.tenant_id,
+                            &u.model_id,
+                            &u.hash_scheme,
+                            adapter,
+                        );
+                        cached = Some(p.clone());
+                        p
+                    }
+                };
+                let tier = e.tier.normalized();
+                if chain {
+                    let mut cumulative: i32 = 0;
+                    for (h, c) in e.block_hashes.iter().zip(&e.block_token_counts) {
+                        cumulative = cumulative.wrapping_add(*c);
+                        if h.is_empty() {
+                            out.dropped_empty_hash += 1;
+                            continue;
+                        }
+                        self.upsert(&part, h, cumulative, tier, &w, &mut out, &mut notes);
+                    }
+                    if !e.prefix_hash.is_empty() {
+                        self.upsert(
+                            &part,
+                            &e.prefix_hash,
+                            e.token_count,
+                            tier,
+                            &w,
+                            &mut out,
+                            &mut notes,
+                        );
+                    }
+                } else {
+                    self.upsert(
+                        &part,
+                        &e.prefix_hash,
+                        e.token_count,
+                        tier,
+                        &w,
+                        &mut out,
+                        &mut notes,
+                    );
+                }
+            }
+        }
+
+        if let Some(s) = &u.stats {
+            let tm = self.intern_tm(&u.tenant_id, &u.model_id);
+            let (replica, _) = self.intern_replica(&u.replica_id);
+            let entry = StatsEntry {
+                cache_memory_bytes: s.cache_memory_bytes,
+                hit_rate: sanitize(s.hit_rate),
+                pressure: sanitize(s.pressure),
+                client_version: Arc::from(s.client_version.as_str()),
+                t2_hit_tokens: s.t2_hit_tokens,
+                t2_query_tokens: s.t2_query_tokens,
+                last_seen: ts,
+                stats_reported: ts,
+            };
+            write(&self.stats)
+                .entry(tm)
+                .or_default()
+                .insert(replica, entry);
+            out.stats_stored = true;
+        }
+
+        if let Some(q) = quota {
+            if q >= 0 {
+                self.enforce_quota(&u.tenant_id, q as u64, &mut out.evictions, &mut notes);
+            }
+        }
+        self.enforce_cap(&mut out.evictions, &mut notes);
+        notes.deliver(self.observer.as_ref());
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn upsert(
+        &self,
+        part: &Arc<Partition>,
+        hash: &[u8],
+        tokens: i32,
+        tier: Tier,
+        w: &Writer<'_>,
+        out: &mut IngestOutcome,
+        notes: &mut Notes,
+    ) {
+        let key = KeyBuf::new(part.id, hash);
+        let si = Shards::index_of(key.as_slice());
+        let mut shard = self.shards.write(si);
+        out.entries_upserted += 1;
+        let (new_key, added) = match shard.get_mut(key.as_slice()) {
+            Some(holders) => match holders.binary_search_by_key(&w.replica, |h| h.replica) {
+                Ok(i) => {
+                    let h = &mut holders[i];
+                    h.tokens = tokens;
+                    h.last_seen = w.ts;
+                    h.tier = tier;
+                    (false, false)
+                }
+                Err(i) => {
+                    holders.insert(i, new_holder(w.replica, tokens, tier, w.ts));
+                    (false, true)
+                }
+            },
+            None => {
+                shard.insert(
+                    key.to_boxed(),
+                    vec![new_holder(w.replica, tokens, tier, w.ts)],
+                );
+                (true, true)
+            }
+        };
+        if added {
+            lock(&self.counters).on_add(part, w.replica, new_key);
+            out.entries_added += 1;
+            drop(shard);
+            notes.push(|| {
+                let h = new_holder(w.replica, tokens, tier, w.ts);
+                Note::Added(Index::change(part, hash, w.replica_id.clone(), &h))
+            });
+        }
+    }
+}
+
+fn new_holder(replica: u32, tokens: i32, tier: Tier, ts: i64) -> Holder {
+    Holder {
+        replica,
+        tokens,
+        tier,
+        last_seen: ts,
+        access: AtomicU64::new(0),
+    }
+}

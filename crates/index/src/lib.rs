@@ -1,0 +1,126 @@
+//! The inference-cache prefix index: pure, synchronous, policy-unaware.
+//!
+//! Engines report which prompt prefixes (opaque hashes) each replica holds;
+//! gateways ask for a ranked routing hint. This crate is the in-memory,
+//! soft-state index behind both (server spec §2). It never sees protobuf
+//! types: the server converts wire messages into [`CacheUpdate`],
+//! [`CacheEvent`] and [`LookupRequest`].
+//!
+//! # Model
+//!
+//! - A **prefix key** is (tenant, model, hash_scheme, adapter, hash bytes).
+//!   Each key has holders: one entry per replica with its token count,
+//!   last-seen time, tier and LFU access counter.
+//! - The **serving scope** (tenant, model, hash_scheme) is adapter-blind: it
+//!   counts, per replica, how many keys the replica holds. It drives the
+//!   distinguishing power, TENANT_HOT's "serves the engine domain" test, the
+//!   miss classifier and the affinity picker.
+//! - **Stats** live per (tenant, model, replica), independent of scheme and
+//!   adapter.
+//!
+//! Two units are used and never mixed:
+//! - **entries** = (prefix key, replica) pairs: the global cap
+//!   ([`IndexConfig::max_entries`], default 1,000,000, `<= 0` unbounded; enforced
+//!   at the end of every ingest and by every [`Index::sweep`]), cap/TTL
+//!   eviction counters, snapshot `prefixCount`;
+//! - **distinct prefixes** = prefix keys: tenant quotas, aggregates,
+//!   `GetCacheState.total_prefixes`, the per-model gauge
+//!   ([`Index::entry_counts_by_model`]).
+//!
+//! Ingest is additive: absence from a later update never removes anything.
+//! Removal happens only through events, the TTL sweep, the cap and quotas.
+//! Policy (TTL, eviction algorithm, quota) reaches the index only through a
+//! [`PolicyResolver`]; time only through a [`Clock`] (Unix nanoseconds).
+//!
+//! Deliberate choices (spec decisions and open points):
+//! - a legacy entry with an empty `prefix_hash`, and an empty block hash inside
+//!   a chain, are dropped (counted in [`IngestOutcome::dropped_empty_hash`]);
+//!   the chain's cumulative count still includes the dropped block;
+//! - [`Index::lookup_route`] returns `None` for a request with no fingerprint
+//!   input at all (no prefix hash, no chain);
+//! - exact-path entries with `token_count <= 0` are returned with score 0
+//!   (also for negative counts);
+//! - `hot_prefixes` = distinct prefix keys whose holders' LFU access counts
+//!   (delivered hits) sum to at least [`HOT_PREFIX_MIN_HITS`] (1). Counters are
+//!   only captured for LFU tenants, so LRU tenants report 0;
+//! - the observer is told about new entries (not refreshes), removals with a
+//!   reason, `ALL_CLEARED` and `REPLICA_UPDATED`.
+//!
+//! # Concurrency
+//!
+//! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
+//! sweeps. There is no global lock:
+//! - entries live in 64 shards, each a `RwLock<HashMap<key, Vec<Holder>>>`
+//!   keyed by `partition id ‖ hash` (partition = interned (tenant, model,
+//!   scheme, adapter)); the map hasher folds 8-byte words (hashes are already
+//!   random). A holder is 32 bytes; holders are kept sorted by interned
+//!   replica id so chain lookups merge-join runs against each block;
+//! - a writer holds one shard lock at a time, so each (key, replica) entry is
+//!   always seen whole (never torn); a multi-block chain lookup reads each
+//!   block under its own shard lock (per-block consistency, like any
+//!   concurrent reader);
+//! - counters (entries, distinct keys per tenant / (tenant, model) / model,
+//!   serving scope replica counts) sit in one small mutex updated while the
+//!   shard write lock is held (lock order: shard → counters). Stats have
+//!   their own `RwLock`, names their own interning catalog;
+//! - the TTL sweep walks shard by shard, taking each write lock once;
+//!   cap and quota victim selection scan shards under read locks keeping a
+//!   bounded heap of the `k` smallest candidates (k = excess), then remove
+//!   victims one shard lock at a time. Cap/quota enforcement is serialized by
+//!   its own mutex, never held by lookups;
+//! - LFU counters are atomics bumped under a shard read lock by
+//!   [`Index::credit`];
+//! - observer notifications are delivered after every lock is released.
+//!
+//! Interned names (partitions, replicas) are never freed; their number is
+//! bounded by the deployment's tenants × models × schemes × adapters and
+//! replicas.
+
+mod affinity;
+mod aggregate;
+mod catalog;
+mod classify;
+mod clock;
+mod config;
+mod counters;
+mod events;
+mod eviction;
+mod hashing;
+mod index;
+mod ingest;
+mod lookup;
+mod observer;
+mod policy;
+mod ranking;
+mod shard;
+mod snapshot;
+mod types;
+
+pub use affinity::{affinity_index, affinity_seed_value, chain_seed};
+pub use aggregate::HOT_PREFIX_MIN_HITS;
+pub use clock::{Clock, ManualClock, SystemClock, duration_ns, wire_us_to_ns};
+pub use config::{
+    DEFAULT_MAX_ENTRIES, DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL, IndexConfig, PROBE_TENANT,
+    RankingConfig,
+};
+pub use index::Index;
+pub use observer::{IndexObserver, PrefixChange, RemovalReason};
+pub use policy::{EvictionAlgorithm, NoPolicy, PolicyResolver};
+pub use ranking::{
+    distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
+};
+pub use types::{
+    Aggregate, CacheEvent, CacheState, CacheUpdate, EventKind, EventOutcome, EvictionCounts,
+    IngestOutcome, LfuHit, LookupRequest, LookupRouteResult, PrefixEntry, ReplicaScore,
+    ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant, Strategy,
+    SweepOutcome, Tier,
+};
+
+#[cfg(test)]
+mod send_sync {
+    fn assert_send_sync<T: Send + Sync>() {}
+    #[test]
+    fn index_is_send_and_sync() {
+        assert_send_sync::<crate::Index>();
+    }
+}

@@ -1,0 +1,405 @@
+//! Lookup (§2.6): orchestrator, exact and chain lookups, TENANT_HOT, LFU credit.
+
+use crate::catalog::Partition;
+use crate::clock::duration_ns;
+use crate::index::Index;
+use crate::policy::EvictionAlgorithm;
+use crate::ranking::{
+    distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
+};
+use crate::shard::{KeyBuf, Shards, lock, read};
+use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
+use std::cmp::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+/// A matched replica before names and stats are attached.
+struct Raw {
+    replica: u32,
+    tokens: i32,
+    fresh: f32,
+    tier: Tier,
+    /// Chain: number of leading blocks in the run (LFU capture).
+    blocks: u32,
+}
+
+struct Ctx {
+    now: i64,
+    ttl: i64,
+    lfu: bool,
+    c: f32,
+    part: Arc<Partition>,
+}
+
+fn by_score(a: &ReplicaScore, b: &ReplicaScore) -> Ordering {
+    b.score
+        .partial_cmp(&a.score)
+        .unwrap_or(Ordering::Equal)
+        .then_with(|| a.replica_id.cmp(&b.replica_id))
+}
+
+impl Index {
+    /// The index-level orchestrator (§2.6.1): PREFIX_MATCH → TENANT_HOT (non-chain
+    /// only) → miss classifier. A request without any fingerprint input (no
+    /// prefix hash, no chain) is `None` (spec decision 4).
+    pub fn lookup_route<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        if req.tenant.is_empty() || req.model.is_empty() || req.hash_scheme.is_empty() {
+            return LookupRouteResult::default();
+        }
+        if req.is_chain_bearing() {
+            if req.block_hashes.len() != req.block_token_counts.len() {
+                return LookupRouteResult::default();
+            }
+            let r = self.chain_lookup(req);
+            if !r.scores.is_empty() {
+                return r;
+            }
+            return self.classified(req);
+        }
+        if req.prefix_hash.is_empty() {
+            return LookupRouteResult::default();
+        }
+        let r = self.exact_lookup(req);
+        if !r.scores.is_empty() {
+            return r;
+        }
+        let hot = self.tenant_hot(req.tenant, req.model, req.hash_scheme, req.slo_ttft_ms);
+        if !hot.is_empty() {
+            return LookupRouteResult {
+                strategy: Strategy::TenantHot,
+                scores: hot,
+                hits: Vec::new(),
+            };
+        }
+        self.classified(req)
+    }
+
+    fn classified<H>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        LookupRouteResult {
+            strategy: self.classify_miss(req.tenant, req.model, req.hash_scheme),
+            ..LookupRouteResult::default()
+        }
+    }
+
+    /// The low-level lookup used by the probe: empty scheme → empty; mismatched
+    /// chain → empty; chain → chain lookup; else exact lookup. No emptiness
+    /// checks on tenant/model, no TENANT_HOT, no classifier. The strategy is
+    /// `PrefixMatch` when anything matched.
+    pub fn lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        if req.hash_scheme.is_empty() {
+            return LookupRouteResult::default();
+        }
+        if req.is_chain_bearing() {
+            if req.block_hashes.len() != req.block_token_counts.len() {
+                return LookupRouteResult::default();
+            }
+            return self.chain_lookup(req);
+        }
+        self.exact_lookup(req)
+    }
+
+    fn ctx<H>(&self, req: &LookupRequest<'_, H>) -> Option<Ctx> {
+        let part = self.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter)?;
+        Some(Ctx {
+            now: self.now(),
+            ttl: self.tenant_ttl_ns(req.tenant),
+            lfu: self.algorithm(req.tenant) == EvictionAlgorithm::Lfu,
+            c: slo_coefficient(&self.ranking, req.slo_ttft_ms),
+            part,
+        })
+    }
+
+    fn exact_lookup<H>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        let Some(ctx) = self.ctx(req) else {
+            return LookupRouteResult::default();
+        };
+        let key = KeyBuf::new(ctx.part.id, req.prefix_hash);
+        let mut raws = Vec::new();
+        {
+            let shard = self.shards.read(Shards::index_of(key.as_slice()));
+            if let Some(holders) = shard.get(key.as_slice()) {
+                raws.reserve_exact(holders.len());
+                for h in holders {
+                    let fresh = freshness(ctx.now, h.last_seen, ctx.ttl);
+                    if fresh > 0.0 {
+                        raws.push(Raw {
+                            replica: h.replica,
+                            tokens: h.tokens,
+                            fresh,
+                            tier: h.tier,
+                            blocks: 1,
+                        });
+                    }
+                }
+            }
+        }
+        if raws.is_empty() {
+            return LookupRouteResult::default();
+        }
+        let mut scores = self.score_raws(&ctx, &raws);
+        let total = lock(&self.counters).scope_len(ctx.part.scope_id) as i64;
+        let dp = distinguishing_power(scores.len() as i64, total);
+        if dp != 1.0 {
+            for s in &mut scores {
+                s.score *= dp as f32;
+            }
+        }
+        let mut hits = Vec::new();
+        if ctx.lfu {
+            let boxed = key.to_boxed();
+            for (r, s) in raws.iter().zip(&scores) {
+                if r.tokens > 0 {
+                    hits.push(LfuHit {
+                        key: boxed.clone(),
+                        replica: r.replica,
+                        replica_id: s.replica_id.clone(),
+                    });
+                }
+            }
+        }
+        scores.sort_by(by_score);
+        LookupRouteResult {
+            strategy: Strategy::PrefixMatch,
+            scores,
+            hits,
+        }
+    }
+
+    fn chain_lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        let Some(ctx) = self.ctx(req) else {
+            return LookupRouteResult::default();
+        };
+        let (Some(first), Some(&c0)) = (req.block_hashes.first(), req.block_token_counts.first())
+        else {
+            return LookupRouteResult::default();
+        };
+        // Runs, sorted by replica id (holders are sorted the same way).
+        struct Run {
+            replica: u32,
+            matched: i32,
+            oldest: i64,
+            tier: Tier,
+            blocks: u32,
+            alive: bool,
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        {
+            let key = KeyBuf::new(ctx.part.id, first.as_ref());
+            let shard = self.shards.read(Shards::index_of(key.as_slice()));
+            if let Some(holders) = shard.get(key.as_slice()) {
+                runs.reserve_exact(holders.len());
+                for h in holders {
+                    if freshness(ctx.now, h.last_seen, ctx.ttl) > 0.0 {
+                        runs.push(Run {
+                            replica: h.replica,
+                            matched: c0,
+                            oldest: h.last_seen,
+                            tier: h.tier,
+                            blocks: 1,
+                            alive: true,
+                        });
+                    }
+                }
+            }
+        }
+        if runs.is_empty() {
+            return LookupRouteResult::default();
+        }
+        let mut alive = runs.len();
+        for (hash, &count) in req.block_hashes.iter().zip(req.block_token_counts).skip(1) {
+            if alive == 0 {
+                break;
+            }
+            let key = KeyBuf::new(ctx.part.id, hash.as_ref());
+            let shard = self.shards.read(Shards::index_of(key.as_slice()));
+            let holders: &[_] = shard.get(key.as_slice()).map_or(&[], |v| v.as_slice());
+            let mut j = 0;
+            for run in runs.iter_mut().filter(|r| r.alive) {
+                while j < holders.len() && holders[j].replica < run.replica {
+                    j += 1;
+                }
+                match holders.get(j) {
+                    Some(h)
+                        if h.replica == run.replica
+                            && freshness(ctx.now, h.last_seen, ctx.ttl) > 0.0 =>
+                    {
+                        run.matched = run.matched.wrapping_add(count);
+                        run.oldest = run.oldest.min(h.last_seen);
+                        run.tier = Tier::worst(run.tier, h.tier);
+                        run.blocks += 1;
+                    }
+                    _ => {
+                        run.alive = false;
+                        alive -= 1;
+                    }
+                }
+            }
+        }
+        let raws: Vec<Raw> = runs
+            .iter()
+            .filter(|r| r.matched > 0)
+            .filter_map(|r| {
+                let fresh = freshness(ctx.now, r.oldest, ctx.ttl);
+                (fresh > 0.0).then_some(Raw {
+                    replica: r.replica,
+                    tokens: r.matched,
+                    fresh,
+                    tier: r.tier,
+                    blocks: r.blocks,
+                })
+            })
+            .collect();
+        if raws.is_empty() {
+            return LookupRouteResult::default();
+        }
+        let mut scores = self.score_raws(&ctx, &raws);
+        let mut hits = Vec::new();
+        if ctx.lfu {
+            for (r, s) in raws.iter().zip(&scores) {
+                for h in req.block_hashes.iter().take(r.blocks as usize) {
+                    hits.push(LfuHit {
+                        key: KeyBuf::new(ctx.part.id, h.as_ref()).to_boxed(),
+                        replica: r.replica,
+                        replica_id: s.replica_id.clone(),
+                    });
+                }
+            }
+        }
+        let total = lock(&self.counters).scope_len(ctx.part.scope_id) as i64;
+        if total > 1 {
+            scores.sort_by(|a, b| {
+                b.matched_tokens
+                    .cmp(&a.matched_tokens)
+                    .then_with(|| a.replica_id.cmp(&b.replica_id))
+            });
+            let mut i = 0;
+            while i < scores.len() {
+                let depth = scores[i].matched_tokens;
+                let mut right = i;
+                while right < scores.len() && scores[right].matched_tokens == depth {
+                    right += 1;
+                }
+                let dp = distinguishing_power(right as i64, total);
+                if dp != 1.0 {
+                    for s in &mut scores[i..right] {
+                        s.score *= dp as f32;
+                    }
+                }
+                i = right;
+            }
+        }
+        scores.sort_by(by_score);
+        LookupRouteResult {
+            strategy: Strategy::PrefixMatch,
+            scores,
+            hits,
+        }
+    }
+
+    /// Attach names, stats pressure (gated by stats freshness under the tenant
+    /// TTL) and the SLO bias; produce unsorted scores in `raws` order.
+    fn score_raws(&self, ctx: &Ctx, raws: &[Raw]) -> Vec<ReplicaScore> {
+        let stats = read(&self.stats);
+        let per_replica = stats.get(&ctx.part.tm_id);
+        let catalog = read(&self.catalog);
+        raws.iter()
+            .map(|r| {
+                let pressure = per_replica
+                    .and_then(|m| m.get(&r.replica))
+                    .filter(|s| freshness(ctx.now, s.stats_reported, ctx.ttl) > 0.0)
+                    .map_or(0.0, |s| s.pressure);
+                let pf = pressure_factor(self.ranking.pressure_weight, pressure);
+                ReplicaScore {
+                    replica_id: catalog.replica_name(r.replica),
+                    score: prefix_score(r.tokens, r.fresh, pf, ctx.c),
+                    matched_tokens: r.tokens,
+                    estimated_cache_hit_prob: r.fresh,
+                    tier: r.tier,
+                }
+            })
+            .collect()
+    }
+
+    /// TENANT_HOT candidates (§2.6.5) for (tenant, model, scheme).
+    pub fn tenant_hot(
+        &self,
+        tenant: &str,
+        model: &str,
+        scheme: &str,
+        slo_ttft_ms: i32,
+    ) -> Vec<ReplicaScore> {
+        let max_age = duration_ns(self.ranking.tenant_hot_max_age);
+        if max_age <= 0 || scheme.is_empty() {
+            return Vec::new();
+        }
+        let ids = {
+            let c = read(&self.catalog);
+            c.find_tm(tenant, model)
+                .zip(c.find_scope(tenant, model, scheme))
+        };
+        let Some((tm, scope)) = ids else {
+            return Vec::new();
+        };
+        let now = self.now();
+        let mut cands: Vec<(u32, f32, f32, i64)> = {
+            let stats = read(&self.stats);
+            let Some(m) = stats.get(&tm) else {
+                return Vec::new();
+            };
+            m.iter()
+                .filter(|(_, s)| {
+                    now.saturating_sub(s.stats_reported) < max_age
+                        && s.hit_rate >= self.ranking.tenant_hot_min_hit_rate
+                })
+                .map(|(&r, s)| {
+                    (
+                        r,
+                        s.hit_rate,
+                        s.pressure,
+                        now.saturating_sub(s.stats_reported),
+                    )
+                })
+                .collect()
+        };
+        {
+            let c = lock(&self.counters);
+            cands.retain(|(r, ..)| c.serves(scope, *r));
+        }
+        if cands.is_empty() {
+            return Vec::new();
+        }
+        let c = slo_coefficient(&self.ranking, slo_ttft_ms);
+        let catalog = read(&self.catalog);
+        let mut out: Vec<ReplicaScore> = cands
+            .into_iter()
+            .map(|(r, hit_rate, pressure, age)| {
+                let rec = recency(age, max_age);
+                let pf = pressure_factor(self.ranking.pressure_weight, pressure);
+                let slo = 1.0 + rec * c;
+                ReplicaScore {
+                    replica_id: catalog.replica_name(r),
+                    score: hit_rate * rec * pf * slo,
+                    matched_tokens: 0,
+                    estimated_cache_hit_prob: hit_rate,
+                    tier: Tier::UNSPECIFIED,
+                }
+            })
+            .collect();
+        drop(catalog);
+        out.sort_by(by_score);
+        out
+    }
+
+    /// Credit delivered LFU hits (+1 each). Hits whose entry has since been
+    /// removed are ignored.
+    pub fn credit(&self, hits: &[LfuHit]) {
+        for h in hits {
+            let shard = self.shards.read(Shards::index_of(&h.key));
+            if let Some(holders) = shard.get(&h.key) {
+                if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
+                    holders[i].access.fetch_add(1, AtomicOrdering::Relaxed);
+                }
+            }
+        }
+    }
+}
