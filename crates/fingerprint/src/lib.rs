@@ -78,10 +78,7 @@ pub fn prefix_hashes_from(tokens: &[u32], block_size: usize, parent: Option<u64>
     full_blocks(tokens, block_size)
         .map(|block| {
             let content = content_hash(block);
-            let prefix = match previous {
-                None => content,
-                Some(p) => chain_step(p, content),
-            };
+            let prefix = previous.map_or(content, |p| chain_step(p, content));
             previous = Some(prefix);
             prefix
         })
@@ -129,9 +126,15 @@ pub fn chain(tokens: &[u32], block_size: usize) -> Chain {
     let Ok(count) = i32::try_from(block_size) else {
         return Chain::default();
     };
-    let block_hashes: Vec<WireHash> = prefix_hashes(tokens, block_size)
-        .into_iter()
-        .map(to_wire)
+    // One pass straight to wire form: no intermediate Vec<u64>.
+    let mut previous: Option<u64> = None;
+    let block_hashes: Vec<WireHash> = full_blocks(tokens, block_size)
+        .map(|block| {
+            let content = content_hash(block);
+            let prefix = previous.map_or(content, |p| chain_step(p, content));
+            previous = Some(prefix);
+            to_wire(prefix)
+        })
         .collect();
     let block_token_counts = vec![count; block_hashes.len()];
     Chain {
