@@ -100,6 +100,12 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_TOKENIZER_MODELS_DIR", default_value = "")]
     pub tokenizer_models_dir: String,
 
+    /// Tenant policies from a file (YAML or JSON, the /policy push schema),
+    /// for running without the Kubernetes controller. Reloaded when it
+    /// changes; a bad edit keeps the last good policy and logs why.
+    #[arg(long, env = "INFERENCECACHE_POLICY_FILE", value_name = "PATH")]
+    pub policy_file: Option<std::path::PathBuf>,
+
     /// Tokens per KV block, used to fingerprint token_ids and prompt_text
     /// (match the engine's block size). Values <= 0 keep the default.
     #[arg(

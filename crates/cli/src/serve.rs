@@ -78,6 +78,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
         tls,
         engine_block_size,
         tokenizer_models_dir,
+        policy_file: args.policy_file.clone(),
     })
 }
 

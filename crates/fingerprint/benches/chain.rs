@@ -23,9 +23,11 @@ fn bench_chain(c: &mut Criterion) {
             b.iter(|| chain(black_box(t), 16))
         });
         let bytes: Vec<u8> = t.iter().flat_map(|x| x.to_le_bytes()).collect();
-        group.bench_with_input(BenchmarkId::new("xxh3_floor", blocks), &bytes, |b, bytes| {
-            b.iter(|| xxh3_64_with_seed(black_box(bytes), SEED))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("xxh3_floor", blocks),
+            &bytes,
+            |b, bytes| b.iter(|| xxh3_64_with_seed(black_box(bytes), SEED)),
+        );
     }
     group.finish();
 }

@@ -204,6 +204,8 @@ pub struct ServerConfig {
     pub engine_block_size: u32,
     /// Directory of tokenizers for `prompt_text`, if any.
     pub tokenizer_models_dir: Option<PathBuf>,
+    /// Policy file (YAML or JSON, the `/policy` schema), if any.
+    pub policy_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -219,6 +221,7 @@ impl ServerConfig {
             tls: None,
             engine_block_size: DEFAULT_ENGINE_BLOCK_SIZE,
             tokenizer_models_dir: None,
+            policy_file: None,
         }
     }
 }

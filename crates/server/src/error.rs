@@ -66,6 +66,9 @@ pub enum ServeError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// `--policy-file` could not be loaded at startup.
+    #[error("policy file: {0}")]
+    PolicyFile(String),
     /// Reflection could not be built from the embedded descriptors.
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),

@@ -2,12 +2,15 @@
 //! control one (`/snapshot`, `/policy`, `/probe`). Routes are exact paths; each
 //! listener answers 404 for the other's endpoints.
 
+use crate::config::ControlAuth;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
 use crate::metrics::Metrics;
+use crate::policy::{MAX_POLICY_BODY_BYTES, PolicyError, PolicyStore, decode_policy_json};
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +22,10 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// True once the index is started; false again on shutdown.
     pub ready: Arc<AtomicBool>,
+    /// Tenant policies, replaced by `/policy`.
+    pub policies: PolicyStore,
+    /// How the control endpoints authenticate.
+    pub control_auth: ControlAuth,
 }
 
 /// Router of the public listener.
@@ -30,10 +37,79 @@ pub fn public_router(state: HttpState) -> Router {
         .with_state(state)
 }
 
-/// Router of the control listener. Its endpoints arrive with the policy
-/// server; until then every path is 404.
-pub fn control_router(_state: HttpState) -> Router {
+/// Router of the control listener.
+pub fn control_router(state: HttpState) -> Router {
     Router::new()
+        .route("/policy", any(policy))
+        .with_state(state)
+}
+
+/// A plain-text error shaped like Go's `http.Error`, which the controller
+/// and existing tooling parse.
+pub fn http_error(status: StatusCode, message: &str) -> Response {
+    let mut r = (status, format!("{message}\n")).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut r = http_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// Until TokenReview lands, a server configured for it refuses control
+/// requests rather than serving them unauthenticated.
+fn auth_gate(state: &HttpState) -> Option<Response> {
+    match state.control_auth {
+        ControlAuth::TokenReview { .. } => Some(http_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "token review unavailable",
+        )),
+        ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
+    }
+}
+
+async fn policy(State(state): State<HttpState>, method: Method, body: Body) -> Response {
+    if method != Method::POST && method != Method::PUT {
+        return method_not_allowed("POST, PUT");
+    }
+    if let Some(denied) = auth_gate(&state) {
+        return denied;
+    }
+    let bytes = match axum::body::to_bytes(body, MAX_POLICY_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            state.metrics.policy_rejected("http");
+            return http_error(
+                StatusCode::BAD_REQUEST,
+                "decode policy snapshot: http: request body too large",
+            );
+        }
+    };
+    match decode_policy_json(&bytes) {
+        Ok(set) => {
+            state.metrics.policy_applied("http", set.version);
+            state.policies.replace(set);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => {
+            state.metrics.policy_rejected("http");
+            let message = match &e {
+                PolicyError::Decode(_) | PolicyError::Version(_) => e.to_string(),
+            };
+            http_error(StatusCode::BAD_REQUEST, &message)
+        }
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -21,6 +21,7 @@ pub mod exposition;
 mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod policy;
 pub mod reason;
 mod serve;
 pub mod service;

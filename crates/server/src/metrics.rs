@@ -24,6 +24,15 @@ pub struct LookupLabels {
     pub hint_used: String,
 }
 
+/// Labels of `inferencecache_policy_updates_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyUpdateLabels {
+    /// "http" (a /policy push) or "file" (--policy-file).
+    pub source: String,
+    /// "applied" or "rejected".
+    pub result: String,
+}
+
 /// Label of the per-model series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModelLabel {
@@ -46,6 +55,10 @@ pub struct Metrics {
     pub lookup_route_calls: Family<LookupLabels, Counter>,
     /// Handler latency per model.
     pub lookup_route_latency: Family<ModelLabel, Histogram, fn() -> Histogram>,
+    /// Version of the policy set in force (0 = defaults, nothing pushed).
+    pub policy_version: Gauge,
+    /// Policy pushes and file reloads by source and result.
+    pub policy_updates: Family<PolicyUpdateLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -92,8 +105,22 @@ impl Metrics {
             "Server-side LookupRoute latency, per model",
             lookup_route_latency.clone(),
         );
+        let policy_version = Gauge::default();
+        let policy_updates = Family::<PolicyUpdateLabels, Counter>::default();
+        registry.register(
+            "inferencecache_policy_version",
+            "Version of the policy set in force; 0 until the first push or policy file",
+            policy_version.clone(),
+        );
+        registry.register(
+            "inferencecache_policy_updates",
+            "Policy pushes (/policy) and policy-file reloads, by source (http|file) and result (applied|rejected)",
+            policy_updates.clone(),
+        );
         Self {
             registry,
+            policy_version,
+            policy_updates,
             server_up,
             grpc_tls_enabled,
             lookup_route_calls,
@@ -115,6 +142,26 @@ impl Metrics {
                 model: model.to_owned(),
             })
             .observe(seconds);
+    }
+
+    /// Records an applied policy set.
+    pub fn policy_applied(&self, source: &str, version: i64) {
+        self.policy_version.set(version);
+        self.policy_update(source, "applied");
+    }
+
+    /// Records a refused policy document.
+    pub fn policy_rejected(&self, source: &str) {
+        self.policy_update(source, "rejected");
+    }
+
+    fn policy_update(&self, source: &str, result: &str) {
+        self.policy_updates
+            .get_or_create(&PolicyUpdateLabels {
+                source: source.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// OpenMetrics text exposition (ends with `# EOF`).

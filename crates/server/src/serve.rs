@@ -1,10 +1,12 @@
 //! Binding the three listeners, serving them, and the graceful shutdown
 //! lifecycle (`graceful_shutdown_started` → drain → `graceful_shutdown_done`).
 
+use crate::config::ControlAuth;
 use crate::config::ServerConfig;
 use crate::error::ServeError;
 use crate::http::{HttpState, control_router, public_router};
 use crate::metrics::Metrics;
+use crate::policy::{PolicyFileWatcher, PolicyStore};
 use crate::service::InferenceCacheService;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,11 +22,17 @@ use tonic::transport::Identity;
 /// shutdown signal before they are cut.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How often `--policy-file` is checked for changes.
+pub const POLICY_FILE_POLL: Duration = Duration::from_secs(2);
+
 /// A server whose listeners are bound but not yet serving.
 #[derive(Debug)]
 pub struct Server {
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    policies: PolicyStore,
+    policy_file: Option<PolicyFileWatcher>,
+    control_auth: ControlAuth,
     tls: Option<Identity>,
     grpc: TcpListener,
     http: TcpListener,
@@ -69,7 +77,18 @@ impl Server {
         let tls = read_tls(config)?;
         let metrics = Arc::new(Metrics::new());
         metrics.grpc_tls_enabled.set(i64::from(tls.is_some()));
+        let policies = PolicyStore::new();
+        let policy_file = match &config.policy_file {
+            Some(path) => Some(
+                PolicyFileWatcher::start(path.clone(), policies.clone(), Arc::clone(&metrics))
+                    .map_err(ServeError::PolicyFile)?,
+            ),
+            None => None,
+        };
         Ok(Self {
+            policies,
+            policy_file,
+            control_auth: config.control_auth.clone(),
             grpc: bind("gRPC", "--grpc-bind-address", config.grpc_addr.0).await?,
             http: bind("HTTP", "--http-bind-address", config.http_addr.0).await?,
             control: bind("control", "--snapshot-bind-address", config.control_addr.0).await?,
@@ -94,6 +113,11 @@ impl Server {
         self.control.local_addr().unwrap_or_else(|_| unspecified())
     }
 
+    /// The policy store (for embedding and tests).
+    pub fn policies(&self) -> PolicyStore {
+        self.policies.clone()
+    }
+
     /// The server's metrics.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
@@ -106,6 +130,8 @@ impl Server {
         let state = HttpState {
             metrics: Arc::clone(&self.metrics),
             ready: Arc::clone(&self.ready),
+            policies: self.policies.clone(),
+            control_auth: self.control_auth.clone(),
         };
         let grpc = crate::grpc::router(
             InferenceCacheService::new(Arc::clone(&self.metrics)),
@@ -133,6 +159,14 @@ impl Server {
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await
                     .map_err(|source| ServeError::Http { what, source })
+            });
+        }
+
+        if let Some(watcher) = self.policy_file {
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                watcher.run(POLICY_FILE_POLL, stop).await;
+                Ok(())
             });
         }
 

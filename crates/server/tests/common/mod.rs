@@ -13,6 +13,7 @@ pub struct Running {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub control: SocketAddr,
+    pub policies: inferencecache_server::policy::PolicyStore,
     pub shutdown: CancellationToken,
     pub task: JoinHandle<Result<(), inferencecache_server::ServeError>>,
 }
@@ -27,12 +28,14 @@ impl Running {
             server.http_addr(),
             server.control_addr(),
         );
+        let policies = server.policies();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(server.serve(shutdown.clone()));
         let running = Self {
             grpc,
             http,
             control,
+            policies,
             shutdown,
             task,
         };

@@ -1,0 +1,91 @@
+//! Resolved, ready-to-use policy values: what the handlers and the index read
+//! on every lookup, with every default already applied.
+
+use super::wire::{DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Cap-eviction victim order of a tenant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EvictionAlgorithm {
+    /// Least recently seen first.
+    #[default]
+    Lru,
+    /// Fewest delivered hits first, then least recently seen.
+    Lfu,
+}
+
+impl EvictionAlgorithm {
+    /// "lfu" in any case is LFU; anything else, including "", is LRU.
+    pub fn parse(s: &str) -> Self {
+        if s.eq_ignore_ascii_case("lfu") {
+            Self::Lfu
+        } else {
+            Self::Lru
+        }
+    }
+
+    /// Metric label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Lru => "lru",
+            Self::Lfu => "lfu",
+        }
+    }
+}
+
+/// One tenant's effective policy. `Default` is the no-policy behaviour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TenantPolicy {
+    /// Index TTL; `None` = the server default.
+    pub eviction_ttl: Option<Duration>,
+    /// Minimum prompt tokens for a prefix hint; 0 = no gate.
+    pub minimum_prefix_tokens: i32,
+    /// Matched-tokens floor; 0 = off.
+    pub minimum_matched_tokens: i32,
+    /// Routing floor on the top score; 0 = off.
+    pub routing_floor_score: f32,
+    /// Lookup budget; `None` = no deadline from policy.
+    pub lookup_timeout: Option<Duration>,
+    /// AFFINITY_HINT fallback on misses.
+    pub affinity_routing: bool,
+    /// Cap victim order.
+    pub eviction: EvictionAlgorithm,
+    /// Chain matching (else only the exact key is used).
+    pub enable_chain_matching: bool,
+    /// Refuse requests without a well-formed chain.
+    pub require_chain: bool,
+    /// TENANT_HOT fallback.
+    pub enable_tenant_hot: bool,
+    /// True when the tenant has a pushed policy (affects nothing but reporting).
+    pub has_policy: bool,
+}
+
+impl Default for TenantPolicy {
+    fn default() -> Self {
+        Self {
+            eviction_ttl: None,
+            minimum_prefix_tokens: 0,
+            minimum_matched_tokens: DEFAULT_MINIMUM_MATCHED_TOKENS,
+            routing_floor_score: DEFAULT_ROUTING_FLOOR_SCORE,
+            lookup_timeout: None,
+            affinity_routing: true,
+            eviction: EvictionAlgorithm::Lru,
+            enable_chain_matching: true,
+            require_chain: false,
+            enable_tenant_hot: true,
+            has_policy: false,
+        }
+    }
+}
+
+/// A complete pushed policy set, swapped in atomically.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicySet {
+    /// Version of the body it came from (0 = nothing pushed yet).
+    pub version: i64,
+    /// By namespace (== tenant_id).
+    pub policies: HashMap<String, TenantPolicy>,
+    /// Distinct-prefix budgets by tenant id (>= 0).
+    pub quotas: HashMap<String, i64>,
+}
