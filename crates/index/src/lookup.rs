@@ -402,4 +402,23 @@ impl Index {
             }
         }
     }
+
+    /// Diagnostic: the LFU access count of one (prefix key, replica) entry.
+    pub fn access_count(
+        &self,
+        tenant: &str,
+        model: &str,
+        scheme: &str,
+        adapter: &str,
+        hash: &[u8],
+        replica_id: &str,
+    ) -> Option<u64> {
+        let part = self.find_partition(tenant, model, scheme, adapter)?;
+        let replica = read(&self.catalog).find_replica(replica_id)?;
+        let key = KeyBuf::new(part.id, hash);
+        let shard = self.shards.read(Shards::index_of(key.as_slice()));
+        let holders = shard.get(key.as_slice())?;
+        let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
+        Some(holders[i].access())
+    }
 }
