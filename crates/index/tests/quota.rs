@@ -22,14 +22,29 @@ fn tenant_quota_evicts_oldest_over_entry_budget() {
     e.put("t", "m", "vllm", "r1", &[(1, 16)]);
     e.advance(MIN);
     e.put("t", "m", "vllm", "r1", &[(2, 16)]);
-    e.put("t", "m", "vllm", "r2", &[(1, 16)]); // key 1's newest lastSeen is now T0+1m
+    e.advance(MIN);
+    e.put("t", "m", "vllm", "r2", &[(1, 16)]); // key 1's age is its NEWEST lastSeen: T0+2m
     e.advance(MIN);
     let out = e.put("t", "m", "vllm", "r1", &[(3, 16)]);
     assert_eq!(out.evictions.quota, vec![(Arc::from("t"), 1)]);
-    // Key 1 and key 2 tie on age (T0+1m): hash 1 < hash 2 → key 1 (both replicas) goes.
-    assert!(e.exact("t", "m", "vllm", 1).scores.is_empty());
+    assert!(e.exact("t", "m", "vllm", 2).scores.is_empty());
+    assert_eq!(ids(&e.exact("t", "m", "vllm", 1)), vec!["r1", "r2"]);
     assert_eq!(e.idx.cache_state("t", "m").total_prefixes, 2);
-    assert_eq!(e.idx.total_entries(), 2);
+    assert_eq!(e.idx.total_entries(), 3);
+}
+
+#[test]
+fn tenant_quota_drops_every_replica_of_a_victim_key() {
+    let e = Env::new();
+    e.pol.set_quota("t", 1);
+    e.put("t", "m", "vllm", "r1", &[(1, 16)]);
+    e.put("t", "m", "vllm", "r2", &[(1, 16)]);
+    e.advance(MIN);
+    let out = e.put("t", "m", "vllm", "r1", &[(2, 16)]);
+    assert_eq!(out.evictions.quota, vec![(Arc::from("t"), 1)]);
+    assert_eq!(out.evictions.cap_total(), 0);
+    assert_eq!(e.idx.total_entries(), 1);
+    assert_eq!(ids(&e.exact("t", "m", "vllm", 2)), vec!["r1"]);
 }
 
 #[test]
