@@ -644,7 +644,7 @@ impl Model {
                 continue;
             }
             let age = self.now - x.reported;
-            if !(age < HOT_MAX_AGE_NS && x.hit_rate >= 0.1) || !serving.contains(r) {
+            if !(age < HOT_MAX_AGE_NS && x.hit_rate >= 0.1 && serving.contains(r)) {
                 continue;
             }
             let rec = if age <= 0 {
