@@ -1,2 +1,171 @@
-//! placeholder
-fn main() {}
+//! Index benches: chain lookup (128-block request, 64 replicas, partial
+//! matches), exact lookup, ingest throughput, chain lookup under concurrent
+//! ingest. Criterion reports time per lookup / per update; ingest groups also
+//! report elements (entries) per second.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use inferencecache_index::{
+    CacheUpdate, Index, IndexConfig, LookupRequest, PrefixEntry, ReplicaStatsReport,
+};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const BLOCKS: usize = 128;
+const REPLICAS: usize = 64;
+
+fn hash(seed: u64, i: u64) -> Vec<u8> {
+    // splitmix64: uniformly random 8-byte hashes like the real fingerprint.
+    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)).to_be_bytes().to_vec()
+}
+
+fn chain_update(replica: usize, hashes: &[Vec<u8>]) -> CacheUpdate {
+    CacheUpdate {
+        replica_id: format!("replica-{replica:02}"),
+        model_id: "llama-3-70b".into(),
+        tenant_id: "tenant-a".into(),
+        hash_scheme: "vllm".into(),
+        timestamp_us: 0,
+        prefixes: vec![PrefixEntry {
+            block_hashes: hashes.to_vec(),
+            block_token_counts: vec![16; hashes.len()],
+            ..PrefixEntry::default()
+        }],
+        stats: Some(ReplicaStatsReport {
+            hit_rate: 0.5,
+            pressure: 0.2,
+            ..ReplicaStatsReport::default()
+        }),
+        adapter_id: String::new(),
+    }
+}
+
+/// 64 replicas, replica i holds the first `1 + (i * 2) % 128` blocks of the
+/// shared 128-block chain, plus ~250k background entries under other prefixes.
+fn populated() -> (Arc<Index>, Vec<Vec<u8>>) {
+    let idx = Arc::new(IndexConfig::new().build());
+    let chain: Vec<Vec<u8>> = (0..BLOCKS as u64).map(|i| hash(1, i)).collect();
+    for r in 0..REPLICAS {
+        let depth = 1 + (r * 2) % BLOCKS;
+        idx.ingest(&chain_update(r, &chain[..depth]));
+        // Background: each replica also holds 4096 unrelated blocks.
+        let bg: Vec<Vec<u8>> = (0..4096u64).map(|i| hash(1000 + r as u64, i)).collect();
+        idx.ingest(&chain_update(r, &bg));
+    }
+    (idx, chain)
+}
+
+fn bench_lookup(c: &mut Criterion) {
+    let (idx, chain) = populated();
+    let counts = vec![16i32; BLOCKS];
+    let mut g = c.benchmark_group("lookup");
+    g.bench_function("chain_128_blocks_64_replicas_partial", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&chain, &counts);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    let first = chain[0].clone();
+    g.bench_function("exact_64_holders", |b| {
+        b.iter(|| {
+            let req =
+                LookupRequest::<Vec<u8>>::new("tenant-a", "llama-3-70b", "vllm").exact(&first, 16);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    let deep = chain[100].clone();
+    g.bench_function("exact_14_holders", |b| {
+        b.iter(|| {
+            let req =
+                LookupRequest::<Vec<u8>>::new("tenant-a", "llama-3-70b", "vllm").exact(&deep, 16);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    let miss = hash(7, 7);
+    g.bench_function("exact_miss_tenant_hot", |b| {
+        b.iter(|| {
+            let req =
+                LookupRequest::<Vec<u8>>::new("tenant-a", "llama-3-70b", "vllm").exact(&miss, 16);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    g.finish();
+}
+
+fn bench_ingest(c: &mut Criterion) {
+    let (idx, chain) = populated();
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(BLOCKS as u64));
+    let refresh = chain_update(3, &chain);
+    g.bench_function("refresh_128_block_chain", |b| {
+        b.iter(|| black_box(idx.ingest(black_box(&refresh))))
+    });
+    let mut n = 0u64;
+    g.bench_function("new_128_block_chain", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                let hs: Vec<Vec<u8>> = (0..BLOCKS as u64).map(|i| hash(50_000 + n, i)).collect();
+                chain_update((n % 64) as usize, &hs)
+            },
+            |u| black_box(idx.ingest(&u)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+fn bench_concurrent(c: &mut Criterion) {
+    let (idx, chain) = populated();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let idx = idx.clone();
+        let stop = stop.clone();
+        let chain = chain.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Refresh the shared chain and add fresh blocks, like a live engine.
+                idx.ingest(&chain_update(
+                    (n % 64) as usize,
+                    &chain[..1 + (n as usize * 2) % BLOCKS],
+                ));
+                let hs: Vec<Vec<u8>> = (0..16u64).map(|i| hash(90_000 + n, i)).collect();
+                idx.ingest(&chain_update((n % 64) as usize, &hs));
+                n += 1;
+            }
+            n
+        })
+    };
+    let counts = vec![16i32; BLOCKS];
+    let mut g = c.benchmark_group("lookup_under_ingest");
+    g.bench_function("chain_128_blocks_64_replicas_partial", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&chain, &counts);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    g.finish();
+    stop.store(true, Ordering::Relaxed);
+    let updates = writer.join().unwrap();
+    eprintln!("lookup_under_ingest: background writer applied {updates} updates");
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_lookup, bench_ingest, bench_concurrent
+}
+criterion_main!(benches);

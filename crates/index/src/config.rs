@@ -12,6 +12,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// Default global cap in (prefix, replica) entries.
 pub const DEFAULT_MAX_ENTRIES: i64 = 1_000_000;
+/// Cap victims gathered per full scan.
+pub const DEFAULT_CAP_RESERVE: usize = 4096;
 /// The server's reserved (probe) tenant.
 pub const PROBE_TENANT: &str = "inferencecache.io/probe";
 
@@ -60,6 +62,9 @@ pub struct IndexConfig {
     pub policy: Arc<dyn PolicyResolver>,
     /// Optional change observer.
     pub observer: Option<Arc<dyn IndexObserver>>,
+    /// Cap victims gathered per full scan (see the `cap` module docs); tests
+    /// lower it to exercise reserve refills. Clamped to at least 1.
+    pub cap_reserve: usize,
 }
 
 impl Default for IndexConfig {
@@ -72,6 +77,7 @@ impl Default for IndexConfig {
             clock: Arc::new(SystemClock),
             policy: Arc::new(NoPolicy),
             observer: None,
+            cap_reserve: DEFAULT_CAP_RESERVE,
         }
     }
 }
@@ -137,6 +143,12 @@ impl IndexConfig {
     /// Install an observer.
     pub fn observer(mut self, observer: Arc<dyn IndexObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Set the cap victim reserve size.
+    pub fn cap_reserve(mut self, n: usize) -> Self {
+        self.cap_reserve = n;
         self
     }
 

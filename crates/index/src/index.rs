@@ -30,6 +30,7 @@ pub(crate) type StatsMap = HashMap<u32, HashMap<u32, StatsEntry, FoldBuild>, Fol
 /// The prefix index. `Send + Sync`; share it behind an `Arc`.
 pub struct Index {
     pub(crate) max_entries: i64,
+    pub(crate) cap_reserve: usize,
     pub(crate) default_ttl_ns: i64,
     pub(crate) reserved: HashSet<String>,
     pub(crate) ranking: RankingConfig,
@@ -42,6 +43,8 @@ pub struct Index {
     pub(crate) stats: RwLock<StatsMap>,
     /// Serializes cap and quota enforcement (victim selection + removal).
     pub(crate) evict_lock: Mutex<()>,
+    /// Cap victim reserve.
+    pub(crate) reserve: crate::cap::CapReserve,
     /// Model ids reported non-zero by the last `entry_counts_by_model`.
     pub(crate) gauge: Mutex<Vec<bool>>,
 }
@@ -72,6 +75,7 @@ impl Index {
         };
         Self {
             max_entries: cfg.max_entries,
+            cap_reserve: cfg.cap_reserve.max(1),
             default_ttl_ns: duration_ns(ttl),
             reserved: cfg.reserved_tenants.into_iter().collect(),
             ranking: cfg.ranking,
@@ -83,6 +87,7 @@ impl Index {
             counters: Mutex::new(Counters::default()),
             stats: RwLock::new(StatsMap::default()),
             evict_lock: Mutex::new(()),
+            reserve: crate::cap::CapReserve::new(),
             gauge: Mutex::new(Vec::new()),
         }
     }

@@ -172,6 +172,8 @@ impl Index {
                 (true, true)
             }
         };
+        self.reserve
+            .on_upsert(part, hash, w.replica, w.replica_id, w.ts);
         if added {
             lock(&self.counters).on_add(part, w.replica, new_key);
             out.entries_added += 1;

@@ -182,3 +182,47 @@ fn stats_sweep_uses_tenant_ttl() {
     assert!(e.idx.cache_state("t", "m").replicas.is_empty());
     assert_eq!(e.idx.cache_state("u", "m").replicas.len(), 1);
 }
+
+#[test]
+fn cap_reserve_is_rebuilt_when_a_tenant_switches_algorithm() {
+    let e = Env::with(|c| c.max_entries(3).cap_reserve(3));
+    e.pol.set_lfu("t");
+    e.put("t", "m", "vllm", "r1", &[(1, 16)]);
+    e.advance(MIN);
+    e.put("t", "m", "vllm", "r1", &[(2, 16)]);
+    e.advance(MIN);
+    e.put("t", "m", "vllm", "r1", &[(3, 16)]);
+    for _ in 0..5 {
+        e.idx.credit(&e.exact("t", "m", "vllm", 1).hits);
+    }
+    e.advance(MIN);
+    // LFU: 2 (count 0, oldest of the zero-count entries) goes; 3 and 4 stay reserved.
+    e.put("t", "m", "vllm", "r1", &[(4, 16)]);
+    assert!(e.exact("t", "m", "vllm", 2).scores.is_empty());
+    e.pol.set_lru("t");
+    e.advance(MIN);
+    // LRU now: the oldest entry (1) goes, whatever the reserve held.
+    let out = e.put("t", "m", "vllm", "r1", &[(5, 16)]);
+    assert_eq!(out.evictions.cap_lru, 1);
+    assert!(e.exact("t", "m", "vllm", 1).scores.is_empty());
+    assert_eq!(e.exact("t", "m", "vllm", 3).scores.len(), 1);
+}
+
+#[test]
+fn cap_reserve_sees_entries_ingested_below_its_threshold() {
+    let e = Env::with(|c| c.max_entries(3).cap_reserve(2));
+    for (i, hash) in [1u64, 2, 3].into_iter().enumerate() {
+        let mut u = upd("t", "m", "vllm", "r1", vec![legacy(hash, 16)]);
+        u.timestamp_us = T0 / 1000 + i as i64 * 60_000_000;
+        e.idx.ingest(&u);
+    }
+    e.advance(10 * MIN);
+    e.put("t", "m", "vllm", "r1", &[(4, 16)]); // reserve {1, 2}; 1 evicted
+    // An entry stamped older than everything (producer clock skew) arrives.
+    let mut u = upd("t", "m", "vllm", "r2", vec![legacy(9, 16)]);
+    u.timestamp_us = T0 / 1000 - 60_000_000;
+    e.idx.ingest(&u);
+    // It is the oldest, so it is the victim (not 2 from the reserve).
+    assert!(e.exact("t", "m", "vllm", 9).scores.is_empty());
+    assert_eq!(e.exact("t", "m", "vllm", 2).scores.len(), 1);
+}

@@ -672,8 +672,8 @@ impl Model {
 
 // ---------------------------------------------------------------- the driver
 
-fn run(ops: Vec<Op>, max_entries: i64) -> Result<(), TestCaseError> {
-    let e = Env::with(|c| c.max_entries(max_entries));
+fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseError> {
+    let e = Env::with(|c| c.max_entries(max_entries).cap_reserve(reserve));
     let mut model = Model {
         now: T0,
         max_entries,
@@ -1007,8 +1007,9 @@ proptest! {
     #[test]
     fn index_matches_naive_model(
         max_entries in prop_oneof![Just(0i64), Just(4), Just(12), Just(40)],
+        reserve in prop_oneof![Just(1usize), Just(2), Just(5), Just(4096)],
         ops in proptest::collection::vec(op(), 1..80),
     ) {
-        run(ops, max_entries)?;
+        run(ops, max_entries, reserve)?;
     }
 }
