@@ -1,7 +1,7 @@
 //! AFFINITY_HINT picker (§2.6.7) and its seed helpers.
 
 use crate::index::Index;
-use crate::shard::{lock, read};
+use crate::shard::read;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -47,7 +47,7 @@ impl Index {
             return None;
         }
         let scope = read(&self.catalog).find_scope(tenant, model, scheme)?;
-        let ids: Vec<u32> = lock(&self.counters).scope(scope)?.keys().copied().collect();
+        let ids: Vec<u32> = read(&self.counters).scope(scope)?.keys().copied().collect();
         if ids.is_empty() {
             return None;
         }

@@ -18,7 +18,7 @@ impl Index {
         let Some(tm) = read(&self.catalog).find_tm(tenant, model) else {
             return CacheState::default();
         };
-        let total = lock(&self.counters).tm_keys(tm) as i64;
+        let total = read(&self.counters).tm_keys(tm) as i64;
         let hot = if total > 0 {
             self.count_hot(|p| p == tm)
         } else {
@@ -88,7 +88,7 @@ impl Index {
                 c.tenant_reserved.clone(),
             )
         };
-        let counts: Vec<u64> = lock(&self.counters).keys_by_tenant.clone();
+        let counts: Vec<u64> = read(&self.counters).keys_by_tenant.clone();
         let mut per_tenant: Vec<(Arc<str>, i64)> = counts
             .iter()
             .enumerate()
@@ -107,7 +107,7 @@ impl Index {
     /// are reported once with 0, then forgotten. Calls are serialized.
     pub fn entry_counts_by_model(&self) -> Vec<(Arc<str>, u64)> {
         let mut last = lock(&self.gauge);
-        let counts: Vec<u64> = lock(&self.counters).keys_by_model.clone();
+        let counts: Vec<u64> = read(&self.counters).keys_by_model.clone();
         let catalog = read(&self.catalog);
         let mut out = Vec::new();
         let n = counts.len().max(last.len());

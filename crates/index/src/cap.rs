@@ -25,7 +25,7 @@ use crate::catalog::Partition;
 use crate::index::Index;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
-use crate::shard::{KeyBuf, Shards, lock, split_key};
+use crate::shard::{KeyBuf, Shards, lock, read, split_key, write};
 use crate::types::EvictionCounts;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -172,7 +172,7 @@ impl Index {
         }
         let max = self.max_entries as u64;
         let over = |s: &Self| {
-            let c = lock(&s.counters);
+            let c = read(&s.counters);
             c.total_entries
                 .saturating_sub(c.reserved_entries)
                 .saturating_sub(max)
@@ -238,7 +238,7 @@ impl Index {
                     if let Some((h, gone)) =
                         Index::take_holder(&mut shard, key.as_slice(), v.replica)
                     {
-                        lock(&self.counters).on_remove(&v.part, v.replica, gone);
+                        write(&self.counters).on_remove(&v.part, v.replica, gone);
                         drop(shard);
                         ev.add_cap(algo, 1);
                         notes.push(|| {

@@ -1,7 +1,7 @@
 //! Miss classifier (§2.6.6) and presence helpers.
 
 use crate::index::Index;
-use crate::shard::{lock, read};
+use crate::shard::read;
 use crate::types::Strategy;
 
 impl Index {
@@ -18,7 +18,7 @@ impl Index {
                 c.find_scope(tenant, model, scheme),
             )
         };
-        let c = lock(&self.counters);
+        let c = read(&self.counters);
         if c.total_keys == 0 {
             return Strategy::None;
         }
@@ -37,18 +37,18 @@ impl Index {
     /// The tenant holds at least one prefix.
     pub fn has_any_for_tenant(&self, tenant: &str) -> bool {
         let t = read(&self.catalog).find_tenant(tenant);
-        t.is_some_and(|t| lock(&self.counters).tenant_keys(t) > 0)
+        t.is_some_and(|t| read(&self.counters).tenant_keys(t) > 0)
     }
 
     /// (tenant, model) holds at least one prefix.
     pub fn has_any_for_tenant_model(&self, tenant: &str, model: &str) -> bool {
         let tm = read(&self.catalog).find_tm(tenant, model);
-        tm.is_some_and(|tm| lock(&self.counters).tm_keys(tm) > 0)
+        tm.is_some_and(|tm| read(&self.counters).tm_keys(tm) > 0)
     }
 
     /// At least one replica serves (tenant, model, scheme).
     pub fn has_any_for_tenant_model_scheme(&self, tenant: &str, model: &str, scheme: &str) -> bool {
         let s = read(&self.catalog).find_scope(tenant, model, scheme);
-        s.is_some_and(|s| lock(&self.counters).scope_len(s) > 0)
+        s.is_some_and(|s| read(&self.counters).scope_len(s) > 0)
     }
 }

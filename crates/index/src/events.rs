@@ -3,7 +3,7 @@
 use crate::clock::wire_us_to_ns;
 use crate::index::Index;
 use crate::observer::{Note, Notes, RemovalReason};
-use crate::shard::{KeyBuf, Shards, lock, read, split_key, write};
+use crate::shard::{KeyBuf, Shards, read, split_key, write};
 use crate::types::{CacheEvent, EventKind, EventOutcome};
 use std::sync::Arc;
 
@@ -70,7 +70,7 @@ impl Index {
             let si = Shards::index_of(key.as_slice());
             let mut shard = self.shards.write(si);
             if let Some((h, gone)) = Index::take_holder(&mut shard, key.as_slice(), replica) {
-                lock(&self.counters).on_remove(&p, replica, gone);
+                write(&self.counters).on_remove(&p, replica, gone);
                 drop(shard);
                 out.entries_removed += 1;
                 notes.push(|| {
@@ -115,7 +115,7 @@ impl Index {
         };
         // How many entries the replica holds under (tenant, model): stop the walk early.
         let mut expected: u64 = {
-            let c = lock(&self.counters);
+            let c = read(&self.counters);
             scopes
                 .iter()
                 .map(|&s| {
@@ -145,7 +145,7 @@ impl Index {
                 true
             });
             if !removed.is_empty() {
-                let mut c = lock(&self.counters);
+                let mut c = write(&self.counters);
                 for (pid, gone, _) in &removed {
                     if let Some(p) = parts.get(*pid as usize) {
                         c.on_remove(p, replica, *gone);

@@ -104,7 +104,7 @@ impl Index {
                 !gone
             });
             if !removed.is_empty() {
-                let mut c = lock(&self.counters);
+                let mut c = write(&self.counters);
                 for (pid, replica, gone, _) in &removed {
                     if let Some(p) = parts.get(*pid as usize) {
                         c.on_remove(p, *replica, *gone);
@@ -163,12 +163,12 @@ impl Index {
         let Some(tid) = read(&self.catalog).find_tenant(tenant) else {
             return;
         };
-        let count = lock(&self.counters).tenant_keys(tid);
+        let count = read(&self.counters).tenant_keys(tid);
         if count <= max {
             return;
         }
         let _guard = lock(&self.evict_lock);
-        let k = lock(&self.counters).tenant_keys(tid).saturating_sub(max) as usize;
+        let k = read(&self.counters).tenant_keys(tid).saturating_sub(max) as usize;
         if k == 0 {
             return;
         }
@@ -220,7 +220,7 @@ impl Index {
                 continue;
             };
             {
-                let mut c = lock(&self.counters);
+                let mut c = write(&self.counters);
                 let n = holders.len();
                 for (i, h) in holders.iter().enumerate() {
                     c.on_remove(&v.part, h.replica, i + 1 == n);

@@ -7,7 +7,7 @@ use crate::counters::Counters;
 use crate::hashing::FoldBuild;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
-use crate::shard::{Holder, ShardMap, Shards, lock, read, write};
+use crate::shard::{Holder, ShardMap, Shards, read, write};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -39,7 +39,7 @@ pub struct Index {
     pub(crate) observer: Option<Arc<dyn IndexObserver>>,
     pub(crate) catalog: RwLock<Catalog>,
     pub(crate) shards: Shards,
-    pub(crate) counters: Mutex<Counters>,
+    pub(crate) counters: RwLock<Counters>,
     pub(crate) stats: RwLock<StatsMap>,
     /// Serializes cap and quota enforcement (victim selection + removal).
     pub(crate) evict_lock: Mutex<()>,
@@ -84,7 +84,7 @@ impl Index {
             observer: cfg.observer,
             catalog: RwLock::new(Catalog::default()),
             shards: Shards::new(),
-            counters: Mutex::new(Counters::default()),
+            counters: RwLock::new(Counters::default()),
             stats: RwLock::new(StatsMap::default()),
             evict_lock: Mutex::new(()),
             reserve: crate::cap::CapReserve::new(),
@@ -126,12 +126,12 @@ impl Index {
 
     /// Number of (prefix, replica) entries, including reserved tenants.
     pub fn total_entries(&self) -> u64 {
-        lock(&self.counters).total_entries
+        read(&self.counters).total_entries
     }
 
     /// Number of distinct prefix keys, including reserved tenants.
     pub fn distinct_prefixes(&self) -> u64 {
-        lock(&self.counters).total_keys
+        read(&self.counters).total_keys
     }
 
     pub(crate) fn find_partition(

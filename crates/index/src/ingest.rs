@@ -4,7 +4,7 @@ use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::index::{Index, StatsEntry};
 use crate::observer::{Note, Notes};
-use crate::shard::{Holder, KeyBuf, Shards, lock, write};
+use crate::shard::{Holder, KeyBuf, Shards, write};
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -175,7 +175,7 @@ impl Index {
         self.reserve
             .on_upsert(part, hash, w.replica, w.replica_id, w.ts);
         if added {
-            lock(&self.counters).on_add(part, w.replica, new_key);
+            write(&self.counters).on_add(part, w.replica, new_key);
             out.entries_added += 1;
             drop(shard);
             notes.push(|| {

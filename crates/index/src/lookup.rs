@@ -5,9 +5,10 @@ use crate::clock::duration_ns;
 use crate::index::Index;
 use crate::policy::EvictionAlgorithm;
 use crate::ranking::{
-    distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
+    distinguishing_power, freshness, is_fresh, prefix_score, pressure_factor, recency,
+    slo_coefficient,
 };
-use crate::shard::{KeyBuf, Shards, lock, read};
+use crate::shard::{KeyBuf, Shards, read};
 use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -137,7 +138,7 @@ impl Index {
             return LookupRouteResult::default();
         }
         let mut scores = self.score_raws(&ctx, &raws);
-        let total = lock(&self.counters).scope_len(ctx.part.scope_id) as i64;
+        let total = read(&self.counters).scope_len(ctx.part.scope_id) as i64;
         let dp = distinguishing_power(scores.len() as i64, total);
         if dp != 1.0 {
             for s in &mut scores {
@@ -189,7 +190,7 @@ impl Index {
             if let Some(holders) = shard.get(key.as_slice()) {
                 runs.reserve_exact(holders.len());
                 for h in holders {
-                    if freshness(ctx.now, h.last_seen, ctx.ttl) > 0.0 {
+                    if is_fresh(ctx.now, h.last_seen, ctx.ttl) {
                         runs.push(Run {
                             replica: h.replica,
                             matched: c0,
@@ -220,8 +221,7 @@ impl Index {
                 }
                 match holders.get(j) {
                     Some(h)
-                        if h.replica == run.replica
-                            && freshness(ctx.now, h.last_seen, ctx.ttl) > 0.0 =>
+                        if h.replica == run.replica && is_fresh(ctx.now, h.last_seen, ctx.ttl) =>
                     {
                         run.matched = run.matched.wrapping_add(count);
                         run.oldest = run.oldest.min(h.last_seen);
@@ -265,7 +265,7 @@ impl Index {
                 }
             }
         }
-        let total = lock(&self.counters).scope_len(ctx.part.scope_id) as i64;
+        let total = read(&self.counters).scope_len(ctx.part.scope_id) as i64;
         if total > 1 {
             scores.sort_by(|a, b| {
                 b.matched_tokens
@@ -362,7 +362,7 @@ impl Index {
                 .collect()
         };
         {
-            let c = lock(&self.counters);
+            let c = read(&self.counters);
             cands.retain(|(r, ..)| c.serves(scope, *r));
         }
         if cands.is_empty() {

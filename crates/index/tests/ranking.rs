@@ -134,3 +134,11 @@ fn freshness_formula() {
     assert_eq!(recency(10, 10), 0.0);
     assert_eq!(recency(3, 10), 1.0 - 3.0_f32 / 10.0_f32);
 }
+
+#[test]
+fn freshness_is_positive_exactly_when_younger_than_ttl() {
+    let ttl = 1_800_000_000_000i64;
+    for age in [-5, 0, 1, ttl / 2, ttl - 1, ttl, ttl + 1] {
+        assert_eq!(freshness(ttl, ttl - age, ttl) > 0.0, age < ttl, "age {age}");
+    }
+}
