@@ -6,7 +6,7 @@
 //! LFU access count for LFU tenants and 0 otherwise. Finding the next victim
 //! exactly needs a scan of every entry; doing that on every over-cap ingest
 //! would cost O(entries) per ingest at steady state. Instead one scan (shard
-//! by shard, read locks only) collects the `cap_reserve` (default 4096) smallest candidates; the
+//! by shard, read locks only) collects the `max(cap_reserve (default 4096), entries / 32)` smallest candidates; the
 //! largest of them is the *threshold*. The reserve then keeps this invariant:
 //!
 //! > every live entry whose current key is `<= threshold` has an item in the
@@ -274,7 +274,13 @@ impl Index {
             st.threshold = None;
             self.reserve.set_mode(&mut st, RECORDING);
         }
-        let k = need.max(self.cap_reserve);
+        // Gather a slice proportional to the index (1/32 of it), so the scan
+        // cost amortizes to a constant per evicted entry.
+        let live = {
+            let c = read(&self.counters);
+            c.total_entries.saturating_sub(c.reserved_entries) as usize
+        };
+        let k = need.max(self.cap_reserve).max(live / 32);
         let parts = self.partitions();
         let names = self.replica_names();
         let empty: Arc<str> = Arc::from("");
