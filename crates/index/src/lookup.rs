@@ -181,6 +181,7 @@ impl Index {
             oldest: i64,
             tier: Tier,
             blocks: u32,
+            alive: bool,
         }
         let mut runs: Vec<Run> = Vec::new();
         {
@@ -196,6 +197,7 @@ impl Index {
                             oldest: h.last_seen,
                             tier: h.tier,
                             blocks: 1,
+                            alive: true,
                         });
                     }
                 }
@@ -204,18 +206,16 @@ impl Index {
         if runs.is_empty() {
             return LookupRouteResult::default();
         }
-        // `runs` holds the running replicas (sorted by replica id); finished
-        // runs move to `done`, so each block only touches live runs.
-        let mut done: Vec<Run> = Vec::with_capacity(runs.len());
+        let mut alive = runs.len();
         for (hash, &count) in req.block_hashes.iter().zip(req.block_token_counts).skip(1) {
-            if runs.is_empty() {
+            if alive == 0 {
                 break;
             }
             let key = KeyBuf::new(ctx.part.id, hash.as_ref());
             let shard = self.shards.read(Shards::index_of(key.as_slice()));
             let holders: &[_] = shard.get(key.as_slice()).map_or(&[], |v| v.as_slice());
             let mut j = 0;
-            runs.retain_mut(|run| {
+            for run in runs.iter_mut().filter(|r| r.alive) {
                 while j < holders.len() && holders[j].replica < run.replica {
                     j += 1;
                 }
@@ -227,17 +227,14 @@ impl Index {
                         run.oldest = run.oldest.min(h.last_seen);
                         run.tier = Tier::worst(run.tier, h.tier);
                         run.blocks += 1;
-                        true
                     }
                     _ => {
-                        done.push(Run { ..*run });
-                        false
+                        run.alive = false;
+                        alive -= 1;
                     }
                 }
-            });
+            }
         }
-        done.append(&mut runs);
-        let runs = done;
         let raws: Vec<Raw> = runs
             .iter()
             .filter(|r| r.matched > 0)
