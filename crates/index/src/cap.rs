@@ -95,6 +95,9 @@ struct ReserveState {
     recorded: Vec<CapVictim>,
     /// Algorithm per tenant id the reserve was built with.
     algos: Vec<EvictionAlgorithm>,
+    /// Item bound: past it (many upserts below the threshold while the index
+    /// stays under its cap) the reserve is dropped and rebuilt on demand.
+    limit: usize,
 }
 
 impl ReserveState {
@@ -121,6 +124,7 @@ impl CapReserve {
                 threshold: None,
                 recorded: Vec::new(),
                 algos: Vec::new(),
+                limit: 0,
             }),
         }
     }
@@ -337,6 +341,7 @@ impl Index {
             replica: max.replica,
             replica_id: max.replica_id.clone(),
         });
+        st.limit = 2 * k + 1024;
         st.items = sorted.into_iter().map(Reverse).collect();
         st.items.push(Reverse(max));
         let recorded = std::mem::take(&mut st.recorded);
