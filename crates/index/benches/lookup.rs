@@ -156,6 +156,42 @@ fn bench_concurrent(c: &mut Criterion) {
     eprintln!("lookup_under_ingest: background writer applied {updates} updates");
 }
 
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|x| x.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Not a timing: prints resident bytes per (prefix, replica) entry for 1M
+/// entries.
+fn memory_report(_c: &mut Criterion) {
+    // One layout per process gives a clean RSS delta: INDEX_BENCH_MEM=single
+    // selects 1M single-holder keys, anything else 250k keys x 4 replicas.
+    let layout = if std::env::var("INDEX_BENCH_MEM").as_deref() == Ok("single") {
+        (1_000_000u64, 1usize)
+    } else {
+        (250_000, 4)
+    };
+    for (keys, holders) in [layout] {
+        let before = rss_bytes();
+        let idx = IndexConfig::new().max_entries(0).build();
+        for r in 0..holders {
+            for chunk in 0..(keys / 1000) {
+                let hs: Vec<Vec<u8>> = (0..1000).map(|i| hash(7, chunk * 1000 + i)).collect();
+                idx.ingest(&chain_update(r, &hs));
+            }
+        }
+        let after = rss_bytes();
+        let entries = idx.total_entries();
+        eprintln!(
+            "memory: {keys} keys x {holders} replicas = {entries} entries, {:.0} bytes/entry resident",
+            (after.saturating_sub(before)) as f64 / entries as f64
+        );
+        drop(idx);
+    }
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(30)
@@ -166,6 +202,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_lookup, bench_ingest, bench_concurrent
+    targets = memory_report, bench_lookup, bench_ingest, bench_concurrent
 }
 criterion_main!(benches);
