@@ -159,7 +159,11 @@ fn bench_concurrent(c: &mut Criterion) {
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|x| x.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|x| x.parse::<u64>().ok())
+        })
         .map_or(0, |pages| pages * 4096)
 }
 

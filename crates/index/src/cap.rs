@@ -243,6 +243,11 @@ impl Index {
                         Index::take_holder(&mut shard, key.as_slice(), v.replica)
                     {
                         write(&self.counters).on_remove(&v.part, v.replica, gone);
+                        if !gone && self.quota.active() {
+                            if let Some(hs) = shard.get(key.as_slice()) {
+                                self.quota.on_key_changed(&v.part, &v.hash, hs);
+                            }
+                        }
                         drop(shard);
                         ev.add_cap(algo, 1);
                         notes.push(|| {

@@ -71,6 +71,11 @@ impl Index {
             let mut shard = self.shards.write(si);
             if let Some((h, gone)) = Index::take_holder(&mut shard, key.as_slice(), replica) {
                 write(&self.counters).on_remove(&p, replica, gone);
+                if !gone && self.quota.active() {
+                    if let Some(hs) = shard.get(key.as_slice()) {
+                        self.quota.on_key_changed(&p, &ev.prefix_hash, hs);
+                    }
+                }
                 drop(shard);
                 out.entries_removed += 1;
                 notes.push(|| {
@@ -138,6 +143,11 @@ impl Index {
                 if let Ok(i) = holders.binary_search_by_key(&replica, |h| h.replica) {
                     let h = holders.remove(i);
                     let gone = holders.is_empty();
+                    if !gone && self.quota.active() {
+                        if let Some(p) = parts.get(pid as usize) {
+                            self.quota.on_key_changed(p, hash, holders);
+                        }
+                    }
                     let note = notes.enabled.then(|| (hash.to_vec(), h));
                     removed.push((pid, gone, note));
                     return !gone;

@@ -45,6 +45,8 @@ pub struct Index {
     pub(crate) evict_lock: Mutex<()>,
     /// Cap victim reserve.
     pub(crate) reserve: crate::cap::CapReserve,
+    /// Tenant quota victim reserves.
+    pub(crate) quota: crate::quota::QuotaReserves,
     /// Model ids reported non-zero by the last `entry_counts_by_model`.
     pub(crate) gauge: Mutex<Vec<bool>>,
 }
@@ -88,6 +90,7 @@ impl Index {
             stats: RwLock::new(StatsMap::default()),
             evict_lock: Mutex::new(()),
             reserve: crate::cap::CapReserve::new(),
+            quota: crate::quota::QuotaReserves::new(),
             gauge: Mutex::new(Vec::new()),
         }
     }

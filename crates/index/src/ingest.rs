@@ -174,6 +174,11 @@ impl Index {
         };
         self.reserve
             .on_upsert(part, hash, w.replica, w.replica_id, w.ts);
+        if self.quota.active() {
+            if let Some(hs) = shard.get(key.as_slice()) {
+                self.quota.on_key_changed(part, hash, hs);
+            }
+        }
         if added {
             write(&self.counters).on_add(part, w.replica, new_key);
             out.entries_added += 1;

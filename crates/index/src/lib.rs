@@ -92,6 +92,7 @@ mod ingest;
 mod lookup;
 mod observer;
 mod policy;
+mod quota;
 mod ranking;
 mod shard;
 mod snapshot;

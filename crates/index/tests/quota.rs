@@ -139,3 +139,39 @@ fn tenant_quota_tie_break_is_deterministic_across_full_key() {
     assert!(e.exact("t", "m2", "vllm", 1).scores.is_empty());
     assert_eq!(e.idx.distinct_prefixes(), 1);
 }
+
+fn put_at(e: &Env, replica: &str, hash: u64, offset_s: i64) {
+    let mut u = upd("t", "m", "vllm", replica, vec![legacy(hash, 16)]);
+    u.timestamp_us = T0 / 1000 + offset_s * 1_000_000;
+    e.idx.ingest(&u);
+}
+
+/// A key outside the quota reserve whose age drops below the reserve's
+/// threshold (its newest holder left) must become the next victim.
+fn quota_reserve_tracks_age_drop(kind: EventKind) {
+    let e = Env::with(|c| c.cap_reserve(2));
+    e.advance(10 * MIN);
+    e.pol.set_quota("t", 3);
+    put_at(&e, "r1", 1, 120);
+    put_at(&e, "r1", 2, 60);
+    put_at(&e, "r1", 3, 30);
+    put_at(&e, "r2", 3, 180); // key 3's age is 180 s
+    put_at(&e, "r1", 4, 240); // over: reserve {2, 1}, key 2 goes
+    assert!(e.exact("t", "m", "vllm", 2).scores.is_empty());
+    let hash = (kind == EventKind::PrefixEvicted).then_some(3);
+    e.event(kind, "t", "m", "r2", hash, "");
+    // Key 3's age is now 30 s: older than key 1 (120 s).
+    put_at(&e, "r1", 5, 300);
+    assert!(e.exact("t", "m", "vllm", 3).scores.is_empty());
+    assert_eq!(e.exact("t", "m", "vllm", 1).scores.len(), 1);
+}
+
+#[test]
+fn tenant_quota_reserve_tracks_age_drop_after_prefix_evicted() {
+    quota_reserve_tracks_age_drop(EventKind::PrefixEvicted);
+}
+
+#[test]
+fn tenant_quota_reserve_tracks_age_drop_after_all_cleared() {
+    quota_reserve_tracks_age_drop(EventKind::AllCleared);
+}
