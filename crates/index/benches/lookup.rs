@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use inferencecache_index::{
-    CacheUpdate, Index, IndexConfig, LookupRequest, PrefixEntry, ReplicaStatsReport,
+    CacheUpdate, Index, IndexConfig, LookupRequest, PolicyResolver, PrefixEntry, ReplicaStatsReport,
 };
 use std::hint::black_box;
 use std::sync::Arc;
@@ -120,6 +120,44 @@ fn bench_ingest(c: &mut Criterion) {
     g.finish();
 }
 
+struct QuotaA;
+
+impl PolicyResolver for QuotaA {
+    fn tenant_quota(&self, tenant: &str) -> Option<i64> {
+        (tenant == "tenant-a").then_some(100_000)
+    }
+}
+
+/// Tenant at its 100k-prefix quota in a ~360k-entry index: every new chain
+/// evicts 128 of its oldest prefixes.
+fn bench_quota(c: &mut Criterion) {
+    let idx = IndexConfig::new().policy(Arc::new(QuotaA)).build();
+    for r in 0..REPLICAS {
+        // Another tenant's background, and tenant-a filling its quota.
+        let bg: Vec<Vec<u8>> = (0..4096u64).map(|i| hash(3000 + r as u64, i)).collect();
+        let mut u = chain_update(r, &bg);
+        u.tenant_id = "tenant-b".into();
+        idx.ingest(&u);
+        let own: Vec<Vec<u8>> = (0..1600u64).map(|i| hash(4000 + r as u64, i)).collect();
+        idx.ingest(&chain_update(r, &own));
+    }
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(BLOCKS as u64));
+    let mut n = 0u64;
+    g.bench_function("new_128_block_chain_at_tenant_quota", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                let hs: Vec<Vec<u8>> = (0..BLOCKS as u64).map(|i| hash(70_000 + n, i)).collect();
+                chain_update((n % 64) as usize, &hs)
+            },
+            |u| black_box(idx.ingest(&u)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
 fn bench_concurrent(c: &mut Criterion) {
     let (idx, chain) = populated();
     let stop = Arc::new(AtomicBool::new(false));
@@ -206,6 +244,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = memory_report, bench_lookup, bench_ingest, bench_concurrent
+    targets = memory_report, bench_lookup, bench_ingest, bench_quota, bench_concurrent
 }
 criterion_main!(benches);

@@ -51,12 +51,22 @@ type View<'a> = (u64, i64, &'a Partition, &'a [u8], &'a str);
 fn cmp_cap(a: View<'_>, b: View<'_>) -> Ordering {
     a.0.cmp(&b.0)
         .then(a.1.cmp(&b.1))
-        .then_with(|| a.2.tenant.cmp(&b.2.tenant))
-        .then_with(|| a.2.model.cmp(&b.2.model))
-        .then_with(|| a.2.scheme.cmp(&b.2.scheme))
-        .then_with(|| a.2.adapter.cmp(&b.2.adapter))
+        .then_with(|| cmp_partition(a.2, b.2))
         .then_with(|| a.3.cmp(b.3))
         .then_with(|| a.4.cmp(b.4))
+}
+
+/// (tenant, model, scheme, adapter) order; interned partitions compare by
+/// identity first.
+pub(crate) fn cmp_partition(a: &Partition, b: &Partition) -> Ordering {
+    if a.id == b.id {
+        return Ordering::Equal;
+    }
+    a.tenant
+        .cmp(&b.tenant)
+        .then_with(|| a.model.cmp(&b.model))
+        .then_with(|| a.scheme.cmp(&b.scheme))
+        .then_with(|| a.adapter.cmp(&b.adapter))
 }
 
 impl CapVictim {

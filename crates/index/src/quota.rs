@@ -35,10 +35,29 @@ struct QuotaVictim {
 type View<'a> = (i64, &'a Partition, &'a [u8]);
 
 fn cmp_quota(a: View<'_>, b: View<'_>) -> Ordering {
+    let same = a.1.id == b.1.id;
     a.0.cmp(&b.0)
-        .then_with(|| a.1.model.cmp(&b.1.model))
-        .then_with(|| a.1.scheme.cmp(&b.1.scheme))
-        .then_with(|| a.1.adapter.cmp(&b.1.adapter))
+        .then_with(|| {
+            if same {
+                Ordering::Equal
+            } else {
+                a.1.model.cmp(&b.1.model)
+            }
+        })
+        .then_with(|| {
+            if same {
+                Ordering::Equal
+            } else {
+                a.1.scheme.cmp(&b.1.scheme)
+            }
+        })
+        .then_with(|| {
+            if same {
+                Ordering::Equal
+            } else {
+                a.1.adapter.cmp(&b.1.adapter)
+            }
+        })
         .then_with(|| a.2.cmp(b.2))
 }
 
