@@ -63,11 +63,16 @@
 //!   serving scope replica counts) sit in one small mutex updated while the
 //!   shard write lock is held (lock order: shard → counters). Stats have
 //!   their own `RwLock`, names their own interning catalog;
-//! - the TTL sweep walks shard by shard, taking each write lock once;
-//!   cap and quota victim selection scan shards under read locks keeping a
-//!   bounded heap of the `k` smallest candidates (k = excess), then remove
-//!   victims one shard lock at a time. Cap/quota enforcement is serialized by
-//!   its own mutex, never held by lookups;
+//! - the TTL sweep walks shard by shard, taking each write lock once, then
+//!   enforces the cap;
+//! - cap and quota victims follow the exact deterministic orders of §2.5.2
+//!   and §2.5.3 without a full scan per over-budget ingest: one scan (shard
+//!   by shard, read locks only) gathers a reserve of the smallest candidates
+//!   (`max(need, 4096, entries / 32)`), and hooks on every upsert / partial
+//!   removal keep the reserve exact until it runs dry (see the `cap` and
+//!   `quota` modules for the invariant). The scans amortize to a constant
+//!   per evicted entry. Enforcement is serialized by its own mutex, never
+//!   taken by lookups;
 //! - LFU counters are atomics bumped under a shard read lock by
 //!   [`Index::credit`];
 //! - observer notifications are delivered after every lock is released.
@@ -75,6 +80,16 @@
 //! Interned names (partitions, replicas) are never freed; their number is
 //! bounded by the deployment's tenants × models × schemes × adapters and
 //! replicas.
+//!
+//! Known costs: [`Index::cache_state`] (its `hot_prefixes`), [`Index::snapshot`]
+//! and `ALL_CLEARED` walk the shards (read / write locks one shard at a time).
+//!
+//! # Memory
+//!
+//! A (prefix, replica) entry is a 32-byte holder; a key adds its map slot
+//! (boxed `partition ‖ hash` bytes + holder vec). Measured resident size:
+//! ~166 bytes per entry with one holder per key, ~78 bytes per entry with
+//! four holders per key (benches, `memory_report`).
 
 mod affinity;
 mod aggregate;

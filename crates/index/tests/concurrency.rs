@@ -25,6 +25,7 @@ fn ts_us_of(v: i32) -> i64 {
 fn no_lookup_ever_sees_a_torn_entry() {
     let e = Arc::new(Env::with(|c| c.max_entries(2_000)));
     e.pol.set_lfu("t");
+    e.pol.set_quota("noise", 700);
     // Freeze "now" one second after T0 so freshness is a pure function of v.
     e.clock.set_ns(T0 + 1_000_000_000);
     let now = e.clock.now_ns();
@@ -147,4 +148,5 @@ fn no_lookup_ever_sees_a_torn_entry() {
     assert_eq!(rows as u64, e.idx.total_entries());
     assert!(e.idx.total_entries() <= 2_000);
     assert_eq!(snap.total_prefixes as u64, e.idx.distinct_prefixes());
+    assert!(e.idx.cache_state("noise", "m").total_prefixes <= 700);
 }
