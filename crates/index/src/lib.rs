@@ -46,6 +46,33 @@
 //! - the observer is told about new entries (not refreshes), removals with a
 //!   reason, `ALL_CLEARED` and `REPLICA_UPDATED`.
 //!
+//! # Example
+//!
+//! ```
+//! use inferencecache_index::*;
+//!
+//! let idx = IndexConfig::new().reserved_tenants([PROBE_TENANT]).build();
+//! let hashes = vec![vec![1u8; 8], vec![2u8; 8]];
+//! idx.ingest(&CacheUpdate {
+//!     replica_id: "r1".into(),
+//!     model_id: "llama".into(),
+//!     tenant_id: "team-a".into(),
+//!     hash_scheme: "vllm".into(),
+//!     prefixes: vec![PrefixEntry {
+//!         block_hashes: hashes.clone(),
+//!         block_token_counts: vec![16, 16],
+//!         ..PrefixEntry::default()
+//!     }],
+//!     ..CacheUpdate::default()
+//! });
+//! let counts = [16, 16];
+//! let req = LookupRequest::new("team-a", "llama", "vllm").chain(&hashes, &counts);
+//! let res = idx.lookup_route(&req);
+//! assert_eq!(res.strategy.reason_code(), "PREFIX_MATCH");
+//! assert_eq!(res.scores[0].matched_tokens, 32);
+//! idx.credit(&res.hits); // only when the handler delivers the hint
+//! ```
+//!
 //! # Concurrency
 //!
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
