@@ -106,6 +106,16 @@ impl Index {
     /// reserved tenants excluded. Models that drained since the previous call
     /// are reported once with 0, then forgotten. Calls are serialized.
     pub fn entry_counts_by_model(&self) -> Vec<(Arc<str>, u64)> {
+        let mut out = Vec::new();
+        self.report_entry_counts(|m, n| out.push((m.clone(), n)));
+        out
+    }
+
+    /// Like [`Index::entry_counts_by_model`], but calls `sink(model, count)`
+    /// (in model order) while still holding the gauge mutex, so concurrent
+    /// reporters can never apply an older snapshot after a newer one. The
+    /// sink must be quick and must not call back into the index.
+    pub fn report_entry_counts(&self, mut sink: impl FnMut(&Arc<str>, u64)) {
         let mut last = lock(&self.gauge);
         let counts: Vec<u64> = read(&self.counters).keys_by_model.clone();
         let catalog = read(&self.catalog);
@@ -119,7 +129,10 @@ impl Index {
             }
             *was = c > 0;
         }
+        drop(catalog);
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        for (m, n) in &out {
+            sink(m, *n);
+        }
     }
 }

@@ -57,6 +57,32 @@ fn concurrent_ingest_reports_final_count() {
 }
 
 #[test]
+fn concurrent_reporters_never_regress_the_gauge() {
+    let e = Arc::new(Env::new());
+    let gauge = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<
+        String,
+        u64,
+    >::new()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (e, gauge) = (e.clone(), gauge.clone());
+            std::thread::spawn(move || {
+                for i in 0..200u64 {
+                    e.put("t", "m", "vllm", &format!("r{t}"), &[(t * 1000 + i, 16)]);
+                    e.idx.report_entry_counts(|m, n| {
+                        gauge.lock().unwrap().insert(m.to_string(), n);
+                    });
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(gauge.lock().unwrap().get("m"), Some(&800));
+}
+
+#[test]
 fn metrics_zeroed_when_model_drains() {
     let e = Env::new();
     e.put("t", "m", "vllm", "r1", &[(1, 16)]);
