@@ -106,6 +106,32 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_POLICY_FILE", value_name = "PATH")]
     pub policy_file: Option<std::path::PathBuf>,
 
+    /// Global cap on replica x prefix entries in the index; when an ingest or
+    /// sweep finds more, the least recently seen (LFU tenants: least hit)
+    /// entries go first. 0 or less = unbounded.
+    #[arg(
+        long,
+        env = "INFERENCECACHE_INDEX_MAX_ENTRIES",
+        default_value_t = 1_000_000,
+        allow_negative_numbers = true
+    )]
+    pub index_max_entries: i64,
+
+    /// How long an index entry lives without a refresh, for tenants whose
+    /// policy sets no evictionTTL (e.g. 30m, 90s, 1h30m).
+    #[arg(long, env = "INFERENCECACHE_INDEX_TTL", default_value = "30m", value_parser = parse_duration)]
+    pub index_ttl: std::time::Duration,
+
+    /// How often expired entries are swept and the cap re-checked (e.g. 1m).
+    #[arg(long, env = "INFERENCECACHE_INDEX_SWEEP_INTERVAL", default_value = "1m",
+          value_parser = parse_duration)]
+    pub index_sweep_interval: std::time::Duration,
+
+    /// Period of StreamMetrics samples (e.g. 1s).
+    #[arg(long, env = "INFERENCECACHE_STREAM_METRICS_INTERVAL", default_value = "1s",
+          value_parser = parse_duration)]
+    pub stream_metrics_interval: std::time::Duration,
+
     /// Tokens per KV block, used to fingerprint token_ids and prompt_text
     /// (match the engine's block size). Values <= 0 keep the default.
     #[arg(
@@ -144,6 +170,38 @@ fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
             "unknown log level {other:?}; use debug, info, warn or error"
         )),
     }
+}
+
+/// Parses a Go-style duration: one or more `<number><unit>` parts with units
+/// ms, s, m, h (e.g. `90s`, `1h30m`). Zero is refused.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{s:?} is not a duration; use e.g. 500ms, 90s, 30m or 1h30m");
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => std::time::Duration::from_millis(n),
+            "s" => std::time::Duration::from_secs(n),
+            "m" => std::time::Duration::from_secs(n * 60),
+            "h" => std::time::Duration::from_secs(n * 3600),
+            _ => return Err(bad()),
+        };
+        total += part;
+        rest = &rest[unit_len..];
+    }
+    if total.is_zero() {
+        return Err(format!("{s:?}: the duration must be positive"));
+    }
+    Ok(total)
 }
 
 /// Accepts Go-style single-dash long flags (`-grpc-bind-address=:9090`), as
@@ -205,6 +263,17 @@ mod tests {
     }
 
     #[test]
+    fn durations_parse_go_style() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "m", "5d", "0s", "-1m"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn defaults_match_the_reference() {
         let cli = Cli::try_parse_from(["inferencecache", "serve"]).expect("parses");
         let Command::Serve(a) = cli.command;
@@ -215,5 +284,8 @@ mod tests {
         assert_eq!(a.policy_audience, "inferencecache.io/policy");
         assert_eq!(a.engine_block_size, 16);
         assert!(!a.insecure_disable_auth);
+        assert_eq!(a.index_max_entries, 1_000_000);
+        assert_eq!(a.index_ttl, std::time::Duration::from_secs(1800));
+        assert_eq!(a.index_sweep_interval, std::time::Duration::from_secs(60));
     }
 }

@@ -79,6 +79,12 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
         engine_block_size,
         tokenizer_models_dir,
         policy_file: args.policy_file.clone(),
+        index: inferencecache_server::core::IndexSettings {
+            max_entries: args.index_max_entries,
+            default_ttl: args.index_ttl,
+            sweep_interval: args.index_sweep_interval,
+        },
+        stream_metrics_interval: args.stream_metrics_interval,
     })
 }
 

@@ -206,6 +206,10 @@ pub struct ServerConfig {
     pub tokenizer_models_dir: Option<PathBuf>,
     /// Policy file (YAML or JSON, the `/policy` schema), if any.
     pub policy_file: Option<PathBuf>,
+    /// Index cap, TTL and sweep period.
+    pub index: crate::core::IndexSettings,
+    /// Period of StreamMetrics samples.
+    pub stream_metrics_interval: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -222,6 +226,8 @@ impl ServerConfig {
             engine_block_size: DEFAULT_ENGINE_BLOCK_SIZE,
             tokenizer_models_dir: None,
             policy_file: None,
+            index: crate::core::IndexSettings::default(),
+            stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,
         }
     }
 }

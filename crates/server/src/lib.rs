@@ -16,13 +16,18 @@
 //! ```
 
 pub mod config;
+mod convert;
+pub mod core;
 mod error;
+pub mod events;
 pub mod exposition;
 mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod policy;
 pub mod reason;
+pub mod route;
+mod sampler;
 mod serve;
 pub mod service;
 

@@ -33,6 +33,38 @@ pub struct PolicyUpdateLabels {
     pub result: String,
 }
 
+/// Labels of `inferencecache_tenant_evictions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantEvictionLabels {
+    /// Tenant whose quota forced the eviction.
+    pub tenant_id: String,
+    /// Always `over_entries`.
+    pub reason: String,
+}
+
+/// Labels of `inferencecache_index_evictions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IndexEvictionLabels {
+    /// `lru` or `lfu`.
+    pub algorithm: String,
+    /// `cap` or `ttl`.
+    pub reason: String,
+}
+
+/// A single free-form `reason` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why.
+    pub reason: String,
+}
+
+/// A single `type` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabel {
+    /// Event type name.
+    pub r#type: String,
+}
+
 /// Label of the per-model series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModelLabel {
@@ -59,6 +91,28 @@ pub struct Metrics {
     pub policy_version: Gauge,
     /// Policy pushes and file reloads by source and result.
     pub policy_updates: Family<PolicyUpdateLabels, Counter>,
+    /// Distinct prefixes per model.
+    pub index_entries: Family<ModelLabel, Gauge>,
+    /// Quota evictions (distinct prefixes).
+    pub tenant_evictions: Family<TenantEvictionLabels, Counter>,
+    /// Cap and TTL evictions (entries).
+    pub index_evictions: Family<IndexEvictionLabels, Counter>,
+    /// CacheStateUpdate messages ingested.
+    pub ingest_updates: Counter,
+    /// (prefix, replica) entries written by ingest (new or refreshed).
+    pub ingest_entries: Counter,
+    /// Prefix entries dropped at ingest, by reason.
+    pub ingest_dropped: Family<ReasonLabel, Counter>,
+    /// CacheEvents received, by type.
+    pub events: Family<TypeLabel, Counter>,
+    /// Replica×prefix entries held (the cap unit).
+    pub index_replica_entries: Gauge,
+    /// The configured global cap (0 = unbounded).
+    pub index_max_entries: Gauge,
+    /// Open StreamCacheEvents / StreamMetrics streams.
+    pub stream_subscribers: Family<TypeLabel, Gauge>,
+    /// Streams ended because the subscriber fell behind.
+    pub stream_lagged: Family<TypeLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -117,8 +171,85 @@ impl Metrics {
             "Policy pushes (/policy) and policy-file reloads, by source (http|file) and result (applied|rejected)",
             policy_updates.clone(),
         );
+        let index_entries = Family::<ModelLabel, Gauge>::default();
+        let tenant_evictions = Family::<TenantEvictionLabels, Counter>::default();
+        let index_evictions = Family::<IndexEvictionLabels, Counter>::default();
+        let ingest_updates = Counter::default();
+        let ingest_entries = Counter::default();
+        let ingest_dropped = Family::<ReasonLabel, Counter>::default();
+        let events = Family::<TypeLabel, Counter>::default();
+        let index_replica_entries = Gauge::default();
+        let index_max_entries = Gauge::default();
+        let stream_subscribers = Family::<TypeLabel, Gauge>::default();
+        let stream_lagged = Family::<TypeLabel, Counter>::default();
+        registry.register(
+            "inferencecache_index_entries",
+            "Distinct prefix entries currently held in the cache index, per model",
+            index_entries.clone(),
+        );
+        registry.register(
+            "inferencecache_tenant_evictions",
+            "Index prefixes evicted to enforce a CacheTenant quota, by tenant and reason",
+            tenant_evictions.clone(),
+        );
+        registry.register(
+            "inferencecache_index_evictions",
+            "Index entries evicted by the cap or TTL sweep, by algorithm (lru|lfu) and reason (cap|ttl)",
+            index_evictions.clone(),
+        );
+        registry.register(
+            "inferencecache_ingest_updates",
+            "CacheStateUpdate messages ingested",
+            ingest_updates.clone(),
+        );
+        registry.register(
+            "inferencecache_ingest_entries",
+            "Replica x prefix entries written by ingest (new or refreshed)",
+            ingest_entries.clone(),
+        );
+        registry.register(
+            "inferencecache_ingest_dropped",
+            "Prefix entries dropped at ingest, by reason (no_hash_scheme|mismatched_chain|empty_hash)",
+            ingest_dropped.clone(),
+        );
+        registry.register(
+            "inferencecache_events",
+            "CacheEvents received through PublishEvent, by type",
+            events.clone(),
+        );
+        registry.register(
+            "inferencecache_index_replica_entries",
+            "Replica x prefix entries held in the index (the unit of the global cap)",
+            index_replica_entries.clone(),
+        );
+        registry.register(
+            "inferencecache_index_max_entries",
+            "Configured global cap on replica x prefix entries (0 = unbounded)",
+            index_max_entries.clone(),
+        );
+        registry.register(
+            "inferencecache_stream_subscribers",
+            "Open observer streams, by type (events|metrics)",
+            stream_subscribers.clone(),
+        );
+        registry.register(
+            "inferencecache_stream_lagged",
+            "Observer streams disconnected because the subscriber fell behind, by type",
+            stream_lagged.clone(),
+        );
         Self {
             registry,
+            index_entries,
+            tenant_evictions,
+            index_evictions,
+            ingest_updates,
+            ingest_entries,
+            ingest_dropped,
+            events,
+            index_replica_entries,
+            index_max_entries,
+            stream_subscribers,
+            stream_lagged,
             policy_version,
             policy_updates,
             server_up,
@@ -162,6 +293,48 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .inc();
+    }
+
+    /// Adds to a labelled counter in one call.
+    pub fn add_index_evictions(&self, algorithm: &str, reason: &str, n: u64) {
+        if n > 0 {
+            self.index_evictions
+                .get_or_create(&IndexEvictionLabels {
+                    algorithm: algorithm.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Adds quota evictions for a tenant.
+    pub fn add_tenant_evictions(&self, tenant: &str, n: u64) {
+        if n > 0 {
+            self.tenant_evictions
+                .get_or_create(&TenantEvictionLabels {
+                    tenant_id: tenant.to_owned(),
+                    reason: "over_entries".to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Adds dropped ingest entries for a reason.
+    pub fn add_ingest_dropped(&self, reason: &str, n: u64) {
+        if n > 0 {
+            self.ingest_dropped
+                .get_or_create(&ReasonLabel {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Type-labelled series handle (events, streams).
+    pub fn type_label(kind: &str) -> TypeLabel {
+        TypeLabel {
+            r#type: kind.to_owned(),
+        }
     }
 
     /// OpenMetrics text exposition (ends with `# EOF`).

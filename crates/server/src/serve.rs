@@ -3,6 +3,7 @@
 
 use crate::config::ControlAuth;
 use crate::config::ServerConfig;
+use crate::core::Core;
 use crate::error::ServeError;
 use crate::http::{HttpState, control_router, public_router};
 use crate::metrics::Metrics;
@@ -28,6 +29,9 @@ pub const POLICY_FILE_POLL: Duration = Duration::from_secs(2);
 /// A server whose listeners are bound but not yet serving.
 #[derive(Debug)]
 pub struct Server {
+    core: Core,
+    sweep_interval: Duration,
+    metrics_interval: Duration,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
     policies: PolicyStore,
@@ -85,7 +89,16 @@ impl Server {
             ),
             None => None,
         };
+        let core = Core::new(
+            config.index,
+            config.engine_block_size,
+            policies.clone(),
+            Arc::clone(&metrics),
+        );
         Ok(Self {
+            core,
+            sweep_interval: config.index.sweep_interval,
+            metrics_interval: config.stream_metrics_interval,
             policies,
             policy_file,
             control_auth: config.control_auth.clone(),
@@ -118,6 +131,11 @@ impl Server {
         self.policies.clone()
     }
 
+    /// The domain core (index, policies, metrics), for embedding and tests.
+    pub fn core(&self) -> Core {
+        self.core.clone()
+    }
+
     /// The server's metrics.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
@@ -134,7 +152,7 @@ impl Server {
             control_auth: self.control_auth.clone(),
         };
         let grpc = crate::grpc::router(
-            InferenceCacheService::new(Arc::clone(&self.metrics)),
+            InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval),
             self.tls,
         )
         .await?;
@@ -162,6 +180,15 @@ impl Server {
             });
         }
 
+        {
+            let stop = stop.clone();
+            let core = self.core.clone();
+            let period = self.sweep_interval;
+            tasks.spawn(async move {
+                sweep_loop(core, period, stop).await;
+                Ok(())
+            });
+        }
         if let Some(watcher) = self.policy_file {
             let stop = stop.clone();
             tasks.spawn(async move {
@@ -208,6 +235,23 @@ impl Server {
             // A listener that ends on its own without an error is still a
             // failure of `serve`: nothing should stop before the signal.
             _ => Ok(()),
+        }
+    }
+}
+
+/// Runs the TTL + cap sweep every `period` on the blocking pool (a sweep
+/// walks every shard; it must not occupy a runtime worker).
+async fn sweep_loop(core: Core, period: Duration, stop: CancellationToken) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let core = core.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || core.sweep()).await {
+            tracing::error!(error = %e, "index_sweep_failed");
         }
     }
 }

@@ -1,43 +1,78 @@
-//! The `InferenceCache` gRPC service. Handlers stay thin: they convert proto to
-//! domain values at the edge and delegate. Until the index lands, every RPC
-//! answers with the reference's fail-open behaviour.
+//! The `InferenceCache` gRPC service. Handlers are thin: proto in, domain call
+//! on [`Core`], proto out.
 
+use crate::convert::{event_from_proto, stats_to_proto, update_from_proto};
+use crate::core::Core;
+use crate::events::EventFilter;
 use crate::metrics::Metrics;
 use crate::reason;
-use futures::Stream;
+use crate::route::parse_grpc_timeout;
+use futures::{Stream, StreamExt};
+use inferencecache_index::PROBE_TENANT;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCache;
 use inferencecache_proto::v1alpha1::{
     Ack, CacheEvent, CacheStateUpdate, CacheSummary, GetCacheStateRequest, GetCacheStateResponse,
     LookupPdRouteRequest, LookupPdRouteResponse, LookupRouteRequest, LookupRouteResponse, Metric,
     RenderTemplateRequest, RenderTemplateResponse, StreamEventsRequest, StreamMetricsRequest,
 };
+use prometheus_client::metrics::gauge::Gauge;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
-
-/// Tenant reserved for the server's own `/probe` self-test; the public
-/// contract can neither read nor write it.
-pub const PROBE_TENANT: &str = "inferencecache.io/probe";
 
 /// A boxed server stream.
 type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
+/// Default period of StreamMetrics samples.
+pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The service implementation.
 #[derive(Debug, Clone)]
 pub struct InferenceCacheService {
-    metrics: Arc<Metrics>,
+    core: Core,
+    stop: CancellationToken,
+    metrics_interval: Duration,
 }
 
 impl InferenceCacheService {
-    /// Creates the service over shared metrics.
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { metrics }
+    /// Creates the service; open streams end when `stop` fires.
+    pub fn new(core: Core, stop: CancellationToken, metrics_interval: Duration) -> Self {
+        Self {
+            core,
+            stop,
+            metrics_interval,
+        }
     }
 }
 
-fn micros_since(start: Instant) -> i64 {
-    i64::try_from(start.elapsed().as_micros()).unwrap_or(i64::MAX)
+fn ack() -> Response<Ack> {
+    Response::new(Ack {
+        accepted: true,
+        reason_code: String::new(),
+    })
+}
+
+/// Keeps a subscriber gauge up while a stream lives.
+struct SubscriberGuard(Gauge);
+
+impl SubscriberGuard {
+    fn new(metrics: &Metrics, kind: &str) -> Self {
+        let g = metrics
+            .stream_subscribers
+            .get_or_create(&Metrics::type_label(kind))
+            .clone();
+        g.inc();
+        Self(g)
+    }
+}
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 #[tonic::async_trait]
@@ -56,28 +91,17 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<LookupRouteRequest>,
     ) -> Result<Response<LookupRouteResponse>, Status> {
-        let start = Instant::now();
-        let req = request.get_ref();
-        if req.tenant_id == PROBE_TENANT {
-            self.metrics
-                .observe_lookup(&req.model_id, reason::NO_HINT, false, 0.0);
-            return Ok(Response::new(LookupRouteResponse {
-                reason_code: reason::NO_HINT.into(),
-                ..Default::default()
-            }));
-        }
-        let response = LookupRouteResponse {
-            reason_code: reason::NO_HINT.into(),
-            lookup_latency_us: micros_since(start),
-            ..Default::default()
-        };
-        self.metrics.observe_lookup(
-            &req.model_id,
-            reason::NO_HINT,
-            false,
-            start.elapsed().as_secs_f64(),
-        );
-        Ok(Response::new(response))
+        let caller_timeout = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout);
+        let resp = self
+            .core
+            .pipeline
+            .lookup_route(request.get_ref(), caller_timeout)
+            .await;
+        Ok(Response::new(resp))
     }
 
     async fn lookup_pd_route(
@@ -92,11 +116,22 @@ impl InferenceCache for InferenceCacheService {
 
     async fn get_cache_state(
         &self,
-        _request: Request<GetCacheStateRequest>,
+        request: Request<GetCacheStateRequest>,
     ) -> Result<Response<GetCacheStateResponse>, Status> {
+        let req = request.get_ref();
+        if req.tenant_id == PROBE_TENANT {
+            return Ok(Response::new(GetCacheStateResponse {
+                replicas: Vec::new(),
+                summary: Some(CacheSummary::default()),
+            }));
+        }
+        let state = self.core.index.cache_state(&req.tenant_id, &req.model_id);
         Ok(Response::new(GetCacheStateResponse {
-            replicas: Vec::new(),
-            summary: Some(CacheSummary::default()),
+            replicas: state.replicas.iter().map(stats_to_proto).collect(),
+            summary: Some(CacheSummary {
+                total_prefixes: state.total_prefixes,
+                hot_prefixes: state.hot_prefixes,
+            }),
         }))
     }
 
@@ -105,37 +140,112 @@ impl InferenceCache for InferenceCacheService {
         request: Request<Streaming<CacheStateUpdate>>,
     ) -> Result<Response<Ack>, Status> {
         let mut stream = request.into_inner();
-        // Each message is consumed as it arrives; a broken stream returns its
-        // error (no Ack), a clean end of stream acknowledges everything.
-        while stream.message().await?.is_some() {}
-        Ok(Response::new(Ack {
-            accepted: true,
-            reason_code: String::new(),
-        }))
+        // Each message is ingested as it arrives; a broken stream returns its
+        // error without an Ack, but what it delivered stays ingested.
+        while let Some(update) = stream.message().await? {
+            if update.tenant_id == PROBE_TENANT {
+                continue;
+            }
+            self.core.ingest(&update_from_proto(update));
+        }
+        Ok(ack())
     }
 
-    async fn publish_event(&self, _request: Request<CacheEvent>) -> Result<Response<Ack>, Status> {
-        Ok(Response::new(Ack {
-            accepted: true,
-            reason_code: String::new(),
-        }))
+    async fn publish_event(&self, request: Request<CacheEvent>) -> Result<Response<Ack>, Status> {
+        let event = request.into_inner();
+        if event.tenant_id == PROBE_TENANT {
+            return Ok(ack());
+        }
+        let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
+            .map_or("UNKNOWN", |t| t.as_str_name());
+        self.core
+            .metrics
+            .events
+            .get_or_create(&Metrics::type_label(kind))
+            .inc();
+        if let Some(e) = event_from_proto(event) {
+            self.core.apply_event(&e);
+        }
+        Ok(ack())
     }
 
     type StreamCacheEventsStream = ServerStream<CacheEvent>;
 
     async fn stream_cache_events(
         &self,
-        _request: Request<StreamEventsRequest>,
+        request: Request<StreamEventsRequest>,
     ) -> Result<Response<Self::StreamCacheEventsStream>, Status> {
-        Ok(Response::new(Box::pin(futures::stream::empty())))
+        let req = request.into_inner();
+        let filter = EventFilter {
+            model_id: req.model_id,
+            tenant_id: req.tenant_id,
+            types: req.types,
+        };
+        let rx = self.core.events.subscribe();
+        let guard = SubscriberGuard::new(&self.core.metrics, "events");
+        let metrics = Arc::clone(&self.core.metrics);
+        let stop = self.stop.clone();
+        let stream = futures::stream::unfold(
+            Some((rx, filter, stop, guard, metrics)),
+            |state| async move {
+                let (mut rx, filter, stop, guard, metrics) = state?;
+                loop {
+                    let next = tokio::select! {
+                        () = stop.cancelled() => return None,
+                        r = rx.recv() => r,
+                    };
+                    match next {
+                        Ok(e) if filter.matches(&e) => {
+                            return Some((Ok(e), Some((rx, filter, stop, guard, metrics))));
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Closed) => return None,
+                        Err(RecvError::Lagged(n)) => {
+                            metrics
+                                .stream_lagged
+                                .get_or_create(&Metrics::type_label("events"))
+                                .inc();
+                            let status = Status::resource_exhausted(format!(
+                                "event stream subscriber fell {n} events behind the index and was \
+                                 disconnected; reconnect, read faster, or narrow the filter \
+                                 (model_id, tenant_id, types)"
+                            ));
+                            return Some((Err(status), None));
+                        }
+                    }
+                }
+            },
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     type StreamMetricsStream = ServerStream<Metric>;
 
     async fn stream_metrics(
         &self,
-        _request: Request<StreamMetricsRequest>,
+        request: Request<StreamMetricsRequest>,
     ) -> Result<Response<Self::StreamMetricsStream>, Status> {
-        Ok(Response::new(Box::pin(futures::stream::empty())))
+        let names = request.into_inner().names;
+        let metrics = Arc::clone(&self.core.metrics);
+        let guard = SubscriberGuard::new(&metrics, "metrics");
+        let mut tick = tokio::time::interval(self.metrics_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stop = self.stop.clone();
+        let batches = futures::stream::unfold(
+            (tick, names, metrics, stop, guard),
+            |(mut tick, names, metrics, stop, guard)| async move {
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    _ = tick.tick() => {}
+                }
+                let now_us = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+                let batch = crate::sampler::samples(&metrics.encode_text(), &names, now_us);
+                Some((batch, (tick, names, metrics, stop, guard)))
+            },
+        );
+        let stream = batches.flat_map(|batch| futures::stream::iter(batch.into_iter().map(Ok)));
+        Ok(Response::new(Box::pin(stream)))
     }
 }

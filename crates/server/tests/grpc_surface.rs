@@ -101,25 +101,112 @@ async fn every_other_rpc_answers_its_fail_open_default() {
         .into_inner();
     assert!(ack.accepted);
 
+    s.stop().await;
+}
+
+const STREAM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[tokio::test]
+async fn stream_cache_events_delivers_live_index_changes_filtered() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    let mut events = c
+        .stream_cache_events(StreamEventsRequest {
+            model_id: "m".into(),
+            tenant_id: String::new(),
+            types: vec![
+                cache_event::Type::PrefixAdded as i32,
+                cache_event::Type::AllCleared as i32,
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let update = |model: &str| CacheStateUpdate {
+        replica_id: "r1".into(),
+        model_id: model.into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        prefixes: vec![PrefixEntry {
+            prefix_hash: vec![7; 8],
+            token_count: 16,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    // Another model (filtered out), then ours.
+    c.report_cache_state(futures::stream::iter([update("other"), update("m")]))
+        .await
+        .unwrap();
+    c.publish_event(CacheEvent {
+        r#type: cache_event::Type::AllCleared as i32,
+        replica_id: "r1".into(),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(STREAM_WAIT, events.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.r#type, cache_event::Type::PrefixAdded as i32);
+    assert_eq!(first.model_id, "m");
+    assert_eq!(first.replica_id, "r1");
+    assert_eq!(first.prefix_hash, vec![7; 8]);
+    // The PREFIX_EVICTED notes of the clear are filtered out; ALL_CLEARED is not.
+    let second = tokio::time::timeout(STREAM_WAIT, events.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.r#type, cache_event::Type::AllCleared as i32);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn stream_metrics_samples_named_metrics() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    let mut samples = c
+        .stream_metrics(StreamMetricsRequest {
+            names: vec!["inferencecache_server_up".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let m = tokio::time::timeout(STREAM_WAIT, samples.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.name, "inferencecache_server_up");
+    assert_eq!(m.r#type, "gauge");
+    assert_eq!(m.value, 1.0);
+    assert!(m.timestamp_us > 0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn open_streams_end_on_shutdown() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
     let mut events = c
         .stream_cache_events(StreamEventsRequest::default())
         .await
         .unwrap()
         .into_inner();
-    assert!(
-        events.message().await.unwrap().is_none(),
-        "stream ends cleanly"
-    );
-    let mut metrics = c
-        .stream_metrics(StreamMetricsRequest::default())
+    let stop = tokio::spawn(s.stop());
+    let end = tokio::time::timeout(STREAM_WAIT, events.message())
+        .await
+        .expect("stream ends");
+    assert!(matches!(end, Ok(None) | Err(_)));
+    tokio::time::timeout(STREAM_WAIT, stop)
         .await
         .unwrap()
-        .into_inner();
-    assert!(
-        metrics.message().await.unwrap().is_none(),
-        "stream ends cleanly"
-    );
-    s.stop().await;
+        .unwrap();
 }
 
 #[tokio::test]

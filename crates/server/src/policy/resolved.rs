@@ -2,37 +2,9 @@
 //! on every lookup, with every default already applied.
 
 use super::wire::{DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE};
+pub use inferencecache_index::EvictionAlgorithm;
 use std::collections::HashMap;
 use std::time::Duration;
-
-/// Cap-eviction victim order of a tenant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum EvictionAlgorithm {
-    /// Least recently seen first.
-    #[default]
-    Lru,
-    /// Fewest delivered hits first, then least recently seen.
-    Lfu,
-}
-
-impl EvictionAlgorithm {
-    /// "lfu" in any case is LFU; anything else, including "", is LRU.
-    pub fn parse(s: &str) -> Self {
-        if s.eq_ignore_ascii_case("lfu") {
-            Self::Lfu
-        } else {
-            Self::Lru
-        }
-    }
-
-    /// Metric label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Lru => "lru",
-            Self::Lfu => "lfu",
-        }
-    }
-}
 
 /// One tenant's effective policy. `Default` is the no-policy behaviour.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Tenant reserved for the `/probe` self-test: never quota'd.
-const PROBE_TENANT: &str = crate::service::PROBE_TENANT;
+use inferencecache_index::PROBE_TENANT;
 
 /// Holds the current policy set. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
@@ -68,6 +68,21 @@ impl PolicyStore {
     /// Version of the last applied push (0 before the first).
     pub fn version(&self) -> i64 {
         self.current().version
+    }
+}
+
+/// The index reads TTL, eviction order and quotas through this.
+impl inferencecache_index::PolicyResolver for PolicyStore {
+    fn ttl(&self, tenant: &str) -> Option<Duration> {
+        PolicyStore::ttl(self, tenant)
+    }
+
+    fn eviction_algorithm(&self, tenant: &str) -> EvictionAlgorithm {
+        self.eviction(tenant)
+    }
+
+    fn tenant_quota(&self, tenant: &str) -> Option<i64> {
+        self.quota(tenant)
     }
 }
 

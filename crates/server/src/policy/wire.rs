@@ -191,7 +191,7 @@ impl ResolvedPolicy {
                 .filter(|&ms| ms > 0)
                 .map(|ms| Duration::from_millis(u64::from(ms.unsigned_abs()))),
             affinity_routing: self.affinity_routing.unwrap_or(defaults.affinity_routing),
-            eviction: EvictionAlgorithm::parse(self.eviction.as_deref().unwrap_or("")),
+            eviction: EvictionAlgorithm::from_policy_str(self.eviction.as_deref().unwrap_or("")),
             enable_chain_matching: strategy
                 .enable_chain_matching
                 .unwrap_or(defaults.enable_chain_matching),

@@ -1,0 +1,276 @@
+//! The LookupRoute pipeline (`server.md` §3.2–§3.5), in the reference's exact
+//! step order. Every outcome is a response with a reason code: never a gRPC
+//! error, never a log line.
+//!
+//! Index lookups take no global lock and finish in microseconds, so they run
+//! inline on the handler task and the deadline is checked around them, rather
+//! than paying a thread hop per lookup.
+
+mod deadline;
+mod resolve;
+
+pub use deadline::parse_grpc_timeout;
+pub use resolve::{MAX_LOOKUP_TOKENS, MAX_PROMPT_TEXT_BYTES};
+
+use crate::convert::score_to_proto;
+use crate::metrics::Metrics;
+use crate::policy::{PolicyStore, TenantPolicy};
+use crate::reason;
+use inferencecache_index::{Index, LookupRequest, LookupRouteResult, PROBE_TENANT, Strategy};
+use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse};
+use resolve::{ChainHashes, Input, Resolved};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Default budget for a lookup that must tokenize `prompt_text`.
+pub const DEFAULT_TOKENIZE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Everything LookupRoute needs; cheap to clone.
+#[derive(Clone)]
+pub struct LookupPipeline {
+    index: Arc<Index>,
+    policies: PolicyStore,
+    metrics: Arc<Metrics>,
+    block_size: u32,
+}
+
+impl std::fmt::Debug for LookupPipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LookupPipeline")
+            .field("block_size", &self.block_size)
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// A fail-open envelope: empty scores, no adapter echo.
+fn envelope(reason: &str, start: Instant, echo: Vec<u32>) -> LookupRouteResponse {
+    LookupRouteResponse {
+        replica_scores: Vec::new(),
+        reason_code: reason.to_owned(),
+        lookup_latency_us: micros(start.elapsed()),
+        token_ids: echo,
+        adapter_id: String::new(),
+    }
+}
+
+impl LookupPipeline {
+    /// Creates the pipeline.
+    pub fn new(
+        index: Arc<Index>,
+        policies: PolicyStore,
+        metrics: Arc<Metrics>,
+        block_size: u32,
+    ) -> Self {
+        Self {
+            index,
+            policies,
+            metrics,
+            block_size,
+        }
+    }
+
+    /// Answers one LookupRoute. `caller_timeout` is the gRPC deadline.
+    pub async fn lookup_route(
+        &self,
+        req: &LookupRouteRequest,
+        caller_timeout: Option<Duration>,
+    ) -> LookupRouteResponse {
+        let start = Instant::now();
+        if req.tenant_id == PROBE_TENANT {
+            self.metrics
+                .observe_lookup(&req.model_id, reason::NO_HINT, false, 0.0);
+            return LookupRouteResponse {
+                reason_code: reason::NO_HINT.into(),
+                ..Default::default()
+            };
+        }
+        let resp = self.run(req, caller_timeout, start).await;
+        self.metrics.observe_lookup(
+            &req.model_id,
+            &resp.reason_code,
+            !resp.replica_scores.is_empty(),
+            start.elapsed().as_secs_f64(),
+        );
+        resp
+    }
+
+    async fn run(
+        &self,
+        req: &LookupRouteRequest,
+        caller_timeout: Option<Duration>,
+        start: Instant,
+    ) -> LookupRouteResponse {
+        let policy = self.policies.policy(&req.tenant_id);
+        // Step 2-3: the tighter of the caller's deadline and the tenant budget.
+        let budget = policy.lookup_timeout;
+        let mut deadline = [caller_timeout, budget]
+            .into_iter()
+            .flatten()
+            .map(|d| start + d)
+            .min();
+        let chain_enabled = policy.enable_chain_matching;
+        let no_chain = req.block_hashes.is_empty() && req.block_token_counts.is_empty();
+        let will_tokenize = !req.prompt_text.is_empty()
+            && (!chain_enabled || no_chain)
+            && req.prefix_hash.is_empty()
+            && req.token_ids.is_empty();
+        if deadline.is_none() && will_tokenize {
+            deadline = Some(start + DEFAULT_TOKENIZE_TIMEOUT);
+        }
+        // Step 4.
+        if expired(deadline) {
+            return envelope(reason::TIMEOUT, start, Vec::new());
+        }
+        // Step 5, on the raw request.
+        let well_formed_chain =
+            !req.block_hashes.is_empty() && req.block_hashes.len() == req.block_token_counts.len();
+        if policy.require_chain && !well_formed_chain {
+            return envelope(reason::POLICY_REQUIRES_CHAIN, start, Vec::new());
+        }
+        // Step 6-8.
+        let mut resolved = match resolve::resolve(req, self.block_size, chain_enabled) {
+            Input::Ready(r) => r,
+            // The tokenizer arrives with prompt_text support; until then
+            // prompt_text fails open.
+            Input::PromptText | Input::FailOpen => {
+                return envelope(reason::NO_HINT, start, Vec::new());
+            }
+        };
+        if expired(deadline) {
+            return envelope(reason::TIMEOUT, start, resolved.echo_tokens);
+        }
+        // Step 9: pre-lookup min-prefix gate (affinity disabled only).
+        let min_prefix = i64::from(policy.minimum_prefix_tokens);
+        let below_min_prefix = min_prefix > 0 && resolved.effective_prefix_tokens() < min_prefix;
+        if below_min_prefix && !policy.affinity_routing {
+            return envelope(reason::NO_HINT, start, resolved.echo_tokens);
+        }
+        // Step 10.
+        if !chain_enabled {
+            resolved.clear_chain();
+        }
+        // Step 11.
+        let lookup_start = Instant::now();
+        let mut result = self.index_lookup(req, &resolved);
+        if expired(deadline) || budget.is_some_and(|b| lookup_start.elapsed() > b) {
+            return envelope(reason::TIMEOUT, start, resolved.echo_tokens);
+        }
+        // Step 12.
+        if result.strategy == Strategy::TenantHot && !policy.enable_tenant_hot {
+            result.demote();
+        }
+        self.respond(req, &policy, resolved, result, below_min_prefix, start)
+    }
+
+    fn index_lookup(&self, req: &LookupRouteRequest, r: &Resolved<'_>) -> LookupRouteResult {
+        let base = LookupRequest::<Vec<u8>>::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
+            .adapter(&req.adapter_id)
+            .exact(r.exact_hash.as_bytes(), r.exact_count)
+            .slo_ttft_ms(req.slo.map_or(0, |s| s.ttft_ms));
+        let counts = r.counts.as_slice();
+        match &r.chain {
+            ChainHashes::Request(h) => self.index.lookup_route(&base.chain(h, counts)),
+            ChainHashes::Computed(h) => {
+                let typed = LookupRequest::<[u8; 8]> {
+                    block_hashes: h,
+                    block_token_counts: counts,
+                    tenant: base.tenant,
+                    model: base.model,
+                    hash_scheme: base.hash_scheme,
+                    adapter: base.adapter,
+                    prefix_hash: base.prefix_hash,
+                    prefix_token_count: base.prefix_token_count,
+                    slo_ttft_ms: base.slo_ttft_ms,
+                };
+                self.index.lookup_route(&typed)
+            }
+        }
+    }
+
+    /// Step 13: floors, affinity, LFU credit, response.
+    fn respond(
+        &self,
+        req: &LookupRouteRequest,
+        policy: &TenantPolicy,
+        resolved: Resolved<'_>,
+        mut result: LookupRouteResult,
+        below_min_prefix: bool,
+        start: Instant,
+    ) -> LookupRouteResponse {
+        let hinted = matches!(result.strategy, Strategy::PrefixMatch | Strategy::TenantHot);
+        if below_min_prefix && hinted {
+            result.demote();
+        }
+        if result.strategy == Strategy::PrefixMatch {
+            let floor = policy.minimum_matched_tokens;
+            if floor > 0 {
+                result.retain_min_matched_tokens(floor);
+            }
+        }
+        if result.strategy == Strategy::PrefixMatch {
+            let floor = policy.routing_floor_score;
+            if floor > 0.0 && result.scores.first().is_some_and(|s| s.score < floor) {
+                result.demote();
+            }
+        }
+        if result.strategy == Strategy::None {
+            if let Some(replica) = self.affinity(req, policy, &resolved) {
+                return LookupRouteResponse {
+                    replica_scores: vec![inferencecache_proto::v1alpha1::ReplicaScore {
+                        replica_id: replica.to_string(),
+                        ..Default::default()
+                    }],
+                    reason_code: reason::AFFINITY_HINT.into(),
+                    lookup_latency_us: micros(start.elapsed()),
+                    token_ids: resolved.echo_tokens,
+                    adapter_id: req.adapter_id.clone(),
+                };
+            }
+        }
+        if !result.hits.is_empty() {
+            self.index.credit(&result.hits);
+        }
+        LookupRouteResponse {
+            replica_scores: result.scores.iter().map(score_to_proto).collect(),
+            reason_code: result.strategy.reason_code().into(),
+            lookup_latency_us: micros(start.elapsed()),
+            token_ids: resolved.echo_tokens,
+            adapter_id: req.adapter_id.clone(),
+        }
+    }
+
+    /// §3.4: a stable replica for a miss, so repeats of a prefix co-locate.
+    fn affinity(
+        &self,
+        req: &LookupRouteRequest,
+        policy: &TenantPolicy,
+        resolved: &Resolved<'_>,
+    ) -> Option<Arc<str>> {
+        if !policy.affinity_routing
+            || req.tenant_id.is_empty()
+            || req.model_id.is_empty()
+            || req.hash_scheme.is_empty()
+        {
+            return None;
+        }
+        let raw_chain = !req.block_hashes.is_empty() || !req.block_token_counts.is_empty();
+        if raw_chain && req.block_hashes.len() != req.block_token_counts.len() {
+            return None;
+        }
+        let seed = match &resolved.chain {
+            ChainHashes::Request(h) if !h.is_empty() => inferencecache_index::chain_seed(h),
+            ChainHashes::Computed(h) if !h.is_empty() => inferencecache_index::chain_seed(h),
+            _ => resolved.exact_hash.as_bytes().to_vec(),
+        };
+        self.index
+            .affinity_hint(&req.tenant_id, &req.model_id, &req.hash_scheme, &seed)
+    }
+}

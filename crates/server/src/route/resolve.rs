@@ -1,0 +1,295 @@
+//! Dual-input resolution (`server.md` §3.3): explicit fingerprint (prefix hash
+//! and/or chain) > `token_ids` > `prompt_text`. Never mutates the request and
+//! borrows its hashes rather than copying them.
+
+use inferencecache_fingerprint as fingerprint;
+use inferencecache_proto::v1alpha1::LookupRouteRequest;
+
+/// Most tokens a lookup may carry (1 Mi).
+pub const MAX_LOOKUP_TOKENS: usize = 1 << 20;
+/// Largest `prompt_text` in bytes (1 MiB).
+pub const MAX_PROMPT_TEXT_BYTES: usize = 1 << 20;
+
+/// The chain a lookup uses: the request's own hashes, or hashes the server
+/// computed from tokens.
+#[derive(Debug)]
+pub enum ChainHashes<'a> {
+    /// From `block_hashes` (borrowed).
+    Request(&'a [Vec<u8>]),
+    /// Fingerprinted from `token_ids` / `prompt_text`.
+    Computed(Vec<fingerprint::WireHash>),
+}
+
+/// The resolved fingerprint of a request.
+#[derive(Debug)]
+pub struct Resolved<'a> {
+    /// Exact (legacy) key; empty when absent.
+    pub exact_hash: ExactHash<'a>,
+    /// Tokens of the exact key.
+    pub exact_count: i32,
+    /// Chain hashes.
+    pub chain: ChainHashes<'a>,
+    /// Chain token counts.
+    pub counts: Counts<'a>,
+    /// Tokens to echo (prompt_text path only).
+    pub echo_tokens: Vec<u32>,
+}
+
+/// Exact key bytes: borrowed from the request or computed.
+#[derive(Debug)]
+pub enum ExactHash<'a> {
+    /// `prefix_hash` of the request (may be empty).
+    Request(&'a [u8]),
+    /// Last block hash of a computed chain.
+    Computed(fingerprint::WireHash),
+}
+
+impl ExactHash<'_> {
+    /// The key bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Request(b) => b,
+            Self::Computed(b) => b,
+        }
+    }
+}
+
+/// Chain token counts: borrowed or computed.
+#[derive(Debug)]
+pub enum Counts<'a> {
+    /// `block_token_counts` of the request.
+    Request(&'a [i32]),
+    /// One count per computed block.
+    Computed(Vec<i32>),
+}
+
+impl Counts<'_> {
+    /// The counts.
+    pub fn as_slice(&self) -> &[i32] {
+        match self {
+            Self::Request(c) => c,
+            Self::Computed(c) => c,
+        }
+    }
+}
+
+impl<'a> Resolved<'a> {
+    fn exact_only(req: &'a LookupRouteRequest) -> Self {
+        Self {
+            exact_hash: ExactHash::Request(&req.prefix_hash),
+            exact_count: req.prefix_token_count,
+            chain: ChainHashes::Request(&[]),
+            counts: Counts::Request(&[]),
+            echo_tokens: Vec::new(),
+        }
+    }
+
+    /// Tokens the prompt is known to cover: the chain's sum if there is a
+    /// chain, else the exact count.
+    pub fn effective_prefix_tokens(&self) -> i64 {
+        let counts = self.counts.as_slice();
+        if counts.is_empty() {
+            i64::from(self.exact_count)
+        } else {
+            counts.iter().map(|&c| i64::from(c)).sum()
+        }
+    }
+
+    /// Drops the chain (chain matching disabled by policy).
+    pub fn clear_chain(&mut self) {
+        self.chain = ChainHashes::Request(&[]);
+        self.counts = Counts::Request(&[]);
+    }
+}
+
+/// Why resolution failed open (the response is NO_HINT, echoing tokens if any).
+#[derive(Debug, Default)]
+pub struct FailOpen {
+    /// Tokens produced before failing (prompt_text sub-block case).
+    #[allow(dead_code)] // read once prompt_text is tokenized
+    pub echo_tokens: Vec<u32>,
+}
+
+/// Fingerprints tokens into a resolved chain + exact key (last block).
+pub fn from_tokens<'a>(
+    tokens: &[u32],
+    block_size: u32,
+    chain_enabled: bool,
+    echo_tokens: Vec<u32>,
+) -> Result<Resolved<'a>, FailOpen> {
+    if tokens.len() > MAX_LOOKUP_TOKENS {
+        return Err(FailOpen { echo_tokens });
+    }
+    let chain = fingerprint::chain(tokens, block_size as usize);
+    let Some(&last) = chain.block_hashes.last() else {
+        return Err(FailOpen { echo_tokens });
+    };
+    let sum: i64 = chain.block_token_counts.iter().map(|&c| i64::from(c)).sum();
+    let exact_count = i32::try_from(sum).unwrap_or(i32::MAX);
+    let (hashes, counts) = if chain_enabled {
+        (chain.block_hashes, chain.block_token_counts)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Ok(Resolved {
+        exact_hash: ExactHash::Computed(last),
+        exact_count,
+        chain: ChainHashes::Computed(hashes),
+        counts: Counts::Computed(counts),
+        echo_tokens,
+    })
+}
+
+/// What input a request carries, after the chain-matching switch.
+pub enum Input<'a> {
+    /// Resolved without tokenization.
+    Ready(Resolved<'a>),
+    /// Needs the tokenizer.
+    PromptText,
+    /// Fails open.
+    FailOpen,
+}
+
+/// Resolves everything that needs no tokenizer.
+pub fn resolve(req: &LookupRouteRequest, block_size: u32, chain_enabled: bool) -> Input<'_> {
+    let has_chain = !req.block_hashes.is_empty() || !req.block_token_counts.is_empty();
+    let mut ignored_chain = false;
+    if !chain_enabled {
+        if !req.prefix_hash.is_empty() {
+            return Input::Ready(Resolved::exact_only(req));
+        }
+        ignored_chain = has_chain;
+    } else if has_chain || !req.prefix_hash.is_empty() {
+        if req.block_hashes.len() != req.block_token_counts.len() {
+            return Input::FailOpen;
+        }
+        return Input::Ready(Resolved {
+            chain: ChainHashes::Request(&req.block_hashes),
+            counts: Counts::Request(&req.block_token_counts),
+            ..Resolved::exact_only(req)
+        });
+    }
+    if !req.token_ids.is_empty() {
+        return match from_tokens(&req.token_ids, block_size, chain_enabled, Vec::new()) {
+            Ok(r) => Input::Ready(r),
+            Err(_) => Input::FailOpen,
+        };
+    }
+    if !req.prompt_text.is_empty() {
+        return Input::PromptText;
+    }
+    if ignored_chain {
+        return Input::FailOpen;
+    }
+    Input::Ready(Resolved::exact_only(req))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(i: Input<'_>) -> Resolved<'_> {
+        match i {
+            Input::Ready(r) => r,
+            Input::PromptText => panic!("unexpected prompt text"),
+            Input::FailOpen => panic!("unexpected fail open"),
+        }
+    }
+
+    #[test]
+    fn explicit_chain_beats_token_ids() {
+        let req = LookupRouteRequest {
+            block_hashes: vec![vec![1; 8]],
+            block_token_counts: vec![16],
+            token_ids: (0..64).collect(),
+            ..Default::default()
+        };
+        let r = ready(resolve(&req, 16, true));
+        assert!(matches!(r.chain, ChainHashes::Request(h) if h.len() == 1));
+        assert_eq!(r.effective_prefix_tokens(), 16);
+    }
+
+    #[test]
+    fn token_ids_equal_the_explicit_chain() {
+        let tokens: Vec<u32> = (0..40).collect();
+        let req = LookupRouteRequest {
+            token_ids: tokens.clone(),
+            ..Default::default()
+        };
+        let r = ready(resolve(&req, 16, true));
+        let want = fingerprint::chain(&tokens, 16);
+        match &r.chain {
+            ChainHashes::Computed(h) => assert_eq!(h, &want.block_hashes),
+            ChainHashes::Request(_) => panic!("computed expected"),
+        }
+        assert_eq!(r.counts.as_slice(), &[16, 16]);
+        assert_eq!(r.exact_hash.as_bytes(), &want.block_hashes[1]);
+        assert_eq!(r.exact_count, 32);
+        assert!(r.echo_tokens.is_empty());
+    }
+
+    #[test]
+    fn chain_disabled_token_ids_use_the_last_block_as_exact_key() {
+        let tokens: Vec<u32> = (0..48).collect();
+        let req = LookupRouteRequest {
+            token_ids: tokens.clone(),
+            ..Default::default()
+        };
+        let r = ready(resolve(&req, 16, false));
+        assert!(matches!(&r.chain, ChainHashes::Computed(h) if h.is_empty()));
+        assert_eq!(r.exact_count, 48);
+        assert_eq!(
+            r.exact_hash.as_bytes(),
+            &fingerprint::chain(&tokens, 16).block_hashes[2]
+        );
+    }
+
+    #[test]
+    fn fail_open_cases() {
+        let sub_block = LookupRouteRequest {
+            token_ids: vec![1, 2, 3],
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&sub_block, 16, true), Input::FailOpen));
+        let counts_only = LookupRouteRequest {
+            block_token_counts: vec![16],
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&counts_only, 16, true), Input::FailOpen));
+        let too_many = LookupRouteRequest {
+            token_ids: vec![0; MAX_LOOKUP_TOKENS + 1],
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&too_many, 16, true), Input::FailOpen));
+        // Chain ignored (matching disabled) and nothing else to go on.
+        let ignored = LookupRouteRequest {
+            block_hashes: vec![vec![1; 8]],
+            block_token_counts: vec![16],
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&ignored, 16, false), Input::FailOpen));
+    }
+
+    #[test]
+    fn chain_disabled_with_prefix_hash_uses_only_the_exact_key() {
+        let req = LookupRouteRequest {
+            prefix_hash: vec![9; 8],
+            prefix_token_count: 100,
+            block_hashes: vec![vec![1; 8]],
+            block_token_counts: vec![16, 16],
+            ..Default::default()
+        };
+        let r = ready(resolve(&req, 16, false));
+        assert!(matches!(r.chain, ChainHashes::Request(h) if h.is_empty()));
+        assert_eq!(r.effective_prefix_tokens(), 100);
+    }
+
+    #[test]
+    fn prompt_text_needs_the_tokenizer() {
+        let req = LookupRouteRequest {
+            prompt_text: "hello".into(),
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&req, 16, true), Input::PromptText));
+    }
+}
