@@ -166,7 +166,7 @@ impl Index {
             },
             None => {
                 shard.insert(
-                    key.to_boxed(),
+                    key.to_entry_key(),
                     vec![new_holder(w.replica, tokens, tier, w.ts)],
                 );
                 (true, true)

@@ -395,7 +395,7 @@ impl Index {
     pub fn credit(&self, hits: &[LfuHit]) {
         for h in hits {
             let shard = self.shards.read(Shards::index_of(&h.key));
-            if let Some(holders) = shard.get(&h.key) {
+            if let Some(holders) = shard.get(&*h.key) {
                 if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
                     holders[i].access.fetch_add(1, AtomicOrdering::Relaxed);
                 }

@@ -29,8 +29,64 @@ impl Holder {
     }
 }
 
+/// Bytes of a key stored inline in the map slot (partition id + hashes up to
+/// 18 bytes); longer keys go to the heap.
+const INLINE_KEY: usize = 22;
+
+/// A stored entry key: `partition id (4 bytes LE) ‖ hash`. Inline for the
+/// usual 8-byte hashes, so a map probe touches no extra cache line.
+#[derive(Clone)]
+pub(crate) enum EntryKey {
+    Inline { len: u8, buf: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl EntryKey {
+    pub(crate) fn from_slice(s: &[u8]) -> Self {
+        if s.len() <= INLINE_KEY {
+            let mut buf = [0u8; INLINE_KEY];
+            buf[..s.len()].copy_from_slice(s);
+            EntryKey::Inline {
+                len: s.len() as u8,
+                buf,
+            }
+        } else {
+            EntryKey::Heap(Box::from(s))
+        }
+    }
+
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            EntryKey::Inline { len, buf } => &buf[..usize::from(*len)],
+            EntryKey::Heap(b) => b,
+        }
+    }
+}
+
+impl PartialEq for EntryKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.as_slice() == o.as_slice()
+    }
+}
+
+impl Eq for EntryKey {}
+
+impl std::hash::Hash for EntryKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // Must match `<[u8] as Hash>` for `Borrow<[u8]>` lookups.
+        self.as_slice().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for EntryKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 /// Map of one shard.
-pub(crate) type ShardMap = HashMap<Box<[u8]>, Vec<Holder>, FoldBuild>;
+pub(crate) type ShardMap = HashMap<EntryKey, Vec<Holder>, FoldBuild>;
 
 /// Number of shards (power of two).
 pub(crate) const SHARDS: usize = 64;
@@ -108,15 +164,20 @@ impl KeyBuf {
     pub(crate) fn to_boxed(&self) -> Box<[u8]> {
         Box::from(self.as_slice())
     }
+
+    pub(crate) fn to_entry_key(&self) -> EntryKey {
+        EntryKey::from_slice(self.as_slice())
+    }
 }
 
 /// Partition id and hash of a stored key.
 #[inline]
-pub(crate) fn split_key(key: &[u8]) -> (u32, &[u8]) {
-    let mut p = [0u8; 4];
-    let n = key.len().min(4);
-    p[..n].copy_from_slice(&key[..n]);
-    (u32::from_le_bytes(p), key.get(4..).unwrap_or(&[]))
+pub(crate) fn split_key(key: &EntryKey) -> (u32, &[u8]) {
+    let key = key.as_slice();
+    match key {
+        [a, b, c, d, rest @ ..] => (u32::from_le_bytes([*a, *b, *c, *d]), rest),
+        _ => (u32::MAX, &[]),
+    }
 }
 
 /// Poison-tolerant lock helpers (a panic elsewhere never wedges the index).

@@ -187,3 +187,41 @@ fn reserved_tenant_entries_count_toward_totals() {
         .lookup_route(&LookupRequest::<Vec<u8>>::new(PROBE_TENANT, "m", "vllm").exact(&hb, 0));
     assert_eq!(r.strategy, Strategy::PrefixMatch);
 }
+
+#[test]
+fn hashes_of_any_length_round_trip() {
+    let e = Env::new();
+    for len in [1usize, 8, 18, 19, 32, 64, 100] {
+        let hash: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let p = PrefixEntry {
+            prefix_hash: hash.clone(),
+            token_count: len as i32,
+            ..Default::default()
+        };
+        e.idx.ingest(&upd("t", "m", "vllm", "r1", vec![p]));
+        let r = e
+            .idx
+            .lookup_route(&LookupRequest::<Vec<u8>>::new("t", "m", "vllm").exact(&hash, 0));
+        assert_eq!(r.scores[0].matched_tokens, len as i32, "len {len}");
+        let hs = vec![hash.clone()];
+        let r = e
+            .idx
+            .lookup_route(&LookupRequest::new("t", "m", "vllm").chain(&hs, &[16]));
+        assert_eq!(r.scores[0].matched_tokens, 16);
+    }
+    assert_eq!(e.idx.distinct_prefixes(), 7);
+    let long: Vec<u8> = (0..32).map(|i| (i * 7 + 32) as u8).collect();
+    let out = e.idx.apply_event(&CacheEvent {
+        kind: EventKind::PrefixEvicted,
+        replica_id: "r1".into(),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        prefix_hash: long,
+        timestamp_us: 0,
+        adapter_id: String::new(),
+    });
+    assert_eq!(out.entries_removed, 1);
+    e.advance(40 * MIN);
+    assert_eq!(e.idx.sweep().evictions.ttl_total(), 6);
+    assert_eq!(e.idx.total_entries(), 0);
+}
