@@ -3,9 +3,11 @@
 //! listener answers 404 for the other's endpoints.
 
 use crate::config::ControlAuth;
+use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
-use crate::metrics::Metrics;
-use crate::policy::{MAX_POLICY_BODY_BYTES, PolicyError, PolicyStore, decode_policy_json};
+use crate::policy::{MAX_POLICY_BODY_BYTES, PolicyError, decode_policy_json};
+use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
+use crate::snapshot::SnapshotJson;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -18,14 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// State shared by the HTTP handlers.
 #[derive(Debug, Clone)]
 pub struct HttpState {
-    /// Metrics to expose.
-    pub metrics: Arc<Metrics>,
+    /// Index, policies and metrics.
+    pub core: Core,
     /// True once the index is started; false again on shutdown.
     pub ready: Arc<AtomicBool>,
-    /// Tenant policies, replaced by `/policy`.
-    pub policies: PolicyStore,
     /// How the control endpoints authenticate.
     pub control_auth: ControlAuth,
+    /// Runs `/probe` self-tests.
+    pub prober: Prober,
 }
 
 /// Router of the public listener.
@@ -41,6 +43,8 @@ pub fn public_router(state: HttpState) -> Router {
 pub fn control_router(state: HttpState) -> Router {
     Router::new()
         .route("/policy", any(policy))
+        .route("/snapshot", any(snapshot))
+        .route("/probe", any(probe))
         .with_state(state)
 }
 
@@ -89,7 +93,7 @@ async fn policy(State(state): State<HttpState>, method: Method, body: Body) -> R
     let bytes = match axum::body::to_bytes(body, MAX_POLICY_BODY_BYTES).await {
         Ok(b) => b,
         Err(_) => {
-            state.metrics.policy_rejected("http");
+            state.core.metrics.policy_rejected("http");
             return http_error(
                 StatusCode::BAD_REQUEST,
                 "decode policy snapshot: http: request body too large",
@@ -98,12 +102,12 @@ async fn policy(State(state): State<HttpState>, method: Method, body: Body) -> R
     };
     match decode_policy_json(&bytes) {
         Ok(set) => {
-            state.metrics.policy_applied("http", set.version);
-            state.policies.replace(set);
+            state.core.metrics.policy_applied("http", set.version);
+            state.core.policies.replace(set);
             StatusCode::NO_CONTENT.into_response()
         }
         Err(e) => {
-            state.metrics.policy_rejected("http");
+            state.core.metrics.policy_rejected("http");
             let message = match &e {
                 PolicyError::Decode(_) | PolicyError::Version(_) => e.to_string(),
             };
@@ -129,12 +133,69 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> impl Int
     if wants_openmetrics(accept) {
         (
             [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
-            state.metrics.encode_openmetrics(),
+            state.core.metrics.encode_openmetrics(),
         )
     } else {
         (
             [(header::CONTENT_TYPE, TEXT_CONTENT_TYPE)],
-            state.metrics.encode_text(),
+            state.core.metrics.encode_text(),
         )
+    }
+}
+
+async fn snapshot(State(state): State<HttpState>, method: Method) -> Response {
+    if method != Method::GET {
+        return method_not_allowed("GET");
+    }
+    if let Some(denied) = auth_gate(&state) {
+        return denied;
+    }
+    let core = state.core.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        let snap = core.index.snapshot();
+        serde_json::to_vec(&SnapshotJson::from(&snap))
+    })
+    .await;
+    match built {
+        Ok(Ok(mut body)) => {
+            body.push(b'\n');
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Ok(Err(e)) => http_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encode snapshot: {e}"),
+        ),
+        Err(e) => http_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("snapshot task: {e}"),
+        ),
+    }
+}
+
+async fn probe(State(state): State<HttpState>, method: Method, body: Body) -> Response {
+    if method != Method::POST {
+        return method_not_allowed("POST");
+    }
+    if let Some(denied) = auth_gate(&state) {
+        return denied;
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBE_BODY_BYTES).await else {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            "decode probe request: http: request body too large",
+        );
+    };
+    let req = match parse_probe_request(&bytes) {
+        Ok(r) => r,
+        Err(e) => return http_error(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let index = std::sync::Arc::clone(&state.core.index);
+    let prober = state.prober.clone();
+    match tokio::task::spawn_blocking(move || prober.run(&index, &req)).await {
+        Ok(resp) => axum::Json(resp).into_response(),
+        Err(e) => http_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("probe task: {e}"),
+        ),
     }
 }

@@ -25,11 +25,13 @@ mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod policy;
+pub mod probe;
 pub mod reason;
 pub mod route;
 mod sampler;
 mod serve;
 pub mod service;
+pub mod snapshot;
 
 pub use config::{ControlAuth, ServerConfig};
 pub use error::{ConfigError, ServeError};

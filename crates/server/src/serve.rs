@@ -146,10 +146,10 @@ impl Server {
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), ServeError> {
         let stop = shutdown.child_token();
         let state = HttpState {
-            metrics: Arc::clone(&self.metrics),
+            core: self.core.clone(),
             ready: Arc::clone(&self.ready),
-            policies: self.policies.clone(),
             control_auth: self.control_auth.clone(),
+            prober: crate::probe::Prober::default(),
         };
         let grpc = crate::grpc::router(
             InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval),
