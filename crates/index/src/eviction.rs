@@ -1,4 +1,5 @@
-//! Eviction (§2.5): TTL sweep (shard by shard), global cap, tenant quota.
+//! Eviction (§2.5.1): the TTL sweep, shard by shard. The global cap lives in
+//! `cap.rs`, tenant quotas in `quota.rs`.
 
 use crate::catalog::Partition;
 use crate::index::Index;
@@ -77,6 +78,11 @@ impl Index {
                         out.evictions.add_ttl(algo_of(p), 1);
                     }
                 }
+            }
+            // Give memory back after a mass expiry (rehash under this shard's lock only).
+            if shard.capacity() > 1024 && shard.len() < shard.capacity() / 4 {
+                let target = shard.len() * 2;
+                shard.shrink_to(target);
             }
             drop(shard);
             for (pid, _, _, note) in removed {
