@@ -672,8 +672,30 @@ impl Model {
 
 // ---------------------------------------------------------------- the driver
 
+/// Counts observer notifications: adds − removals must equal live entries.
+#[derive(Default)]
+struct Tally {
+    added: std::sync::atomic::AtomicI64,
+    removed: std::sync::atomic::AtomicI64,
+}
+
+impl IndexObserver for Tally {
+    fn prefix_added(&self, _c: &PrefixChange) {
+        self.added.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn prefix_removed(&self, _c: &PrefixChange, _r: RemovalReason) {
+        self.removed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseError> {
-    let e = Env::with(|c| c.max_entries(max_entries).cap_reserve(reserve));
+    let tally = std::sync::Arc::new(Tally::default());
+    let e = Env::with(|c| {
+        c.max_entries(max_entries)
+            .cap_reserve(reserve)
+            .observer(tally.clone())
+    });
     let mut model = Model {
         now: T0,
         max_entries,
@@ -937,6 +959,14 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
             }
         }
         // Invariants after every step.
+        let live = tally.added.load(std::sync::atomic::Ordering::SeqCst)
+            - tally.removed.load(std::sync::atomic::Ordering::SeqCst);
+        prop_assert_eq!(
+            live as usize,
+            model.total_entries(),
+            "step {} observer tally",
+            step
+        );
         prop_assert_eq!(
             e.idx.total_entries() as usize,
             model.total_entries(),
