@@ -147,7 +147,7 @@ impl Index {
         }
         let mut hits = Vec::new();
         if ctx.lfu {
-            let boxed = key.to_boxed();
+            let boxed = key.to_entry_key();
             for (r, s) in raws.iter().zip(&scores) {
                 if r.tokens > 0 {
                     hits.push(LfuHit {
@@ -258,7 +258,7 @@ impl Index {
             for (r, s) in raws.iter().zip(&scores) {
                 for h in req.block_hashes.iter().take(r.blocks as usize) {
                     hits.push(LfuHit {
-                        key: KeyBuf::new(ctx.part.id, h.as_ref()).to_boxed(),
+                        key: KeyBuf::new(ctx.part.id, h.as_ref()).to_entry_key(),
                         replica: r.replica,
                         replica_id: s.replica_id.clone(),
                     });
@@ -394,8 +394,8 @@ impl Index {
     /// removed are ignored.
     pub fn credit(&self, hits: &[LfuHit]) {
         for h in hits {
-            let shard = self.shards.read(Shards::index_of(&h.key));
-            if let Some(holders) = shard.get(&*h.key) {
+            let shard = self.shards.read(Shards::index_of(h.key.as_slice()));
+            if let Some(holders) = shard.get(h.key.as_slice()) {
                 if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
                     holders[i].access.fetch_add(1, AtomicOrdering::Relaxed);
                 }

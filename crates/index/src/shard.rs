@@ -64,6 +64,12 @@ impl EntryKey {
     }
 }
 
+impl std::fmt::Debug for EntryKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EntryKey({:02x?})", self.as_slice())
+    }
+}
+
 impl PartialEq for EntryKey {
     fn eq(&self, o: &Self) -> bool {
         self.as_slice() == o.as_slice()
@@ -159,10 +165,6 @@ impl KeyBuf {
             Some(v) => v,
             None => &self.inline[..self.len],
         }
-    }
-
-    pub(crate) fn to_boxed(&self) -> Box<[u8]> {
-        Box::from(self.as_slice())
     }
 
     pub(crate) fn to_entry_key(&self) -> EntryKey {

@@ -309,7 +309,7 @@ pub struct ReplicaScore {
 /// [`crate::Index::credit`] only when the handler delivers the hint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LfuHit {
-    pub(crate) key: Box<[u8]>,
+    pub(crate) key: crate::shard::EntryKey,
     pub(crate) replica: u32,
     pub(crate) replica_id: Arc<str>,
 }
