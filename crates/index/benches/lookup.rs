@@ -48,7 +48,11 @@ fn chain_update(replica: usize, hashes: &[Vec<u8>]) -> CacheUpdate {
 /// 64 replicas, replica i holds the first `1 + (i * 2) % 128` blocks of the
 /// shared 128-block chain, plus ~250k background entries under other prefixes.
 fn populated() -> (Arc<Index>, Vec<Vec<u8>>) {
-    let idx = Arc::new(IndexConfig::new().build());
+    populated_with(IndexConfig::new())
+}
+
+fn populated_with(cfg: IndexConfig) -> (Arc<Index>, Vec<Vec<u8>>) {
+    let idx = Arc::new(cfg.build());
     let chain: Vec<Vec<u8>> = (0..BLOCKS as u64).map(|i| hash(1, i)).collect();
     for r in 0..REPLICAS {
         let depth = 1 + (r * 2) % BLOCKS;
@@ -70,6 +74,14 @@ fn bench_lookup(c: &mut Criterion) {
             black_box(idx.lookup_route(black_box(&req)))
         })
     });
+    let (lfu_idx, _) = populated_with(IndexConfig::new().policy(Arc::new(Lfu)));
+    g.bench_function("chain_128_blocks_64_replicas_partial_lfu_capture", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&chain, &counts);
+            black_box(lfu_idx.lookup_route(black_box(&req)))
+        })
+    });
+    drop(lfu_idx);
     let first = chain[0].clone();
     g.bench_function("exact_64_holders", |b| {
         b.iter(|| {
@@ -118,6 +130,14 @@ fn bench_ingest(c: &mut Criterion) {
         )
     });
     g.finish();
+}
+
+struct Lfu;
+
+impl PolicyResolver for Lfu {
+    fn eviction_algorithm(&self, _tenant: &str) -> inferencecache_index::EvictionAlgorithm {
+        inferencecache_index::EvictionAlgorithm::Lfu
+    }
 }
 
 struct QuotaA;

@@ -8,7 +8,7 @@ use crate::ranking::{
     distinguishing_power, freshness, is_fresh, prefix_score, pressure_factor, recency,
     slo_coefficient,
 };
-use crate::shard::{KeyBuf, Shards, read};
+use crate::shard::{EntryKey, KeyBuf, Shards, read};
 use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -147,11 +147,12 @@ impl Index {
         }
         let mut hits = Vec::new();
         if ctx.lfu {
-            let boxed = key.to_entry_key();
+            let keys: Arc<[EntryKey]> = Arc::from([key.to_entry_key()]);
             for (r, s) in raws.iter().zip(&scores) {
                 if r.tokens > 0 {
                     hits.push(LfuHit {
-                        key: boxed.clone(),
+                        keys: keys.clone(),
+                        blocks: 1,
                         replica: r.replica,
                         replica_id: s.replica_id.clone(),
                     });
@@ -255,14 +256,20 @@ impl Index {
         let mut scores = self.score_raws(&ctx, &raws);
         let mut hits = Vec::new();
         if ctx.lfu {
+            let depth = raws.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
+            let keys: Arc<[EntryKey]> = req
+                .block_hashes
+                .iter()
+                .take(depth)
+                .map(|h| KeyBuf::new(ctx.part.id, h.as_ref()).to_entry_key())
+                .collect();
             for (r, s) in raws.iter().zip(&scores) {
-                for h in req.block_hashes.iter().take(r.blocks as usize) {
-                    hits.push(LfuHit {
-                        key: KeyBuf::new(ctx.part.id, h.as_ref()).to_entry_key(),
-                        replica: r.replica,
-                        replica_id: s.replica_id.clone(),
-                    });
-                }
+                hits.push(LfuHit {
+                    keys: keys.clone(),
+                    blocks: r.blocks,
+                    replica: r.replica,
+                    replica_id: s.replica_id.clone(),
+                });
             }
         }
         let total = read(&self.counters).scope_len(ctx.part.scope_id) as i64;
@@ -394,10 +401,12 @@ impl Index {
     /// removed are ignored.
     pub fn credit(&self, hits: &[LfuHit]) {
         for h in hits {
-            let shard = self.shards.read(Shards::index_of(h.key.as_slice()));
-            if let Some(holders) = shard.get(h.key.as_slice()) {
-                if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
-                    holders[i].access.fetch_add(1, AtomicOrdering::Relaxed);
+            for key in h.keys.iter().take(h.blocks as usize) {
+                let shard = self.shards.read(Shards::index_of(key.as_slice()));
+                if let Some(holders) = shard.get(key.as_slice()) {
+                    if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
+                        holders[i].access.fetch_add(1, AtomicOrdering::Relaxed);
+                    }
                 }
             }
         }

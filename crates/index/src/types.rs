@@ -305,11 +305,14 @@ pub struct ReplicaScore {
     pub tier: Tier,
 }
 
-/// One LFU-captured (prefix, replica) entry of a lookup, credited by
-/// [`crate::Index::credit`] only when the handler delivers the hint.
+/// The LFU-captured entries of one replica in a lookup: the first `blocks`
+/// keys of the request (1 for an exact hit, the run length for a chain hit),
+/// credited by [`crate::Index::credit`] only when the handler delivers the
+/// hint. The keys are shared by every hit of the lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LfuHit {
-    pub(crate) key: crate::shard::EntryKey,
+    pub(crate) keys: Arc<[crate::shard::EntryKey]>,
+    pub(crate) blocks: u32,
     pub(crate) replica: u32,
     pub(crate) replica_id: Arc<str>,
 }
@@ -318,6 +321,11 @@ impl LfuHit {
     /// The replica this hit belongs to.
     pub fn replica_id(&self) -> &str {
         &self.replica_id
+    }
+
+    /// Number of (prefix, replica) entries this hit credits.
+    pub fn entries(&self) -> usize {
+        self.blocks as usize
     }
 }
 
@@ -346,6 +354,11 @@ impl LookupRouteResult {
         self.hits
             .retain(|h| scores.iter().any(|s| *s.replica_id == *h.replica_id));
         true
+    }
+
+    /// Total (prefix, replica) entries the hits would credit.
+    pub fn hit_entries(&self) -> usize {
+        self.hits.iter().map(LfuHit::entries).sum()
     }
 
     /// Demote to `None`: scores and hits cleared.

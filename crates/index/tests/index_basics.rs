@@ -181,10 +181,11 @@ fn retain_min_matched_tokens_prunes_hits_together() {
     e.put_chain("t", "m", "vllm", "a", &[1, 2, 3, 4], &[16; 4]);
     e.put_chain("t", "m", "vllm", "b", &[1], &[16]);
     let mut r = e.chain("t", "m", "vllm", &[1, 2, 3, 4], &[16; 4]);
-    assert_eq!(r.hits.len(), 5);
+    assert_eq!(r.hit_entries(), 5);
+    assert_eq!(r.hits.len(), 2);
     assert!(r.retain_min_matched_tokens(64));
     assert_eq!(ids(&r), vec!["a"]);
-    assert_eq!(r.hits.len(), 4);
+    assert_eq!(r.hit_entries(), 4);
     assert!(r.hits.iter().all(|h| h.replica_id() == "a"));
     assert!(!r.retain_min_matched_tokens(1000));
     assert_eq!(r.strategy, Strategy::None);

@@ -133,7 +133,7 @@ fn lfu_counter_bumps_every_block_in_a_chain_hit() {
     e.pol.set_lfu("t");
     e.put_chain("t", "m", "vllm", "r1", &[1, 2, 3], &[16; 3]);
     let r = e.chain("t", "m", "vllm", &[1, 2, 9], &[16; 3]);
-    assert_eq!(r.hits.len(), 2);
+    assert_eq!(r.hit_entries(), 2);
     // Not delivered: nothing credited.
     assert_eq!(count(&e, 1), 0);
     e.idx.credit(&r.hits);
@@ -157,4 +157,23 @@ fn index_eviction_metric_labels() {
     e.advance(40 * MIN);
     let out = e.idx.sweep();
     assert_eq!((out.evictions.ttl_lru, out.evictions.ttl_lfu), (2, 0));
+}
+
+#[test]
+fn lfu_chain_hit_counts_every_block_of_the_run() {
+    let e = Env::new();
+    e.pol.set_lfu("t");
+    let mut a = legacy(1, 0);
+    a.tier = Tier::from_wire(-1);
+    let mut b = legacy(0, 0);
+    b.tier = Tier::from_wire(-1);
+    e.idx.ingest(&upd("t", "m", "vllm", "r1", vec![a, b]));
+    let hs = vec![h(0), h(1)];
+    let r = e.idx.lookup_route(
+        &LookupRequest::new("t", "m", "vllm")
+            .exact(&h(0), 0)
+            .chain(&hs, &[0, 1]),
+    );
+    assert_eq!(r.scores[0].matched_tokens, 1);
+    assert_eq!(r.hit_entries(), 2, "{:?}", r.hits);
 }

@@ -942,12 +942,12 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
                 let mut gh: Vec<String> = got
                     .hits
                     .iter()
-                    .map(|h| h.replica_id().to_string())
+                    .flat_map(|h| std::iter::repeat_n(h.replica_id().to_string(), h.entries()))
                     .collect();
                 let mut wh: Vec<String> = hits.iter().map(|h| h.1.clone()).collect();
                 gh.sort();
                 wh.sort();
-                prop_assert_eq!(gh, wh, "step {} hits", step);
+                prop_assert_eq!(gh, wh, "step {} hits {:?}", step, got.hits);
                 if deliver && strategy == Strategy::PrefixMatch {
                     e.idx.credit(&got.hits);
                     for (k, r) in hits {
