@@ -1020,6 +1020,13 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
                     .collect();
                 prop_assert_eq!(got, reps, "step {} stats", step);
                 for s in ["vllm", "sglang"] {
+                    let serving: Vec<String> = model.serving(t, m, s).into_iter().collect();
+                    let want = (!serving.is_empty()).then(|| {
+                        serving[(affinity_seed_value(b"seed") % serving.len() as u64) as usize]
+                            .clone()
+                    });
+                    let got = e.idx.affinity_hint(t, m, s, b"seed").map(|r| r.to_string());
+                    prop_assert_eq!(got, want, "step {} affinity", step);
                     prop_assert_eq!(
                         e.idx.has_any_for_tenant_model_scheme(t, m, s),
                         !model.serving(t, m, s).is_empty()
