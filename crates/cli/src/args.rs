@@ -38,6 +38,9 @@ pub enum Command {
     /// `grpcurl -plaintext localhost:9090 list` and
     /// `curl localhost:8080/metrics`.
     Serve(ServeArgs),
+
+    /// Measure a running system (e.g. `bench grpc`: LookupRoute under load).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Flags of `serve`.
@@ -174,7 +177,7 @@ fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
 
 /// Parses a Go-style duration: one or more `<number><unit>` parts with units
 /// ms, s, m, h (e.g. `90s`, `1h30m`). Zero is refused.
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let bad = || format!("{s:?} is not a duration; use e.g. 500ms, 90s, 30m or 1h30m");
     let mut total = std::time::Duration::ZERO;
     let mut rest = s.trim();
@@ -276,7 +279,9 @@ mod tests {
     #[test]
     fn defaults_match_the_reference() {
         let cli = Cli::try_parse_from(["inferencecache", "serve"]).expect("parses");
-        let Command::Serve(a) = cli.command;
+        let Command::Serve(a) = cli.command else {
+            panic!("serve expected");
+        };
         assert_eq!(a.grpc_bind_address, ":9090");
         assert_eq!(a.http_bind_address, ":8080");
         assert_eq!(a.snapshot_bind_address, ":8081");

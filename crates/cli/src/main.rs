@@ -4,6 +4,7 @@
 //! signal handling live here; everything else is in the library crates.
 
 mod args;
+mod bench;
 mod logging;
 mod serve;
 
@@ -18,5 +19,12 @@ fn main() -> ExitCode {
     }
     match cli.command {
         args::Command::Serve(serve_args) => serve::run(serve_args),
+        args::Command::Bench(bench_args) => match bench::run(bench_args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("inferencecache bench: {e:#}");
+                ExitCode::from(1)
+            }
+        },
     }
 }

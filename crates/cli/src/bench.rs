@@ -1,0 +1,407 @@
+//! `inferencecache bench grpc`: closed-loop LookupRoute load over loopback
+//! gRPC with a concurrent ReportCacheState ingest stream. Prints QPS,
+//! client-side p50/p99/p99.9 and the server-side (handler) latency.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
+use inferencecache_proto::v1alpha1::{CacheStateUpdate, LookupRouteRequest, PrefixEntry};
+use inferencecache_server::{Server, ServerConfig};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// Benchmarks of a running system.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchWhat {
+    /// LookupRoute throughput and latency over gRPC while ingesting.
+    ///
+    /// Without --server it starts a server in this process on loopback
+    /// (client and server then share the machine's cores, as a sidecar
+    /// deployment would). Example:
+    /// `inferencecache bench grpc --concurrency 1,16,64 --duration 5s`
+    Grpc(GrpcBenchArgs),
+}
+
+/// Flags of `bench grpc`.
+#[derive(Debug, Args)]
+pub struct GrpcBenchArgs {
+    /// Target server (host:port). Default: an in-process server on loopback.
+    #[arg(long)]
+    server: Option<String>,
+    /// Closed-loop client concurrency levels to run, in order.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    /// Measured time per level.
+    #[arg(long, default_value = "5s", value_parser = crate::args::parse_duration)]
+    duration: Duration,
+    /// Unmeasured warm-up per level.
+    #[arg(long, default_value = "1s", value_parser = crate::args::parse_duration)]
+    warmup: Duration,
+    /// Replicas reporting prefixes.
+    #[arg(long, default_value_t = 64)]
+    replicas: usize,
+    /// Distinct prompt chains pre-loaded (each held by 4 replicas at different depths).
+    #[arg(long, default_value_t = 4096)]
+    chains: usize,
+    /// Blocks per chain (16 tokens each).
+    #[arg(long, default_value_t = 32)]
+    blocks: usize,
+    /// Blocks per second re-reported by the concurrent ingest stream (0 = no ingest).
+    #[arg(long, default_value_t = 100_000)]
+    ingest_rate: u64,
+    /// gRPC connections the lookup workers share.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+}
+
+const TENANT: &str = "bench";
+const MODEL: &str = "bench-model";
+const SCHEME: &str = "vllm";
+const BLOCK_TOKENS: i32 = 16;
+/// Replicas holding each chain.
+const HOLDERS: usize = 4;
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn block_hash(chain: usize, block: usize) -> Vec<u8> {
+    splitmix(((chain as u64) << 20) | block as u64)
+        .to_be_bytes()
+        .to_vec()
+}
+
+struct Workload {
+    replicas: usize,
+    chains: usize,
+    blocks: usize,
+}
+
+impl Workload {
+    /// Chain `c` is held by HOLDERS replicas, the k-th to a depth of
+    /// blocks·(k+1)/HOLDERS, so lookups see partial matches of several depths.
+    fn updates_for_chain(&self, c: usize) -> Vec<CacheStateUpdate> {
+        (0..HOLDERS)
+            .map(|k| {
+                let depth = (self.blocks * (k + 1) / HOLDERS).max(1);
+                CacheStateUpdate {
+                    replica_id: format!("replica-{:03}", (c * 7 + k * 13) % self.replicas),
+                    model_id: MODEL.into(),
+                    tenant_id: TENANT.into(),
+                    hash_scheme: SCHEME.into(),
+                    prefixes: vec![PrefixEntry {
+                        block_hashes: (0..depth).map(|b| block_hash(c, b)).collect(),
+                        block_token_counts: vec![BLOCK_TOKENS; depth],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    fn lookup(&self, c: usize) -> LookupRouteRequest {
+        LookupRouteRequest {
+            model_id: MODEL.into(),
+            tenant_id: TENANT.into(),
+            hash_scheme: SCHEME.into(),
+            block_hashes: (0..self.blocks).map(|b| block_hash(c, b)).collect(),
+            block_token_counts: vec![BLOCK_TOKENS; self.blocks],
+            ..Default::default()
+        }
+    }
+}
+
+/// Runs `inferencecache bench ...`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let BenchWhat::Grpc(g) = args.what;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    runtime.block_on(grpc(g))
+}
+
+async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let (target, server_task) = match &args.server {
+        Some(addr) => (addr.clone(), None),
+        None => {
+            let mut config = ServerConfig::ephemeral();
+            config.index.max_entries = 0;
+            let server = Server::bind(&config).await?;
+            let addr = server.grpc_addr().to_string();
+            (addr, Some(tokio::spawn(server.serve(shutdown.clone()))))
+        }
+    };
+    let url = format!("http://{target}");
+    let mut channels = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        channels.push(
+            Channel::from_shared(url.clone())?
+                .connect()
+                .await
+                .with_context(|| format!("connect to {target}; is the server running?"))?,
+        );
+    }
+    let w = Arc::new(Workload {
+        replicas: args.replicas.max(HOLDERS),
+        chains: args.chains.max(1),
+        blocks: args.blocks.max(1),
+    });
+
+    preload(&w, channels[0].clone()).await?;
+    println!(
+        "bench grpc: {} chains x {} blocks, {} holders each, {} replicas; ingest {} blocks/s; target {target}",
+        w.chains, w.blocks, HOLDERS, w.replicas, args.ingest_rate
+    );
+    println!(
+        "{:>11} {:>10} {:>8} {:>8} {:>9} {:>13} {:>13} {:>13} {:>9}",
+        "concurrency",
+        "lookups/s",
+        "p50_us",
+        "p99_us",
+        "p99.9_us",
+        "server_p50_us",
+        "server_p99_us",
+        "ingest_blk/s",
+        "hit_%"
+    );
+    for &c in &args.concurrency {
+        let r = level(&args, &w, &channels, c.max(1)).await?;
+        println!(
+            "{:>11} {:>10.0} {:>8} {:>8} {:>9} {:>13} {:>13} {:>13.0} {:>9.1}",
+            c,
+            r.qps,
+            r.client.value_at_quantile(0.5),
+            r.client.value_at_quantile(0.99),
+            r.client.value_at_quantile(0.999),
+            r.server.value_at_quantile(0.5),
+            r.server.value_at_quantile(0.99),
+            r.ingest_blocks_per_s,
+            r.hit_pct
+        );
+    }
+    shutdown.cancel();
+    if let Some(t) = server_task {
+        t.await??;
+    }
+    Ok(())
+}
+
+async fn preload(w: &Workload, channel: Channel) -> anyhow::Result<()> {
+    let mut client = InferenceCacheClient::new(channel);
+    let updates: Vec<CacheStateUpdate> =
+        (0..w.chains).flat_map(|c| w.updates_for_chain(c)).collect();
+    client
+        .report_cache_state(futures::stream::iter(updates))
+        .await
+        .context("pre-load ReportCacheState")?;
+    Ok(())
+}
+
+struct LevelResult {
+    qps: f64,
+    client: Histogram<u64>,
+    server: Histogram<u64>,
+    ingest_blocks_per_s: f64,
+    hit_pct: f64,
+}
+
+fn histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram bounds")
+}
+
+async fn level(
+    args: &GrpcBenchArgs,
+    w: &Arc<Workload>,
+    channels: &[Channel],
+    concurrency: usize,
+) -> anyhow::Result<LevelResult> {
+    let total = args.warmup + args.duration;
+    let bar = ProgressBar::new(total.as_secs());
+    bar.set_style(
+        ProgressStyle::with_template("  concurrency {msg:>3} [{bar:30}] {pos}/{len}s")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(concurrency.to_string());
+
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = CancellationToken::new();
+    let ingested = Arc::new(AtomicU64::new(0));
+    let ingest = (args.ingest_rate > 0).then(|| {
+        tokio::spawn(ingest_loop(
+            Arc::clone(w),
+            channels[0].clone(),
+            args.ingest_rate,
+            Arc::clone(&measuring),
+            Arc::clone(&ingested),
+            stop.clone(),
+        ))
+    });
+    let mut workers = Vec::new();
+    for i in 0..concurrency {
+        let client = InferenceCacheClient::new(channels[i % channels.len()].clone());
+        workers.push(tokio::spawn(worker(
+            i as u64,
+            client,
+            Arc::clone(w),
+            Arc::clone(&measuring),
+            stop.clone(),
+        )));
+    }
+    let tick = Duration::from_secs(1);
+    let start = Instant::now();
+    while start.elapsed() < total {
+        tokio::time::sleep(tick.min(total.saturating_sub(start.elapsed()))).await;
+        if start.elapsed() >= args.warmup {
+            measuring.store(true, Ordering::Release);
+        }
+        bar.set_position(start.elapsed().as_secs());
+    }
+    let measured = start
+        .elapsed()
+        .saturating_sub(args.warmup)
+        .max(Duration::from_millis(1));
+    stop.cancel();
+    bar.finish_and_clear();
+
+    let mut client = histogram()?;
+    let mut server = histogram()?;
+    let (mut calls, mut hits) = (0u64, 0u64);
+    for wk in workers {
+        let r = wk.await??;
+        client.add(&r.client).context("merge histograms")?;
+        server.add(&r.server).context("merge histograms")?;
+        calls += r.calls;
+        hits += r.hits;
+    }
+    if let Some(t) = ingest {
+        t.await??;
+    }
+    let secs = measured.as_secs_f64();
+    Ok(LevelResult {
+        qps: calls as f64 / secs,
+        client,
+        server,
+        ingest_blocks_per_s: ingested.load(Ordering::Acquire) as f64 / secs,
+        hit_pct: if calls == 0 {
+            0.0
+        } else {
+            100.0 * hits as f64 / calls as f64
+        },
+    })
+}
+
+struct WorkerResult {
+    client: Histogram<u64>,
+    server: Histogram<u64>,
+    calls: u64,
+    hits: u64,
+}
+
+async fn worker(
+    seed: u64,
+    mut client: InferenceCacheClient<Channel>,
+    w: Arc<Workload>,
+    measuring: Arc<AtomicBool>,
+    stop: CancellationToken,
+) -> anyhow::Result<WorkerResult> {
+    let mut r = WorkerResult {
+        client: histogram()?,
+        server: histogram()?,
+        calls: 0,
+        hits: 0,
+    };
+    let mut rng = splitmix(seed + 1);
+    while !stop.is_cancelled() {
+        rng = splitmix(rng);
+        let req = w.lookup((rng % w.chains as u64) as usize);
+        let t = Instant::now();
+        let resp = client
+            .lookup_route(req)
+            .await
+            .context("LookupRoute")?
+            .into_inner();
+        let us = u64::try_from(t.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        if measuring.load(Ordering::Acquire) {
+            r.client.saturating_record(us);
+            r.server
+                .saturating_record(u64::try_from(resp.lookup_latency_us).unwrap_or(0).max(1));
+            r.calls += 1;
+            r.hits += u64::from(resp.reason_code == "PREFIX_MATCH");
+        }
+    }
+    Ok(r)
+}
+
+/// Re-reports pre-loaded chains at `rate` blocks/s on one long-lived stream,
+/// paced in 10 ms slices.
+async fn ingest_loop(
+    w: Arc<Workload>,
+    channel: Channel,
+    rate: u64,
+    measuring: Arc<AtomicBool>,
+    ingested: Arc<AtomicU64>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<CacheStateUpdate>(1024);
+    let mut client = InferenceCacheClient::new(channel);
+    let call = tokio::spawn(async move {
+        client
+            .report_cache_state(tokio_stream_from(rx))
+            .await
+            .map(|_| ())
+    });
+    let slice = Duration::from_millis(10);
+    let per_slice = (rate / 100).max(1);
+    let mut next_chain = 0usize;
+    let mut tick = tokio::time::interval(slice);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    'outer: while !stop.is_cancelled() {
+        tick.tick().await;
+        let mut sent = 0u64;
+        while sent < per_slice {
+            for u in w.updates_for_chain(next_chain % w.chains) {
+                let blocks = u
+                    .prefixes
+                    .iter()
+                    .map(|p| p.block_hashes.len() as u64)
+                    .sum::<u64>();
+                if tx.send(u).await.is_err() {
+                    break 'outer;
+                }
+                sent += blocks;
+                if measuring.load(Ordering::Acquire) {
+                    ingested.fetch_add(blocks, Ordering::AcqRel);
+                }
+            }
+            next_chain += 1;
+        }
+    }
+    drop(tx);
+    call.await?.context("ingest ReportCacheState")?;
+    Ok(())
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<CacheStateUpdate>,
+) -> impl futures::Stream<Item = CacheStateUpdate> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
