@@ -315,7 +315,7 @@ impl Index {
                     continue;
                 }
                 let lfu = algos.get(p.tenant_id as usize) == Some(&EvictionAlgorithm::Lfu);
-                for h in holders {
+                for h in holders.iter() {
                     let eff = if lfu { h.access() } else { 0 };
                     let name = names.get(h.replica as usize).unwrap_or(&empty);
                     if heap.len() >= k {

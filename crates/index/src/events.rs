@@ -141,7 +141,9 @@ impl Index {
                     return true;
                 }
                 if let Ok(i) = holders.binary_search_by_key(&replica, |h| h.replica) {
-                    let h = holders.remove(i);
+                    let Some(h) = holders.remove(i) else {
+                        return true;
+                    };
                     let gone = holders.is_empty();
                     if !gone && self.quota.active() {
                         if let Some(p) = parts.get(pid as usize) {

@@ -51,7 +51,9 @@ impl Index {
                 let mut i = 0;
                 while i < holders.len() {
                     if now.saturating_sub(holders[i].last_seen) >= ttl {
-                        let h = holders.remove(i);
+                        let Some(h) = holders.remove(i) else {
+                            break;
+                        };
                         let replica = h.replica;
                         let note = notes.enabled.then(|| (Box::from(hash), h));
                         removed.push((pid, replica, false, note));

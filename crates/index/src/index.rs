@@ -205,7 +205,7 @@ impl Index {
     ) -> Option<(Holder, bool)> {
         let holders = map.get_mut(key)?;
         let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
-        let h = holders.remove(i);
+        let h = holders.remove(i)?;
         let gone = holders.is_empty();
         if gone {
             map.remove(key);

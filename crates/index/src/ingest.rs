@@ -4,7 +4,7 @@ use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::index::{Index, StatsEntry};
 use crate::observer::{Note, Notes};
-use crate::shard::{Holder, KeyBuf, Shards, write};
+use crate::shard::{Holder, Holders, KeyBuf, Shards, write};
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -167,7 +167,7 @@ impl Index {
             None => {
                 shard.insert(
                     key.to_entry_key(),
-                    vec![new_holder(w.replica, tokens, tier, w.ts)],
+                    Holders::one(new_holder(w.replica, tokens, tier, w.ts)),
                 );
                 (true, true)
             }

@@ -77,7 +77,7 @@
 //!
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
 //! sweeps. There is no global lock:
-//! - entries live in 64 shards, each a `RwLock<HashMap<key, Vec<Holder>>>`
+//! - entries live in 64 shards, each a `RwLock<HashMap<key, holders>>`
 //!   keyed by `partition id ‖ hash` (partition = interned (tenant, model,
 //!   scheme, adapter)); the map hasher folds 8-byte words (hashes are already
 //!   random). A holder is 32 bytes; holders are kept sorted by interned

@@ -120,7 +120,7 @@ impl Index {
             let shard = self.shards.read(Shards::index_of(key.as_slice()));
             if let Some(holders) = shard.get(key.as_slice()) {
                 raws.reserve_exact(holders.len());
-                for h in holders {
+                for h in holders.iter() {
                     let fresh = freshness(ctx.now, h.last_seen, ctx.ttl);
                     if fresh > 0.0 {
                         raws.push(Raw {
@@ -190,7 +190,7 @@ impl Index {
             let shard = self.shards.read(Shards::index_of(key.as_slice()));
             if let Some(holders) = shard.get(key.as_slice()) {
                 runs.reserve_exact(holders.len());
-                for h in holders {
+                for h in holders.iter() {
                     if is_fresh(ctx.now, h.last_seen, ctx.ttl) {
                         runs.push(Run {
                             replica: h.replica,
@@ -214,7 +214,7 @@ impl Index {
             }
             let key = KeyBuf::new(ctx.part.id, hash.as_ref());
             let shard = self.shards.read(Shards::index_of(key.as_slice()));
-            let holders: &[_] = shard.get(key.as_slice()).map_or(&[], |v| v.as_slice());
+            let holders: &[_] = shard.get(key.as_slice()).map_or(&[], |v| &**v);
             let mut j = 0;
             for run in runs.iter_mut().filter(|r| r.alive) {
                 while j < holders.len() && holders[j].replica < run.replica {

@@ -255,14 +255,14 @@ impl Index {
             }
             drop(shard);
             removed_keys += 1;
-            for h in holders {
+            for h in holders.iter() {
                 let name = names
                     .get(h.replica as usize)
                     .cloned()
                     .unwrap_or_else(|| Arc::from(""));
                 notes.push(|| {
                     Note::Removed(
-                        Index::change(&v.part, &v.hash, name, &h),
+                        Index::change(&v.part, &v.hash, name, h),
                         RemovalReason::Quota,
                     )
                 });

@@ -2,7 +2,7 @@
 //!
 //! An entry key is `partition id (4 bytes LE) ‖ prefix hash bytes`, stored as a
 //! boxed byte slice so lookups borrow a stack-built `[u8]` without allocating.
-//! Each key maps to its holders: a `Vec<Holder>` sorted by interned replica id
+//! Each key maps to its holders (inline when single, else a `Vec<Holder>`), sorted by interned replica id
 //! (chain lookups merge-join runs against it). Shards are independent
 //! `RwLock`s; no code path ever holds two shard locks at once.
 
@@ -91,8 +91,84 @@ impl std::borrow::Borrow<[u8]> for EntryKey {
     }
 }
 
+/// The holders of one key, sorted by replica id. A single holder (the common
+/// case) lives inline in the map slot: no allocation, no pointer chase.
+#[derive(Debug)]
+pub(crate) enum Holders {
+    One(Holder),
+    Many(Vec<Holder>),
+}
+
+impl Holders {
+    pub(crate) fn one(h: Holder) -> Self {
+        Holders::One(h)
+    }
+
+    /// Insert at `i` (keeping the replica order).
+    pub(crate) fn insert(&mut self, i: usize, h: Holder) {
+        match self {
+            Holders::Many(v) => v.insert(i.min(v.len()), h),
+            Holders::One(_) => {
+                let old = std::mem::replace(self, Holders::Many(Vec::with_capacity(2)));
+                if let (Holders::One(first), Holders::Many(v)) = (old, &mut *self) {
+                    v.push(first);
+                    v.insert(i.min(1), h);
+                }
+            }
+        }
+    }
+
+    /// Remove the holder at `i`. Removing the last one leaves an empty list.
+    pub(crate) fn remove(&mut self, i: usize) -> Option<Holder> {
+        match self {
+            Holders::Many(v) => {
+                if i >= v.len() {
+                    return None;
+                }
+                let h = v.remove(i);
+                if v.len() == 1 {
+                    if let Some(last) = v.pop() {
+                        *self = Holders::One(last);
+                    }
+                }
+                Some(h)
+            }
+            Holders::One(_) => {
+                if i != 0 {
+                    return None;
+                }
+                match std::mem::replace(self, Holders::Many(Vec::new())) {
+                    Holders::One(h) => Some(h),
+                    Holders::Many(_) => None,
+                }
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Holders {
+    type Target = [Holder];
+    #[inline]
+    fn deref(&self) -> &[Holder] {
+        match self {
+            Holders::One(h) => std::slice::from_ref(h),
+            Holders::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Holders {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Holder] {
+        match self {
+            Holders::One(h) => std::slice::from_mut(h),
+            Holders::Many(v) => v,
+        }
+    }
+}
+
 /// Map of one shard.
-pub(crate) type ShardMap = HashMap<EntryKey, Vec<Holder>, FoldBuild>;
+pub(crate) type ShardMap = HashMap<EntryKey, Holders, FoldBuild>;
 
 /// Number of shards (power of two).
 pub(crate) const SHARDS: usize = 64;
@@ -195,4 +271,59 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// See [`read`].
 pub(crate) fn lock<T>(l: &Mutex<T>) -> MutexGuard<'_, T> {
     l.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(replica: u32) -> Holder {
+        Holder {
+            replica,
+            tokens: 0,
+            tier: Tier::T1,
+            last_seen: 0,
+            access: AtomicU64::new(0),
+        }
+    }
+
+    fn ids(hs: &Holders) -> Vec<u32> {
+        hs.iter().map(|x| x.replica).collect()
+    }
+
+    #[test]
+    fn holders_spill_and_collapse_keep_order() {
+        let mut hs = Holders::one(h(5));
+        hs.insert(0, h(2));
+        assert_eq!(ids(&hs), vec![2, 5]);
+        hs.insert(2, h(9));
+        hs.insert(1, h(3));
+        assert_eq!(ids(&hs), vec![2, 3, 5, 9]);
+        assert_eq!(hs.remove(0).map(|x| x.replica), Some(2));
+        assert_eq!(hs.remove(1).map(|x| x.replica), Some(5));
+        assert_eq!(hs.remove(0).map(|x| x.replica), Some(3));
+        assert!(matches!(hs, Holders::One(_)));
+        assert_eq!(ids(&hs), vec![9]);
+        assert!(hs.remove(1).is_none());
+        assert_eq!(hs.remove(0).map(|x| x.replica), Some(9));
+        assert!(hs.is_empty());
+        let mut one = Holders::one(h(1));
+        one.insert(1, h(4));
+        assert_eq!(ids(&one), vec![1, 4]);
+    }
+
+    #[test]
+    fn entry_keys_inline_and_heap_hash_like_slices() {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        for len in [0usize, 4, 12, 22, 23, 64] {
+            let bytes: Vec<u8> = (0..len as u8).collect();
+            let k = EntryKey::from_slice(&bytes);
+            assert_eq!(k.as_slice(), &bytes[..]);
+            let mut a = FoldBuild.build_hasher();
+            k.hash(&mut a);
+            let mut b = FoldBuild.build_hasher();
+            bytes[..].hash(&mut b);
+            assert_eq!(a.finish(), b.finish());
+        }
+    }
 }

@@ -45,7 +45,7 @@ impl Index {
                     continue;
                 }
                 let mut sum = 0u64;
-                for h in holders {
+                for h in holders.iter() {
                     let e = prefix_side
                         .entry((p.tenant_id, h.replica))
                         .or_insert((0, i64::MIN));
