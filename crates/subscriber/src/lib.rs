@@ -2,21 +2,43 @@
 //! event stream (vLLM, SGLang; ZMQ + msgpack) into reports keyed by the shared
 //! content fingerprint.
 //!
-//! Data flow (all pure and synchronous so far):
+//! # Data flow
 //!
 //! ```text
-//! ZMQ payload ──decode_batch──▶ DecodedBatch { events, errors }
+//! ZMQ [topic, seq, payload]
+//!   │ decode_batch            (decode.rs: never panics; a bad event is
+//!   ▼                          skipped and reported, the rest still applies)
+//! DecodedBatch { ts, events: Vec<EngineEvent>, errors, data_parallel_rank }
+//!   │ Mapping::apply_all      (mapping.rs: engine hash → fingerprint, tier,
+//!   ▼                          adapter; unknown parents held back; bounded)
+//! Vec<Update>  Report(PrefixReport) | Evict(PrefixEviction) | AllCleared
+//!   │ (caller) ReportCacheState / PublishEvent
 //! ```
 //!
-//! [`decode_batch`] never panics and never fails a whole batch for one bad
-//! event: each bad event becomes a [`DecodeError`] and is skipped.
+//! Everything here is synchronous, allocation-bounded and free of I/O, so the
+//! CLI owns the sockets and the gRPC client and calls into these types from a
+//! single task.
+//!
+//! # Memory bound
+//!
+//! The [`Mapping`] tracks at most `max_tracked_blocks` engine blocks (about
+//! 130–170 bytes each); past that it forgets the least recently stored block
+//! and emits an eviction for it. Held-back blocks (unknown parent) are bounded
+//! by `max_pending_blocks`. The decoder caps msgpack nesting and never
+//! preallocates from declared lengths.
 
 pub mod decode;
 pub mod event;
 pub mod hash;
+pub mod lora;
+pub mod mapping;
 
 pub use decode::{
     DecodeError, DecodeOptions, DecodedBatch, TupleLayout, decode_batch, decode_batch_with,
 };
 pub use event::{BlockRemoved, BlockStored, EngineEvent, Medium};
 pub use hash::EngineHash;
+pub use lora::{LoraNamesError, parse_lora_adapter_names};
+pub use mapping::{
+    Mapping, MappingConfig, MappingStats, PrefixEviction, PrefixReport, Tier, Update,
+};
