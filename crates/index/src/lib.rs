@@ -113,10 +113,12 @@
 //!
 //! # Memory
 //!
-//! A (prefix, replica) entry is a 32-byte holder; a key adds its map slot
-//! (boxed `partition ‖ hash` bytes + holder vec). Measured resident size:
-//! ~166 bytes per entry with one holder per key, ~78 bytes per entry with
-//! four holders per key (benches, `memory_report`).
+//! A (prefix, replica) entry is a 32-byte holder. A key is one 64-byte map
+//! slot: the `partition ‖ hash` bytes inline (hashes up to 18 bytes) and a
+//! single holder inline; more holders spill to a vector. Measured resident
+//! size: ~137 bytes per entry with one holder per key, ~71 bytes per entry
+//! with four holders per key (benches, `memory_report`, hash-table slack
+//! included).
 
 mod affinity;
 mod aggregate;
