@@ -44,6 +44,17 @@ fn grpcurl() -> Option<PathBuf> {
     require("grpcurl", tool("GRPCURL", "grpcurl", "grpcurl"))
 }
 
+/// A Python that can import grpcio and grpcio-tools.
+fn python() -> Option<PathBuf> {
+    let py = tool("INFERENCECACHE_PYTHON", "python", "python3").filter(|p| {
+        Command::new(p)
+            .args(["-c", "import grpc, grpc_tools"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    require("python with grpcio + grpcio-tools", py)
+}
+
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("run tool");
     assert!(
@@ -174,15 +185,7 @@ fn promtool_accepts_the_metrics_exposition() {
 
 #[test]
 fn python_grpcio_client_calls_every_rpc() {
-    let py = tool("INFERENCECACHE_PYTHON", "python", "python3").filter(|p| {
-        Command::new(p)
-            .args(["-c", "import grpc, grpc_tools"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    let Some(py) = require("python with grpcio + grpcio-tools", py) else {
-        return;
-    };
+    let Some(py) = python() else { return };
     let s = ServerProcess::start(&[]);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/every_rpc.py");
     let out = run(Command::new(py)
@@ -191,6 +194,24 @@ fn python_grpcio_client_calls_every_rpc() {
         .arg(&s.grpc));
     assert!(
         stdout(&out).contains("8 passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn python_gateway_scenario_report_lookup_policy_stream() {
+    let Some(py) = python() else { return };
+    let s = ServerProcess::start(&[]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/scenario.py");
+    let out = run(Command::new(py)
+        .arg(script)
+        .arg(repo_root().join("proto"))
+        .arg(&s.grpc)
+        .arg(&s.control)
+        .arg(&s.http));
+    assert!(
+        stdout(&out).contains("6 passed, 0 failed"),
         "{}",
         stdout(&out)
     );

@@ -16,7 +16,7 @@
 //! ```
 
 pub mod config;
-mod convert;
+pub mod convert;
 pub mod core;
 mod error;
 pub mod events;
