@@ -132,6 +132,17 @@ fn bench_ingest(c: &mut Criterion) {
     g.finish();
 }
 
+/// A full TTL sweep over ~266k entries where nothing expires: the cost of the
+/// walk (each of the 64 shard write locks is held for ~1/64 of it).
+fn bench_sweep(c: &mut Criterion) {
+    let (idx, _) = populated();
+    let mut g = c.benchmark_group("sweep");
+    g.bench_function("266k_entries_nothing_expired", |b| {
+        b.iter(|| black_box(idx.sweep()))
+    });
+    g.finish();
+}
+
 struct Lfu;
 
 impl PolicyResolver for Lfu {
@@ -264,6 +275,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = memory_report, bench_lookup, bench_ingest, bench_quota, bench_concurrent
+    targets = memory_report, bench_lookup, bench_ingest, bench_quota, bench_sweep, bench_concurrent
 }
 criterion_main!(benches);
