@@ -53,13 +53,15 @@ pub fn event_from_proto(e: pb::CacheEvent) -> Option<index::CacheEvent> {
     })
 }
 
-/// Ranked replica → wire score.
+/// Ranked replica → wire score. The probability is clamped to [0, 1]: for
+/// TENANT_HOT it is the producer's hit rate, which a buggy producer can send
+/// out of range; ranking itself is left exactly as the reference computes it.
 pub fn score_to_proto(s: &index::ReplicaScore) -> pb::ReplicaScore {
     pb::ReplicaScore {
         replica_id: s.replica_id.to_string(),
         score: s.score,
         matched_tokens: s.matched_tokens,
-        estimated_cache_hit_prob: s.estimated_cache_hit_prob,
+        estimated_cache_hit_prob: s.estimated_cache_hit_prob.clamp(0.0, 1.0),
         tier: s.tier.to_wire(),
     }
 }

@@ -7,6 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// Buckets of `inferencecache_lookup_route_latency_seconds`.
 pub const LOOKUP_LATENCY_BUCKETS: [f64; 10] = [
@@ -76,9 +78,30 @@ fn latency_histogram() -> Histogram {
     Histogram::new(LOOKUP_LATENCY_BUCKETS)
 }
 
+/// Reason codes with a pre-resolved series (the contract's LookupRoute codes).
+const REASON_CODES: [&str; 9] = [
+    crate::reason::PREFIX_MATCH,
+    crate::reason::TENANT_HOT,
+    crate::reason::AFFINITY_HINT,
+    crate::reason::NO_HINT,
+    crate::reason::TIMEOUT,
+    crate::reason::POLICY_REQUIRES_CHAIN,
+    crate::reason::UNKNOWN_TENANT,
+    crate::reason::UNKNOWN_MODEL,
+    crate::reason::UNKNOWN_HASH_SCHEME,
+];
+
+/// One model's LookupRoute series: a counter per (reason, hint_used),
+/// created on first use, and the latency histogram.
+struct ModelSeries {
+    calls: [OnceLock<Counter>; REASON_CODES.len() * 2],
+    latency: Histogram,
+}
+
 /// Every metric the server exposes, registered in one registry.
 pub struct Metrics {
     registry: Registry,
+    lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// 1 while serving, 0 after.
     pub server_up: Gauge,
     /// 1 when gRPC terminates TLS.
@@ -239,6 +262,7 @@ impl Metrics {
         );
         Self {
             registry,
+            lookup_series: RwLock::default(),
             index_entries,
             tenant_evictions,
             index_evictions,
@@ -261,18 +285,52 @@ impl Metrics {
 
     /// Records one LookupRoute call.
     pub fn observe_lookup(&self, model: &str, reason_code: &str, hint_used: bool, seconds: f64) {
+        let Some(reason) = REASON_CODES.iter().position(|r| *r == reason_code) else {
+            // Not a contract code: the slow path, which allocates labels.
+            self.lookup_counter(model, reason_code, hint_used).inc();
+            return;
+        };
+        let series = self.model_series(model);
+        series.calls[reason * 2 + usize::from(hint_used)]
+            .get_or_init(|| self.lookup_counter(model, reason_code, hint_used))
+            .inc();
+        series.latency.observe(seconds);
+    }
+
+    fn lookup_counter(&self, model: &str, reason_code: &str, hint_used: bool) -> Counter {
         self.lookup_route_calls
             .get_or_create(&LookupLabels {
                 model: model.to_owned(),
                 reason_code: reason_code.to_owned(),
                 hint_used: if hint_used { "true" } else { "false" }.to_owned(),
             })
-            .inc();
-        self.lookup_route_latency
-            .get_or_create(&ModelLabel {
-                model: model.to_owned(),
-            })
-            .observe(seconds);
+            .clone()
+    }
+
+    /// The model's series handles, resolved once: the hot path then takes a
+    /// read lock and a map probe by `&str`, with no label allocation.
+    fn model_series(&self, model: &str) -> Arc<ModelSeries> {
+        let cached = match self.lookup_series.read() {
+            Ok(m) => m.get(model).cloned(),
+            Err(p) => p.into_inner().get(model).cloned(),
+        };
+        if let Some(s) = cached {
+            return s;
+        }
+        let series = Arc::new(ModelSeries {
+            calls: std::array::from_fn(|_| OnceLock::new()),
+            latency: self
+                .lookup_route_latency
+                .get_or_create(&ModelLabel {
+                    model: model.to_owned(),
+                })
+                .clone(),
+        });
+        let mut map = match self.lookup_series.write() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        Arc::clone(map.entry(model.to_owned()).or_insert(series))
     }
 
     /// Records an applied policy set.
