@@ -5,7 +5,10 @@
 //! # Data flow
 //!
 //! ```text
-//! ZMQ [topic, seq, payload]
+//! ZMQ [topic, seq, payload]           replay DEALER [b"", (topic,) seq, payload]
+//!   │ Sequencer::live / replayed      (sequence.rs: gaps → replay, restarts →
+//!   ▼                                  EngineRestarted, order kept)
+//! Action::Apply { payload }
 //!   │ decode_batch            (decode.rs: never panics; a bad event is
 //!   ▼                          skipped and reported, the rest still applies)
 //! DecodedBatch { ts, events: Vec<EngineEvent>, errors, data_parallel_rank }
@@ -14,6 +17,16 @@
 //! Vec<Update>  Report(PrefixReport) | Evict(PrefixEviction) | AllCleared
 //!   │ (caller) ReportCacheState / PublishEvent
 //! ```
+//!
+//! # Sequence rules
+//!
+//! Per publisher, with `L` the last applied `seq`: start → replay from 0; a
+//! gap (`seq > L+1`) → replay from `L+1`; a reconnect → replay from `L` and
+//! compare the message at `L` with the hash of the one applied (equal →
+//! continue; different or gone → restart); a live `seq ≤ L` that is not a
+//! late copy of an applied message → the engine restarted: send `ALL_CLEARED`
+//! (acknowledged before any later add), [`Mapping::reset`], replay from 0.
+//! Replays end with `seq = -1` or time out. See [`sequence`].
 //!
 //! Everything here is synchronous, allocation-bounded and free of I/O, so the
 //! CLI owns the sockets and the gRPC client and calls into these types from a
@@ -32,6 +45,7 @@ pub mod event;
 pub mod hash;
 pub mod lora;
 pub mod mapping;
+pub mod sequence;
 
 pub use decode::{
     DecodeError, DecodeOptions, DecodedBatch, TupleLayout, decode_batch, decode_batch_with,
@@ -42,3 +56,4 @@ pub use lora::{LoraNamesError, parse_lora_adapter_names};
 pub use mapping::{
     Mapping, MappingConfig, MappingStats, PrefixEviction, PrefixReport, Tier, Update,
 };
+pub use sequence::{Action, ReplayId, SequenceStats, Sequencer, SequencerConfig, payload_hash};
