@@ -29,6 +29,8 @@ pub struct Cli {
 }
 
 /// What to run.
+// Parsed once at startup: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the policy server: gRPC on :9090, health and metrics on :8080,
@@ -97,6 +99,11 @@ pub struct ServeArgs {
     /// PEM private key for gRPC TLS (set together with --tls-cert-file).
     #[arg(long, env = "INFERENCECACHE_TLS_KEY_FILE", default_value = "")]
     pub tls_key_file: String,
+
+    /// PEM CA bundle for mTLS: gRPC clients must present a certificate signed
+    /// by it (needs --tls-cert-file and --tls-key-file).
+    #[arg(long, env = "INFERENCECACHE_TLS_CLIENT_CA_FILE", default_value = "")]
+    pub tls_client_ca_file: String,
 
     /// Directory of tokenizers for prompt_text lookups: one subdirectory per
     /// model id holding tokenizer.json and tokenizer_config.json.

@@ -63,7 +63,11 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             "controller_auth_disabled_loopback_only"
         );
     }
-    let tls = TlsFiles::from_flags(&args.tls_cert_file, &args.tls_key_file)?;
+    let tls = TlsFiles::from_flags(
+        &args.tls_cert_file,
+        &args.tls_key_file,
+        &args.tls_client_ca_file,
+    )?;
     let engine_block_size = u32::try_from(args.engine_block_size)
         .ok()
         .filter(|&n| n > 0)

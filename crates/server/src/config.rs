@@ -171,16 +171,22 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Private key.
     pub key: PathBuf,
+    /// CA whose client certificates are accepted (mTLS); `None` = no client auth.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl TlsFiles {
-    /// Both flags or neither: one alone is a configuration error.
-    pub fn from_flags(cert: &str, key: &str) -> Result<Option<Self>, ConfigError> {
+    /// Both flags or neither: one alone is a configuration error. A client CA
+    /// needs server TLS.
+    pub fn from_flags(cert: &str, key: &str, client_ca: &str) -> Result<Option<Self>, ConfigError> {
+        let client_ca = (!client_ca.is_empty()).then(|| PathBuf::from(client_ca));
         match (cert.is_empty(), key.is_empty()) {
+            (true, true) if client_ca.is_some() => Err(ConfigError::ClientCaWithoutTls),
             (true, true) => Ok(None),
             (false, false) => Ok(Some(Self {
                 cert: cert.into(),
                 key: key.into(),
+                client_ca,
             })),
             _ => Err(ConfigError::HalfTls),
         }
@@ -339,9 +345,20 @@ mod tests {
 
     #[test]
     fn tls_flags_are_both_or_neither() {
-        assert_eq!(TlsFiles::from_flags("", "").ok(), Some(None));
-        assert!(TlsFiles::from_flags("c", "").is_err());
-        assert!(TlsFiles::from_flags("", "k").is_err());
-        assert!(matches!(TlsFiles::from_flags("c", "k"), Ok(Some(_))));
+        assert_eq!(TlsFiles::from_flags("", "", "").ok(), Some(None));
+        assert!(TlsFiles::from_flags("c", "", "").is_err());
+        assert!(TlsFiles::from_flags("", "k", "").is_err());
+        assert!(matches!(TlsFiles::from_flags("c", "k", ""), Ok(Some(_))));
+        assert!(matches!(
+            TlsFiles::from_flags("", "", "ca"),
+            Err(ConfigError::ClientCaWithoutTls)
+        ));
+        assert!(matches!(
+            TlsFiles::from_flags("c", "k", "ca"),
+            Ok(Some(TlsFiles {
+                client_ca: Some(_),
+                ..
+            }))
+        ));
     }
 }

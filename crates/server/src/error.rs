@@ -26,6 +26,11 @@ pub enum ConfigError {
     /// Only one of the two TLS flags.
     #[error("server: --tls-cert-file and --tls-key-file must both be set or both be empty")]
     HalfTls,
+    /// mTLS without server TLS.
+    #[error(
+        "--tls-client-ca-file needs --tls-cert-file and --tls-key-file (mTLS runs over server TLS)"
+    )]
+    ClientCaWithoutTls,
 }
 
 /// A failure while starting or running the server.
@@ -54,6 +59,14 @@ pub enum ServeError {
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// A TLS file was read but is unusable.
+    #[error("TLS file {}: {message}", path.display())]
+    TlsInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
     },
     /// The gRPC server stopped with an error.
     #[error("gRPC server: {0}")]

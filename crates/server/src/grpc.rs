@@ -4,14 +4,11 @@
 use crate::error::ServeError;
 use crate::service::InferenceCacheService;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCacheServer;
+use tonic::transport::Server;
 use tonic::transport::server::Router;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 /// Builds the gRPC router with every service registered.
-pub async fn router(
-    service: InferenceCacheService,
-    tls: Option<Identity>,
-) -> Result<Router, ServeError> {
+pub async fn router(service: InferenceCacheService) -> Result<Router, ServeError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     // The overall service "" is SERVING from the start and never changes, as
     // in the reference; per-service status is reported too.
@@ -27,11 +24,9 @@ pub async fn router(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    let mut builder = Server::builder();
-    if let Some(identity) = tls {
-        builder = builder.tls_config(ServerTlsConfig::new().identity(identity))?;
-    }
-    Ok(builder
+    // TLS, when on, is terminated in front of the router (crate::tls), so the
+    // certificate can be reloaded without restarting the server.
+    Ok(Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -32,6 +32,7 @@ mod sampler;
 mod serve;
 pub mod service;
 pub mod snapshot;
+pub mod tls;
 
 pub use config::{ControlAuth, ServerConfig};
 pub use error::{ConfigError, ServeError};

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Identity;
 
 /// How long in-flight HTTP requests and gRPC calls may take to finish after a
 /// shutdown signal before they are cut.
@@ -27,7 +27,6 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const POLICY_FILE_POLL: Duration = Duration::from_secs(2);
 
 /// A server whose listeners are bound but not yet serving.
-#[derive(Debug)]
 pub struct Server {
     core: Core,
     sweep_interval: Duration,
@@ -37,7 +36,7 @@ pub struct Server {
     policies: PolicyStore,
     policy_file: Option<PolicyFileWatcher>,
     control_auth: ControlAuth,
-    tls: Option<Identity>,
+    tls: Option<TlsAcceptor>,
     grpc: TcpListener,
     http: TcpListener,
     control: TcpListener,
@@ -58,27 +57,20 @@ async fn bind(
         })
 }
 
-fn read_tls(config: &ServerConfig) -> Result<Option<Identity>, ServeError> {
-    let Some(files) = &config.tls else {
-        return Ok(None);
-    };
-    let read = |what, path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| ServeError::TlsRead {
-            what,
-            path: path.to_owned(),
-            source,
-        })
-    };
-    let cert = read("certificate", &files.cert)?;
-    let key = read("private key", &files.key)?;
-    Ok(Some(Identity::from_pem(cert, key)))
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("grpc", &self.grpc_addr())
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Server {
     /// Loads TLS material and binds every listener; fails before serving
     /// anything if a file is unreadable or a port is taken.
     pub async fn bind(config: &ServerConfig) -> Result<Self, ServeError> {
-        let tls = read_tls(config)?;
+        let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
         let metrics = Arc::new(Metrics::new());
         metrics.grpc_tls_enabled.set(i64::from(tls.is_some()));
         let policies = PolicyStore::new();
@@ -151,21 +143,34 @@ impl Server {
             control_auth: self.control_auth.clone(),
             prober: crate::probe::Prober::default(),
         };
-        let grpc = crate::grpc::router(
-            InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval),
-            self.tls,
-        )
+        let grpc = crate::grpc::router(InferenceCacheService::new(
+            self.core.clone(),
+            stop.clone(),
+            self.metrics_interval,
+        ))
         .await?;
 
         let mut tasks: JoinSet<Result<(), ServeError>> = JoinSet::new();
         {
             let stop = stop.clone();
-            let incoming = TcpListenerStream::new(self.grpc);
-            tasks.spawn(async move {
-                grpc.serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await
-                    .map_err(ServeError::from)
-            });
+            match self.tls {
+                Some(acceptor) => {
+                    let incoming = crate::tls::incoming(self.grpc, acceptor, stop.clone());
+                    tasks.spawn(async move {
+                        grpc.serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                            .await
+                            .map_err(ServeError::from)
+                    });
+                }
+                None => {
+                    let incoming = TcpListenerStream::new(self.grpc);
+                    tasks.spawn(async move {
+                        grpc.serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                            .await
+                            .map_err(ServeError::from)
+                    });
+                }
+            }
         }
         for (what, listener, router) in [
             ("public", self.http, public_router(state.clone())),
