@@ -7,6 +7,12 @@ use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCacheServer
 use tonic::transport::Server;
 use tonic::transport::server::Router;
 
+/// Largest accepted request: a LookupRoute at the contract's limits (1 Mi
+/// token ids at up to 5 varint bytes each, plus 1 MiB of prompt text) must
+/// reach the handler and fail open there, not die in the codec at gRPC's
+/// 4 MiB default.
+pub const MAX_REQUEST_BYTES: usize = 8 << 20;
+
 /// Builds the gRPC router with every service registered.
 pub async fn router(service: InferenceCacheService) -> Result<Router, ServeError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -30,5 +36,7 @@ pub async fn router(service: InferenceCacheService) -> Result<Router, ServeError
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(InferenceCacheServer::new(service)))
+        .add_service(
+            InferenceCacheServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES),
+        ))
 }

@@ -621,3 +621,78 @@ async fn lookup_metrics_carry_reason_and_hint_used() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn policy_budget_breached_during_resolution_is_timeout() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    policy(
+        &s,
+        r#"{"version":7,"policies":[{"namespace":"t","lookupTimeoutMs":1}]}"#,
+    )
+    .await;
+    // Fingerprinting the largest accepted token list (1 Mi tokens, 65,536
+    // blocks) takes well over 1 ms, so the budget is gone before the index.
+    let r = lookup(
+        &mut c,
+        LookupRouteRequest {
+            token_ids: vec![7; 1 << 20],
+            adapter_id: "a".into(),
+            ..req()
+        },
+    )
+    .await;
+    assert_eq!(r.reason_code, "TIMEOUT");
+    assert!(r.replica_scores.is_empty());
+    assert!(r.adapter_id.is_empty(), "envelopes do not echo the adapter");
+    assert!(r.lookup_latency_us >= 1_000, "{}", r.lookup_latency_us);
+    // Without the budget the same request is answered.
+    policy(&s, r#"{"version":7}"#).await;
+    let r = lookup(
+        &mut c,
+        LookupRouteRequest {
+            token_ids: vec![7; 1 << 20],
+            ..req()
+        },
+    )
+    .await;
+    assert_ne!(r.reason_code, "TIMEOUT");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_token_ids_fail_open() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    report(&mut c, vec![update("r1", vec![entry(h(1), 128)])]).await;
+    let r = lookup(
+        &mut c,
+        LookupRouteRequest {
+            token_ids: vec![1; (1 << 20) + 1],
+            ..req()
+        },
+    )
+    .await;
+    assert_eq!(
+        r.reason_code, "NO_HINT",
+        "more than 1 Mi tokens fails open, before affinity"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn largest_contract_request_reaches_the_handler() {
+    let s = Running::start().await;
+    let mut c = s.client().await.max_encoding_message_size(16 << 20);
+    // 1 Mi token ids of 5 varint bytes each: over gRPC's 4 MiB default.
+    let r = lookup(
+        &mut c,
+        LookupRouteRequest {
+            token_ids: vec![u32::MAX; 1 << 20],
+            ..req()
+        },
+    )
+    .await;
+    assert_eq!(r.reason_code, "NO_HINT");
+    s.stop().await;
+}
