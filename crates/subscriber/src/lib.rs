@@ -42,10 +42,12 @@
 
 pub mod decode;
 pub mod event;
+pub mod frames;
 pub mod hash;
 pub mod lora;
 pub mod mapping;
 pub mod sequence;
+pub mod transport;
 
 pub use decode::{
     DecodeError, DecodeOptions, DecodedBatch, TupleLayout, decode_batch, decode_batch_with,
@@ -57,3 +59,4 @@ pub use mapping::{
     Mapping, MappingConfig, MappingStats, PrefixEviction, PrefixReport, Tier, Update,
 };
 pub use sequence::{Action, ReplayId, SequenceStats, Sequencer, SequencerConfig, payload_hash};
+pub use transport::{Delivery, TransportConfig, TransportError};

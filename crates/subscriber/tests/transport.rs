@@ -1,0 +1,219 @@
+//! Loopback against a fake engine speaking vLLM 0.33's framing: PUB
+//! `[topic, seq, payload]`, ROUTER replay `[b"", topic, seq, payload]` ending
+//! with `[b"", b"", -1, b""]`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use inferencecache_subscriber::{Delivery, TransportConfig, decode_batch, transport};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+const TOPIC: &str = "kv@pod@model";
+
+type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
+
+struct FakeEngine {
+    publisher: PubSocket,
+    buffer: Buffer,
+    next_seq: u64,
+    epoch: u64,
+    pub_endpoint: String,
+    replay_endpoint: String,
+}
+
+impl FakeEngine {
+    async fn start(answer_replays: bool) -> Self {
+        let mut publisher = PubSocket::new();
+        let pub_endpoint = publisher
+            .bind("tcp://127.0.0.1:0")
+            .await
+            .unwrap()
+            .to_string();
+        let mut router = RouterSocket::new();
+        let replay_endpoint = router.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
+        let buffer: Buffer = Arc::default();
+        let buf = buffer.clone();
+        tokio::spawn(async move {
+            while let Ok(msg) = router.recv().await {
+                let frames = msg.into_vec();
+                if !answer_replays || frames.len() != 3 || !frames[1].is_empty() {
+                    continue; // a malformed request gets no reply at all
+                }
+                let start = u64::from_be_bytes(frames[2].as_ref().try_into().unwrap());
+                let id = frames[0].clone();
+                let items: Vec<(u64, Bytes)> = buf
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(s, _)| *s >= start)
+                    .cloned()
+                    .collect();
+                for (seq, payload) in items {
+                    let reply = vec![
+                        id.clone(),
+                        Bytes::new(),
+                        Bytes::from_static(TOPIC.as_bytes()),
+                        Bytes::copy_from_slice(&seq.to_be_bytes()),
+                        payload,
+                    ];
+                    router
+                        .send(ZmqMessage::try_from(reply).unwrap())
+                        .await
+                        .unwrap();
+                }
+                let end = vec![
+                    id,
+                    Bytes::new(),
+                    Bytes::new(),
+                    Bytes::copy_from_slice(&(-1i64).to_be_bytes()),
+                    Bytes::new(),
+                ];
+                router
+                    .send(ZmqMessage::try_from(end).unwrap())
+                    .await
+                    .unwrap();
+            }
+        });
+        Self {
+            publisher,
+            buffer,
+            next_seq: 0,
+            epoch: 0,
+            pub_endpoint,
+            replay_endpoint,
+        }
+    }
+
+    fn payload(&self, seq: u64) -> Bytes {
+        // ts differs per engine process, as it does in real life
+        let ts = self.epoch as f64 * 1000.0 + seq as f64;
+        let ev = common::vllm_stored(&[u64::MAX - seq], None, 0..16, 16);
+        Bytes::from(common::vllm_batch(ts, vec![ev]))
+    }
+
+    /// Publishes the next batch; `delivered: false` keeps it only in the replay buffer.
+    async fn publish(&mut self, delivered: bool) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let payload = self.payload(seq);
+        self.buffer.lock().unwrap().push((seq, payload.clone()));
+        if delivered {
+            let frames = vec![
+                Bytes::from_static(TOPIC.as_bytes()),
+                Bytes::copy_from_slice(&seq.to_be_bytes()),
+                payload,
+            ];
+            self.publisher
+                .send(ZmqMessage::try_from(frames).unwrap())
+                .await
+                .unwrap();
+        }
+        seq
+    }
+
+    fn restart(&mut self) {
+        self.epoch += 1;
+        self.next_seq = 0;
+        self.buffer.lock().unwrap().clear();
+    }
+}
+
+async fn next(rx: &mut mpsc::Receiver<Delivery>) -> Delivery {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a delivery in time")
+        .expect("open")
+}
+
+async fn expect_apply(rx: &mut mpsc::Receiver<Delivery>, want: u64) -> Bytes {
+    match next(rx).await {
+        Delivery::Apply {
+            rank: 0,
+            seq,
+            payload,
+        } if seq == want => payload,
+        other => panic!("expected Apply {want}, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_gaps_and_restarts_over_real_sockets() {
+    let mut engine = FakeEngine::start(true).await;
+    for _ in 0..3 {
+        engine.publish(true).await; // before anyone subscribed: only replay has them
+    }
+    let (tx, mut rx) = mpsc::channel(64);
+    let cancel = CancellationToken::new();
+    let config = TransportConfig {
+        engine_endpoint: engine.pub_endpoint.clone(),
+        replay_endpoint: Some(engine.replay_endpoint.clone()),
+        topic: "kv@".into(),
+        replay_timeout: Duration::from_secs(2),
+        ..TransportConfig::default()
+    };
+    let task = tokio::spawn(transport::run(config, tx, cancel.clone()));
+
+    // start: replay from 0
+    for seq in 0..3 {
+        let payload = expect_apply(&mut rx, seq).await;
+        assert!(decode_batch(&payload).errors.is_empty());
+    }
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the subscription reach the PUB
+
+    // live in order
+    let s = engine.publish(true).await;
+    expect_apply(&mut rx, s).await;
+
+    // a gap is filled from the replay socket
+    let missed = engine.publish(false).await;
+    let s = engine.publish(true).await;
+    expect_apply(&mut rx, missed).await;
+    expect_apply(&mut rx, s).await;
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+
+    // the engine restarts: seq goes back to 0 with another payload
+    engine.restart();
+    let s = engine.publish(true).await;
+    assert_eq!(next(&mut rx).await, Delivery::EngineRestarted { rank: 0 });
+    let payload = expect_apply(&mut rx, s).await;
+    assert_eq!(payload, engine.payload(0));
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_replay_socket_times_out_and_live_flows() {
+    let mut engine = FakeEngine::start(false).await;
+    let (tx, mut rx) = mpsc::channel(64);
+    let cancel = CancellationToken::new();
+    let config = TransportConfig {
+        engine_endpoint: engine.pub_endpoint.clone(),
+        replay_endpoint: Some(engine.replay_endpoint.clone()),
+        replay_timeout: Duration::from_millis(300),
+        ..TransportConfig::default()
+    };
+    let task = tokio::spawn(transport::run(config, tx, cancel.clone()));
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s = engine.publish(true).await;
+    expect_apply(&mut rx, s).await;
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
