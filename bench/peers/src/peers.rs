@@ -1,0 +1,542 @@
+//! The three indexes behind one small trait. Every index gets its events in
+//! its own native form, built before the timed replay (`prepare`), so the
+//! timings cover the index calls only; lookups time only the index call
+//! (result conversion to (replica, blocks) pairs happens after the clock stops).
+
+use crate::workload::{BLOCK_TOKENS, Op, Workload};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+pub const OURS: &str = "ours (inferencecache-index)";
+pub const KVI: &str = "kv-index 2.0.0 ChainIndex";
+pub const DYN: &str = "dynamo-kv-router 1.6.1 RadixTree";
+
+pub trait Writer {
+    fn apply(&mut self, i: usize, op: &Op);
+}
+
+pub trait Reader {
+    /// Look request `req` up (op index `i`); push (replica, matched blocks) for
+    /// every replica with at least one block; return the index call's ns.
+    fn lookup(&self, i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64;
+}
+
+pub type Split<'a> = (Box<dyn Writer + 'a>, Box<dyn Reader + Sync + 'a>);
+
+pub trait Engine {
+    fn name(&self) -> &'static str;
+    /// Build the native events and queries for `w` (not timed).
+    fn prepare(&mut self, w: &Workload);
+    /// Apply prepared op `i` (a store or a remove).
+    fn apply(&mut self, i: usize, op: &Op);
+    /// Convert `op` and apply it at once (memory pass: nothing prepared stays alive).
+    fn apply_unprepared(&mut self, op: &Op, w: &Workload);
+    fn lookup(&self, i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64;
+    /// Apply errors reported by the index.
+    fn errors(&self) -> u64;
+    /// A writer and a concurrent reader, or `None` if the index cannot be shared.
+    fn split(&mut self) -> Option<Split<'_>>;
+}
+
+// ---------------------------------------------------------------- ours
+
+const TENANT: &str = "t";
+const MODEL: &str = "m";
+const SCHEME: &str = "s";
+/// Fixed clock: every entry is stamped "now" and never ages.
+const NOW_NS: i64 = 1_700_000_000_000_000_000;
+
+use inferencecache_index as ic;
+
+pub struct Ours {
+    idx: ic::Index,
+    names: Vec<String>,
+    ups: Vec<Option<ic::CacheUpdate>>,
+    evs: Vec<Vec<ic::CacheEvent>>,
+    /// per request: 8-byte big-endian positional hashes
+    q: Vec<Vec<[u8; 8]>>,
+    counts: Vec<i32>,
+}
+
+impl Ours {
+    pub fn new() -> Self {
+        let idx = ic::IndexConfig::new()
+            .max_entries(0)
+            .clock(Arc::new(ic::ManualClock::new(NOW_NS)))
+            .build();
+        Self {
+            idx,
+            names: Vec::new(),
+            ups: Vec::new(),
+            evs: Vec::new(),
+            q: Vec::new(),
+            counts: Vec::new(),
+        }
+    }
+
+    fn name_of(&mut self, r: u32) -> String {
+        while self.names.len() <= r as usize {
+            let n = self.names.len();
+            self.names.push(format!("r{n}"));
+        }
+        self.names[r as usize].clone()
+    }
+
+    fn convert(&mut self, op: &Op, w: &Workload) -> (Option<ic::CacheUpdate>, Vec<ic::CacheEvent>) {
+        match op {
+            Op::Store {
+                replica,
+                req,
+                start,
+                len,
+            } => {
+                let seq = &w.chains[*req].seq[*start..*start + *len];
+                let up = ic::CacheUpdate {
+                    replica_id: self.name_of(*replica),
+                    model_id: MODEL.into(),
+                    tenant_id: TENANT.into(),
+                    hash_scheme: SCHEME.into(),
+                    prefixes: vec![ic::PrefixEntry {
+                        block_hashes: seq.iter().map(|s| s.to_be_bytes().to_vec()).collect(),
+                        block_token_counts: vec![BLOCK_TOKENS as i32; seq.len()],
+                        ..ic::PrefixEntry::default()
+                    }],
+                    ..ic::CacheUpdate::default()
+                };
+                (Some(up), Vec::new())
+            }
+            Op::Remove { replica, seqs } => {
+                let name = self.name_of(*replica);
+                let evs = seqs
+                    .iter()
+                    .map(|s| ic::CacheEvent {
+                        kind: ic::EventKind::PrefixEvicted,
+                        replica_id: name.clone(),
+                        model_id: MODEL.into(),
+                        tenant_id: TENANT.into(),
+                        prefix_hash: s.to_be_bytes().to_vec(),
+                        timestamp_us: 0,
+                        adapter_id: String::new(),
+                    })
+                    .collect();
+                (None, evs)
+            }
+            Op::Lookup { .. } => (None, Vec::new()),
+        }
+    }
+}
+
+fn ours_apply(idx: &ic::Index, up: Option<&ic::CacheUpdate>, evs: &[ic::CacheEvent]) {
+    if let Some(u) = up {
+        idx.ingest(u);
+    }
+    for e in evs {
+        idx.apply_event(e);
+    }
+}
+
+fn ours_lookup(
+    idx: &ic::Index,
+    q: &[[u8; 8]],
+    counts: &[i32],
+    out: &mut Vec<(u32, u32)>,
+) -> u64 {
+    let req = ic::LookupRequest::new(TENANT, MODEL, SCHEME).chain(q, &counts[..q.len()]);
+    let t = Instant::now();
+    let res = idx.lookup(&req);
+    let ns = t.elapsed().as_nanos() as u64;
+    for s in &res.scores {
+        let r: u32 = s.replica_id[1..].parse().expect("replica name");
+        out.push((r, (s.matched_tokens as u64 / BLOCK_TOKENS) as u32));
+    }
+    ns
+}
+
+struct OursWriter<'a> {
+    idx: &'a ic::Index,
+    ups: &'a [Option<ic::CacheUpdate>],
+    evs: &'a [Vec<ic::CacheEvent>],
+}
+impl Writer for OursWriter<'_> {
+    fn apply(&mut self, i: usize, _op: &Op) {
+        ours_apply(self.idx, self.ups[i].as_ref(), &self.evs[i]);
+    }
+}
+struct OursReader<'a> {
+    idx: &'a ic::Index,
+    q: &'a [Vec<[u8; 8]>],
+    counts: &'a [i32],
+}
+impl Reader for OursReader<'_> {
+    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        ours_lookup(self.idx, &self.q[req], self.counts, out)
+    }
+}
+
+impl Engine for Ours {
+    fn name(&self) -> &'static str {
+        OURS
+    }
+    fn prepare(&mut self, w: &Workload) {
+        self.ups.clear();
+        self.evs.clear();
+        for op in &w.ops {
+            let (u, e) = self.convert(op, w);
+            self.ups.push(u);
+            self.evs.push(e);
+        }
+        self.q = w
+            .chains
+            .iter()
+            .map(|c| c.seq.iter().map(|s| s.to_be_bytes()).collect())
+            .collect();
+        let max = w.chains.iter().map(|c| c.seq.len()).max().unwrap_or(0);
+        self.counts = vec![BLOCK_TOKENS as i32; max];
+    }
+    fn apply(&mut self, i: usize, _op: &Op) {
+        ours_apply(&self.idx, self.ups[i].as_ref(), &self.evs[i]);
+    }
+    fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
+        let (u, e) = self.convert(op, w);
+        ours_apply(&self.idx, u.as_ref(), &e);
+    }
+    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        ours_lookup(&self.idx, &self.q[req], &self.counts, out)
+    }
+    fn errors(&self) -> u64 {
+        0
+    }
+    fn split(&mut self) -> Option<Split<'_>> {
+        Some((
+            Box::new(OursWriter {
+                idx: &self.idx,
+                ups: &self.ups,
+                evs: &self.evs,
+            }),
+            Box::new(OursReader {
+                idx: &self.idx,
+                q: &self.q,
+                counts: &self.counts,
+            }),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------- kv-index
+
+use kv_index::{ChainBlockMap, ChainIndex, ContentHash, SequenceHash, StoredBlock};
+
+enum KvOp {
+    None,
+    Store {
+        w: u32,
+        parent: Option<SequenceHash>,
+        blocks: Vec<StoredBlock>,
+    },
+    Remove {
+        w: u32,
+        hashes: Vec<SequenceHash>,
+    },
+}
+
+pub struct KvIndex {
+    idx: ChainIndex,
+    /// replica -> interned worker id
+    ids: Vec<u32>,
+    /// worker id -> replica
+    rev: Vec<u32>,
+    /// one lane map per worker (the index's per-worker engine-hash table)
+    maps: Vec<ChainBlockMap>,
+    ops: Vec<KvOp>,
+    q: Vec<Vec<ContentHash>>,
+    errors: AtomicU64,
+}
+
+impl KvIndex {
+    pub fn new(replicas: usize) -> Self {
+        let idx = ChainIndex::with_max_workers(replicas.max(1));
+        let ids: Vec<u32> = (0..replicas)
+            .map(|r| idx.intern_worker(&format!("r{r}")).expect("worker slot"))
+            .collect();
+        let mut rev = vec![u32::MAX; ids.iter().copied().max().unwrap_or(0) as usize + 1];
+        for (r, &id) in ids.iter().enumerate() {
+            rev[id as usize] = r as u32;
+        }
+        Self {
+            idx,
+            ids,
+            rev,
+            maps: (0..replicas).map(|_| ChainBlockMap::new()).collect(),
+            ops: Vec::new(),
+            q: Vec::new(),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    fn convert(&self, op: &Op, w: &Workload) -> KvOp {
+        match op {
+            Op::Store {
+                replica,
+                req,
+                start,
+                len,
+            } => {
+                let c = &w.chains[*req];
+                KvOp::Store {
+                    w: self.ids[*replica as usize],
+                    parent: (*start > 0).then(|| SequenceHash(c.seq[start - 1])),
+                    blocks: (*start..start + len)
+                        .map(|i| StoredBlock {
+                            seq_hash: SequenceHash(c.seq[i]),
+                            content_hash: ContentHash(c.content[i]),
+                        })
+                        .collect(),
+                }
+            }
+            Op::Remove { replica, seqs } => KvOp::Remove {
+                w: self.ids[*replica as usize],
+                hashes: seqs.iter().map(|s| SequenceHash(*s)).collect(),
+            },
+            Op::Lookup { .. } => KvOp::None,
+        }
+    }
+}
+
+fn kv_apply(idx: &ChainIndex, maps: &mut [ChainBlockMap], errors: &AtomicU64, op: &KvOp) {
+    match op {
+        KvOp::None => {}
+        KvOp::Store { w, parent, blocks } => {
+            if idx
+                .apply_stored(*w, blocks, *parent, &mut maps[*w as usize])
+                .is_err()
+            {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        KvOp::Remove { w, hashes } => idx.apply_removed(*w, hashes, &mut maps[*w as usize]),
+    }
+}
+
+fn kv_lookup(idx: &ChainIndex, rev: &[u32], q: &[ContentHash], out: &mut Vec<(u32, u32)>) -> u64 {
+    let t = Instant::now();
+    let res = idx.find_matches(q, false);
+    let ns = t.elapsed().as_nanos() as u64;
+    for (w, s) in res.scores {
+        if s > 0 {
+            out.push((rev[w as usize], s));
+        }
+    }
+    ns
+}
+
+struct KvWriter<'a> {
+    idx: &'a ChainIndex,
+    maps: &'a mut [ChainBlockMap],
+    ops: &'a [KvOp],
+    errors: &'a AtomicU64,
+}
+impl Writer for KvWriter<'_> {
+    fn apply(&mut self, i: usize, _op: &Op) {
+        kv_apply(self.idx, self.maps, self.errors, &self.ops[i]);
+    }
+}
+struct KvReader<'a> {
+    idx: &'a ChainIndex,
+    rev: &'a [u32],
+    q: &'a [Vec<ContentHash>],
+}
+impl Reader for KvReader<'_> {
+    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        kv_lookup(self.idx, self.rev, &self.q[req], out)
+    }
+}
+
+impl Engine for KvIndex {
+    fn name(&self) -> &'static str {
+        KVI
+    }
+    fn prepare(&mut self, w: &Workload) {
+        self.ops = w.ops.iter().map(|op| self.convert(op, w)).collect();
+        self.q = w
+            .chains
+            .iter()
+            .map(|c| c.content.iter().map(|&h| ContentHash(h)).collect())
+            .collect();
+    }
+    fn apply(&mut self, i: usize, _op: &Op) {
+        kv_apply(&self.idx, &mut self.maps, &self.errors, &self.ops[i]);
+    }
+    fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
+        let k = self.convert(op, w);
+        kv_apply(&self.idx, &mut self.maps, &self.errors, &k);
+    }
+    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        kv_lookup(&self.idx, &self.rev, &self.q[req], out)
+    }
+    fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+    fn split(&mut self) -> Option<Split<'_>> {
+        Some((
+            Box::new(KvWriter {
+                idx: &self.idx,
+                maps: &mut self.maps,
+                ops: &self.ops,
+                errors: &self.errors,
+            }),
+            Box::new(KvReader {
+                idx: &self.idx,
+                rev: &self.rev,
+                q: &self.q,
+            }),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------- dynamo
+
+use dynamo_kv_router::RadixTree;
+use dynamo_kv_router::protocols::{
+    ExternalSequenceBlockHash, KvCacheEvent, KvCacheEventData, KvCacheRemoveData,
+    KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash, RouterEvent,
+};
+
+pub struct Dynamo {
+    tree: RadixTree,
+    /// prepared events, consumed by `apply` (`apply_event` takes the event by value)
+    evs: Vec<Option<RouterEvent>>,
+    /// prepared queries per lookup op, consumed by `lookup` (`find_matches`
+    /// takes the sequence by value); falls back to a clone if already taken
+    q: RefCell<Vec<Option<Vec<LocalBlockHash>>>>,
+    chains: Vec<Vec<LocalBlockHash>>,
+    next_id: u64,
+    errors: u64,
+}
+
+impl Dynamo {
+    pub fn new() -> Self {
+        Self {
+            tree: RadixTree::new(),
+            evs: Vec::new(),
+            q: RefCell::new(Vec::new()),
+            chains: Vec::new(),
+            next_id: 0,
+            errors: 0,
+        }
+    }
+
+    fn convert(&mut self, op: &Op, w: &Workload) -> Option<RouterEvent> {
+        let (worker, data) = match op {
+            Op::Store {
+                replica,
+                req,
+                start,
+                len,
+            } => {
+                let c = &w.chains[*req];
+                (
+                    *replica,
+                    KvCacheEventData::Stored(KvCacheStoreData {
+                        parent_hash: (*start > 0)
+                            .then(|| ExternalSequenceBlockHash(c.seq[start - 1])),
+                        start_position: Some(*start as u32),
+                        blocks: (*start..start + len)
+                            .map(|i| KvCacheStoredBlockData {
+                                block_hash: ExternalSequenceBlockHash(c.seq[i]),
+                                tokens_hash: LocalBlockHash(c.content[i]),
+                                mm_extra_info: None,
+                            })
+                            .collect(),
+                    }),
+                )
+            }
+            Op::Remove { replica, seqs } => (
+                *replica,
+                KvCacheEventData::Removed(KvCacheRemoveData {
+                    block_hashes: seqs.iter().map(|s| ExternalSequenceBlockHash(*s)).collect(),
+                }),
+            ),
+            Op::Lookup { .. } => return None,
+        };
+        self.next_id += 1;
+        Some(RouterEvent::new(
+            worker as u64,
+            KvCacheEvent {
+                event_id: self.next_id,
+                data,
+                dp_rank: 0,
+            },
+        ))
+    }
+
+    fn apply_ev(&mut self, ev: RouterEvent) {
+        if self.tree.apply_event(ev).is_err() {
+            self.errors += 1;
+        }
+    }
+}
+
+impl Engine for Dynamo {
+    fn name(&self) -> &'static str {
+        DYN
+    }
+    fn prepare(&mut self, w: &Workload) {
+        let mut evs = Vec::with_capacity(w.ops.len());
+        for op in &w.ops {
+            let e = self.convert(op, w);
+            evs.push(e);
+        }
+        self.evs = evs;
+        self.chains = w
+            .chains
+            .iter()
+            .map(|c| c.content.iter().map(|&h| LocalBlockHash(h)).collect())
+            .collect();
+        *self.q.borrow_mut() = w
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Lookup { req, .. } => Some(self.chains[*req].clone()),
+                _ => None,
+            })
+            .collect();
+    }
+    fn apply(&mut self, i: usize, _op: &Op) {
+        if let Some(ev) = self.evs[i].take() {
+            self.apply_ev(ev);
+        }
+    }
+    fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
+        if let Some(ev) = self.convert(op, w) {
+            self.apply_ev(ev);
+        }
+    }
+    fn lookup(&self, i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        let seq = self
+            .q
+            .borrow_mut()
+            .get_mut(i)
+            .and_then(Option::take)
+            .unwrap_or_else(|| self.chains[req].clone());
+        let t = Instant::now();
+        let res = self.tree.find_matches(seq, false);
+        let ns = t.elapsed().as_nanos() as u64;
+        for (w, s) in res.scores {
+            if s > 0 {
+                out.push((w.worker_id as u32, s));
+            }
+        }
+        ns
+    }
+    fn errors(&self) -> u64 {
+        self.errors
+    }
+    fn split(&mut self) -> Option<Split<'_>> {
+        // RadixTree is built on Rc<RefCell<..>>: it is neither Send nor Sync, so it
+        // cannot be shared with a reader thread (a Mutex<RadixTree> is not Sync either,
+        // since Mutex<T>: Sync needs T: Send).
+        None
+    }
+}
