@@ -28,9 +28,20 @@
 //! (acknowledged before any later add), [`Mapping::reset`], replay from 0.
 //! Replays end with `seq = -1` or time out. See [`sequence`].
 //!
-//! Everything here is synchronous, allocation-bounded and free of I/O, so the
-//! CLI owns the sockets and the gRPC client and calls into these types from a
-//! single task.
+//! Everything except [`transport`] is synchronous, bounded and free of I/O.
+//! [`transport::run`] owns the ZMQ sockets of one data-parallel rank (SUB on
+//! the engine's PUB, connect or bind; one short-lived DEALER per replay) and
+//! hands the caller ordered [`Delivery`] values; the caller owns the
+//! [`Mapping`] (one per rank: ranks have separate caches) and the gRPC client.
+//!
+//! Caller loop per rank:
+//!
+//! ```text
+//! Delivery::Apply { payload }      → decode_batch → Mapping::apply_all → send Updates
+//! Delivery::EngineRestarted        → send ALL_CLEARED, await ack, Mapping::reset
+//! Delivery::CaughtUp               → Mapping::drop_pending (held parents won't come)
+//! Delivery::Lost { from, to }      → count
+//! ```
 //!
 //! # Memory bound
 //!

@@ -86,7 +86,10 @@ pub enum Action<P> {
         to: u64,
     },
     /// No replay is running and everything received has been applied: held
-    /// events still waiting for a parent will not get one (drop them).
+    /// events still waiting for a parent will not get one (drop them). Sent
+    /// after every in-order live message and at the end of every replay;
+    /// [`Mapping::drop_pending`](crate::Mapping::drop_pending) is O(1) when
+    /// nothing is held.
     CaughtUp,
 }
 
@@ -234,7 +237,12 @@ impl<P> Sequencer<P> {
                 self.buffer(seq, hash, payload);
                 self.begin_replay(next, Purpose::Gap, &mut out);
             }
-            _ => self.apply(seq, hash, payload, &mut out),
+            _ => {
+                self.apply(seq, hash, payload, &mut out);
+                // Everything before it has been applied or declared lost, so a
+                // parent that is still unknown will never arrive.
+                out.push(Action::CaughtUp);
+            }
         }
         out
     }

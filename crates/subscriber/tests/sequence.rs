@@ -110,7 +110,17 @@ fn late_live_duplicates_of_replayed_messages_are_skipped() {
 
 #[test]
 fn in_order_live_applies_directly() {
-    let s = caught_up_at(50);
+    let mut s = caught_up_at(49);
+    assert_eq!(
+        live(&mut s, 0, 50),
+        vec![
+            Action::Apply {
+                seq: 50,
+                payload: msg(0, 50).1
+            },
+            Action::CaughtUp
+        ]
+    );
     assert_eq!(s.stats().applied, 51);
     assert_eq!(s.stats().replays, 1);
 }
@@ -275,7 +285,8 @@ fn without_a_replay_socket() {
             Action::Apply {
                 seq: 7,
                 payload: msg(0, 7).1
-            }
+            },
+            Action::CaughtUp
         ]
     );
     let a = live(&mut s, 1, 0);
@@ -286,7 +297,8 @@ fn without_a_replay_socket() {
             Action::Apply {
                 seq: 0,
                 payload: msg(1, 0).1
-            }
+            },
+            Action::CaughtUp
         ]
     );
     assert!(s.reconnected().is_empty());

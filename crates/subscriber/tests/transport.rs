@@ -117,6 +117,14 @@ impl FakeEngine {
         seq
     }
 
+    /// Drops the PUB socket (connections break) and binds a new one on the same port.
+    async fn rebind_publisher(&mut self) {
+        let old = std::mem::replace(&mut self.publisher, PubSocket::new());
+        let _ = old.close().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.publisher.bind(&self.pub_endpoint).await.unwrap();
+    }
+
     fn restart(&mut self) {
         self.epoch += 1;
         self.next_seq = 0;
@@ -170,6 +178,7 @@ async fn replays_gaps_and_restarts_over_real_sockets() {
     // live in order
     let s = engine.publish(true).await;
     expect_apply(&mut rx, s).await;
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
 
     // a gap is filled from the replay socket
     let missed = engine.publish(false).await;
@@ -210,6 +219,78 @@ async fn a_silent_replay_socket_times_out_and_live_flows() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let s = engine.publish(true).await;
     expect_apply(&mut rx, s).await;
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+async fn subscribed(
+    engine: &FakeEngine,
+) -> (
+    mpsc::Receiver<Delivery>,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), inferencecache_subscriber::TransportError>>,
+) {
+    let (tx, rx) = mpsc::channel(64);
+    let cancel = CancellationToken::new();
+    let config = TransportConfig {
+        engine_endpoint: engine.pub_endpoint.clone(),
+        replay_endpoint: Some(engine.replay_endpoint.clone()),
+        replay_timeout: Duration::from_secs(2),
+        ..TransportConfig::default()
+    };
+    let task = tokio::spawn(transport::run(config, tx, cancel.clone()));
+    (rx, cancel, task)
+}
+
+/// A connection blip: the SUB reconnects, the replay from L proves it is the
+/// same engine, and what was published meanwhile is recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_to_the_same_engine_recovers_the_blip() {
+    let mut engine = FakeEngine::start(true).await;
+    engine.publish(true).await;
+    let (mut rx, cancel, task) = subscribed(&engine).await;
+    expect_apply(&mut rx, 0).await;
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    engine.publish(false).await; // published while the SUB is away
+    engine.rebind_publisher().await;
+    // the reconnection triggers the continuity check and the recovery
+    expect_apply(&mut rx, 1).await;
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    engine.publish(true).await;
+    expect_apply(&mut rx, 2).await;
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+/// The engine restarted while the SUB was away and has published fewer
+/// messages than L: the message at L is gone, so it is a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_to_a_restarted_engine_clears() {
+    let mut engine = FakeEngine::start(true).await;
+    for _ in 0..3 {
+        engine.publish(true).await;
+    }
+    let (mut rx, cancel, task) = subscribed(&engine).await;
+    for seq in 0..3 {
+        expect_apply(&mut rx, seq).await;
+    }
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    engine.restart();
+    engine.publish(false).await;
+    engine.rebind_publisher().await;
+    assert_eq!(next(&mut rx).await, Delivery::EngineRestarted { rank: 0 });
+    let payload = expect_apply(&mut rx, 0).await;
+    assert_eq!(payload, engine.payload(0));
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
