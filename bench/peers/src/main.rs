@@ -22,6 +22,7 @@ struct Args {
     scale: usize,
     requests: usize,
     threaded: bool,
+    repeat: usize,
     only: Option<String>,
 }
 
@@ -33,6 +34,7 @@ fn parse_args() -> Args {
         scale: 1,
         requests: 0,
         threaded: true,
+        repeat: 3,
         only: None,
     };
     let mut it = std::env::args().skip(1);
@@ -46,10 +48,11 @@ fn parse_args() -> Args {
             "--requests" => a.requests = v().parse().expect("--requests"),
             "--no-threaded" => a.threaded = false,
             "--only" => a.only = Some(v()),
+            "--repeat" => a.repeat = v().parse().expect("--repeat"),
             "-h" | "--help" => {
                 println!(
                     "bench-peers [--trace PATH] [--replicas N] [--cache-blocks N] [--scale K] \
-                     [--requests N (0 = all)] [--no-threaded] [--only ours|kv-index|dynamo]\n\
+                     [--requests N (0 = all)] [--no-threaded] [--repeat N (default 3)] [--only ours|kv-index|dynamo]\n\
                      --scale K duplicates the trace K times (hash ids offset per copy, copies \
                      interleaved by timestamp) and multiplies the replica count by K."
                 );
@@ -58,7 +61,7 @@ fn parse_args() -> Args {
             other => panic!("unknown argument {other}"),
         }
     }
-    assert!(a.scale >= 1 && a.replicas >= 1 && a.cache_blocks >= 1);
+    assert!(a.repeat >= 1 && a.scale >= 1 && a.replicas >= 1 && a.cache_blocks >= 1);
     a
 }
 
@@ -75,6 +78,32 @@ struct Row {
     mismatches: Option<u64>,
     errors: u64,
     note: String,
+    hist: Option<Histogram<u64>>,
+}
+
+/// Merge repeated runs: median events/s, pooled lookup histogram, summed counts.
+fn combine(mut runs: Vec<Row>) -> Row {
+    runs.sort_by(|a, b| a.events_per_s.total_cmp(&b.events_per_s));
+    let mut out = runs[runs.len() / 2].clone();
+    let mut h = hist();
+    let (mut mm, mut errors) = (None, 0);
+    for r in &runs {
+        if let Some(x) = &r.hist {
+            h.add(x).ok();
+        }
+        if let Some(m) = r.mismatches {
+            mm = Some(mm.unwrap_or(0) + m);
+        }
+        errors += r.errors;
+    }
+    out.p50 = h.value_at_quantile(0.5);
+    out.p99 = h.value_at_quantile(0.99);
+    out.p999 = h.value_at_quantile(0.999);
+    out.lookups = h.len();
+    out.mismatches = mm;
+    out.errors = errors;
+    out.hist = None;
+    out
 }
 
 fn hist() -> Histogram<u64> {
@@ -127,6 +156,7 @@ fn run_single(engine: &mut dyn Engine, w: &Workload) -> Row {
         lookups: h.len(),
         mismatches: Some(mismatches),
         errors: engine.errors(),
+        hist: Some(h),
         ..Row::default()
     }
 }
@@ -184,6 +214,7 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
     });
     drop(writer);
     drop(reader);
+    let bad = final_check(engine, w);
     Some(Row {
         name: engine.name(),
         mode: "1 writer + 1 reader",
@@ -193,8 +224,28 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
         p999: h.value_at_quantile(0.999),
         lookups: h.len(),
         errors: engine.errors(),
+        mismatches: Some(bad),
+        hist: Some(h),
         ..Row::default()
     })
+}
+
+/// After a threaded run: every request's chain against the end-of-stream ground truth.
+fn final_check(engine: &dyn Engine, w: &Workload) -> u64 {
+    let mut bad = 0;
+    let mut got = Vec::new();
+    for req in 0..w.chains.len() {
+        if w.chains[req].seq.is_empty() {
+            continue;
+        }
+        got.clear();
+        engine.lookup(usize::MAX, req, &mut got);
+        got.sort_unstable();
+        if got != w.final_expected(req) {
+            bad += 1;
+        }
+    }
+    bad
 }
 
 /// Live bytes held by the index after replaying the store/remove stream
@@ -322,9 +373,12 @@ fn main() {
         }
         let bpe = measure_memory(make.as_ref(), &w);
         eprintln!("{name}: {bpe:.1} bytes per entry");
-        let mut e = make();
-        let mut row = run_single(e.as_mut(), &w);
-        drop(e);
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat {
+            let mut e = make();
+            runs.push(run_single(e.as_mut(), &w));
+        }
+        let mut row = combine(runs);
         row.bytes_per_entry = Some(bpe);
         eprintln!(
             "{name} 1 thread: {} events/s, p50 {} p99 {} ns, mismatches {:?}",
@@ -335,8 +389,14 @@ fn main() {
         );
         rows.push(row);
         if args.threaded {
-            let mut e = make();
-            match run_threaded(e.as_mut(), &w) {
+            let mut runs = Vec::new();
+            for _ in 0..args.repeat {
+                let mut e = make();
+                if let Some(r) = run_threaded(e.as_mut(), &w) {
+                    runs.push(r);
+                }
+            }
+            match (!runs.is_empty()).then(|| combine(runs)) {
                 Some(r) => {
                     eprintln!(
                         "{name} threaded: writer {} events/s, reader p50 {} p99 {} ns",

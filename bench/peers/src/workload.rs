@@ -61,6 +61,23 @@ pub struct Workload {
     pub hit_blocks: u64,
     pub final_entries: u64,
     pub peak_entries: u64,
+    /// Positional hashes each replica holds at the end of the stream.
+    pub final_held: Vec<std::collections::HashSet<u64>>,
+}
+
+impl Workload {
+    /// Ground truth at the end of the stream for request `req`'s chain.
+    pub fn final_expected(&self, req: usize) -> Vec<(u32, u32)> {
+        let seq = &self.chains[req].seq;
+        self.final_held
+            .iter()
+            .enumerate()
+            .filter_map(|(r, held)| {
+                let m = seq.iter().take_while(|s| held.contains(s)).count() as u32;
+                (m > 0).then_some((r as u32, m))
+            })
+            .collect()
+    }
 }
 
 fn splitmix64(mut z: u64) -> u64 {
@@ -251,5 +268,9 @@ pub fn generate(reqs: &[Req], replicas: usize, cache_blocks: usize) -> Workload 
         hit_blocks,
         final_entries: entries,
         peak_entries: peak,
+        final_held: reps
+            .into_iter()
+            .map(|r| r.held.into_keys().collect())
+            .collect(),
     }
 }
