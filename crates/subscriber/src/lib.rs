@@ -34,14 +34,21 @@
 //! hands the caller ordered [`Delivery`] values; the caller owns the
 //! [`Mapping`] (one per rank: ranks have separate caches) and the gRPC client.
 //!
-//! Caller loop per rank:
+//! [`ReplicaState::handle`] turns each [`Delivery`] into updates:
 //!
 //! ```text
-//! Delivery::Apply { payload }      → decode_batch → Mapping::apply_all → send Updates
-//! Delivery::EngineRestarted        → send ALL_CLEARED, await ack, Mapping::reset
+//! Delivery::Apply { payload }      → decode_batch → rank's Mapping::apply_all
+//! Delivery::EngineRestarted        → Mapping::reset + Update::AllCleared
 //! Delivery::CaughtUp               → Mapping::drop_pending (held parents won't come)
-//! Delivery::Lost { from, to }      → count
+//! Delivery::Lost { from, to }      → counted
+//! an AllCleared from one rank      → the other ranks' blocks are re-reported
 //! ```
+//!
+//! The caller sends `Report`s via `ReportCacheState` (after flushing buffered
+//! reports first when an `Evict` or a T2 re-report follows), `Evict` as
+//! `PublishEvent(PREFIX_EVICTED)`, and `AllCleared` as
+//! `PublishEvent(ALL_CLEARED)`, waiting for its acknowledgement before sending
+//! anything after it.
 //!
 //! # Memory bound
 //!
@@ -57,6 +64,7 @@ pub mod frames;
 pub mod hash;
 pub mod lora;
 pub mod mapping;
+pub mod replica;
 pub mod sequence;
 pub mod transport;
 
@@ -69,5 +77,6 @@ pub use lora::{LoraNamesError, parse_lora_adapter_names};
 pub use mapping::{
     Mapping, MappingConfig, MappingStats, PrefixEviction, PrefixReport, Tier, Update,
 };
+pub use replica::{ReplicaState, ReplicaStats};
 pub use sequence::{Action, ReplayId, SequenceStats, Sequencer, SequencerConfig, payload_hash};
 pub use transport::{Delivery, TransportConfig, TransportError};
