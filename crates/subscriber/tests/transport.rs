@@ -298,3 +298,53 @@ async fn reconnect_to_a_restarted_engine_clears() {
         .unwrap()
         .unwrap();
 }
+
+/// Bind mode (the engine's PUB connects, as vLLM does for a `tcp://host:port`
+/// endpoint), without a replay socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_mode_without_replay() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let (tx, mut rx) = mpsc::channel(64);
+    let cancel = CancellationToken::new();
+    let config = TransportConfig {
+        engine_endpoint: endpoint.clone(),
+        bind: true,
+        ..TransportConfig::default()
+    };
+    let task = tokio::spawn(transport::run(config, tx, cancel.clone()));
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    let mut publisher = PubSocket::new();
+    // the SUB may not be listening yet
+    for _ in 0..50 {
+        if publisher.connect(&endpoint).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for seq in [3u64, 4] {
+        let frames = vec![
+            Bytes::new(),
+            Bytes::copy_from_slice(&seq.to_be_bytes()),
+            Bytes::from_static(b"\x92\x00\x90"),
+        ];
+        publisher
+            .send(ZmqMessage::try_from(frames).unwrap())
+            .await
+            .unwrap();
+    }
+    expect_apply(&mut rx, 3).await;
+    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    expect_apply(&mut rx, 4).await;
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
