@@ -120,14 +120,6 @@ async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     tokio::spawn(forward_signals(shutdown.clone()));
 
     log_auth_mode(&config.control_auth);
-    if let Some(dir) = &config.tokenizer_models_dir {
-        tracing::warn!(
-            tokenizer_models_dir = %dir.display(),
-            reason = "prompt_text tokenization is not built yet",
-            effect = "prompt_text lookups fail open with NO_HINT",
-            "tokenizer_models_dir_ignored"
-        );
-    }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         grpc_addr = %config.grpc_addr,

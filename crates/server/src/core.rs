@@ -62,6 +62,7 @@ impl Core {
         block_size: u32,
         policies: PolicyStore,
         metrics: Arc<Metrics>,
+        tokenizers: crate::tokenize::Tokenizers,
     ) -> Self {
         let events = EventHub::new();
         let index = Arc::new(
@@ -80,6 +81,7 @@ impl Core {
             policies.clone(),
             Arc::clone(&metrics),
             block_size,
+            tokenizers,
         );
         Self {
             index,

@@ -33,6 +33,7 @@ mod serve;
 pub mod service;
 pub mod snapshot;
 pub mod tls;
+pub mod tokenize;
 
 pub use config::{ControlAuth, ServerConfig};
 pub use error::{ConfigError, ServeError};

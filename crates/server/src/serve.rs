@@ -86,6 +86,10 @@ impl Server {
             config.engine_block_size,
             policies.clone(),
             Arc::clone(&metrics),
+            config.tokenizer_models_dir.as_deref().map_or_else(
+                crate::tokenize::Tokenizers::none,
+                crate::tokenize::Tokenizers::load_dir,
+            ),
         );
         Ok(Self {
             core,

@@ -7,6 +7,7 @@ use inferencecache_proto::v1alpha1::*;
 use inferencecache_server::core::{Core, IndexSettings};
 use inferencecache_server::metrics::Metrics;
 use inferencecache_server::policy::{PolicyStore, decode_policy_json};
+use inferencecache_server::tokenize::Tokenizers;
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -128,7 +129,7 @@ proptest! {
         if let Some(p) = pol {
             policies.replace(decode_policy_json(p.as_bytes()).unwrap());
         }
-        let core = Core::new(IndexSettings::default(), 16, policies, Arc::new(Metrics::new()));
+        let core = Core::new(IndexSettings::default(), 16, policies, Arc::new(Metrics::new()), Tokenizers::none());
         for u in updates {
             core.ingest(&inferencecache_server::convert::update_from_proto(u));
         }

@@ -38,6 +38,7 @@ fn lookup_route_emits_no_logs_on_any_branch() {
         16,
         PolicyStore::new(),
         Arc::new(Metrics::new()),
+        inferencecache_server::tokenize::Tokenizers::none(),
     );
     core.ingest(&update_from_proto(CacheStateUpdate {
         replica_id: "r".into(),

@@ -16,6 +16,7 @@ use crate::convert::score_to_proto;
 use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, TenantPolicy};
 use crate::reason;
+use crate::tokenize::Tokenizers;
 use inferencecache_index::{Index, LookupRequest, LookupRouteResult, PROBE_TENANT, Strategy};
 use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse};
 use resolve::{ChainHashes, Input, Resolved};
@@ -24,6 +25,9 @@ use std::time::{Duration, Instant};
 
 /// Default budget for a lookup that must tokenize `prompt_text`.
 pub const DEFAULT_TOKENIZE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Tokenizations running at once; beyond this, prompt_text fails open
+/// rather than queueing behind other requests.
+pub const MAX_CONCURRENT_TOKENIZE: usize = 64;
 
 /// Everything LookupRoute needs; cheap to clone.
 #[derive(Clone)]
@@ -32,6 +36,8 @@ pub struct LookupPipeline {
     policies: PolicyStore,
     metrics: Arc<Metrics>,
     block_size: u32,
+    tokenizers: Tokenizers,
+    tokenize_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for LookupPipeline {
@@ -48,6 +54,13 @@ fn micros(d: Duration) -> i64 {
 
 fn expired(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Outcome of tokenizing prompt_text.
+enum Tokenized {
+    Ready(Resolved<'static>),
+    FailOpen(Vec<u32>),
+    Timeout,
 }
 
 /// A fail-open envelope: empty scores, no adapter echo.
@@ -68,12 +81,15 @@ impl LookupPipeline {
         policies: PolicyStore,
         metrics: Arc<Metrics>,
         block_size: u32,
+        tokenizers: Tokenizers,
     ) -> Self {
         Self {
             index,
             policies,
             metrics,
             block_size,
+            tokenizers,
+            tokenize_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_TOKENIZE)),
         }
     }
 
@@ -138,11 +154,12 @@ impl LookupPipeline {
         // Step 6-8.
         let mut resolved = match resolve::resolve(req, self.block_size, chain_enabled) {
             Input::Ready(r) => r,
-            // The tokenizer arrives with prompt_text support; until then
-            // prompt_text fails open.
-            Input::PromptText | Input::FailOpen => {
-                return envelope(reason::NO_HINT, start, Vec::new());
-            }
+            Input::FailOpen => return envelope(reason::NO_HINT, start, Vec::new()),
+            Input::PromptText => match self.tokenize(req, chain_enabled, deadline).await {
+                Tokenized::Ready(r) => r,
+                Tokenized::FailOpen(echo) => return envelope(reason::NO_HINT, start, echo),
+                Tokenized::Timeout => return envelope(reason::TIMEOUT, start, Vec::new()),
+            },
         };
         if expired(deadline) {
             return envelope(reason::TIMEOUT, start, resolved.echo_tokens);
@@ -168,6 +185,47 @@ impl LookupPipeline {
             result.demote();
         }
         self.respond(req, &policy, resolved, result, below_min_prefix, start)
+    }
+
+    /// The prompt_text branch of §3.3: bounded, concurrent with the deadline,
+    /// failing open on every error.
+    async fn tokenize(
+        &self,
+        req: &LookupRouteRequest,
+        chain_enabled: bool,
+        deadline: Option<Instant>,
+    ) -> Tokenized {
+        if req.prompt_text.len() > MAX_PROMPT_TEXT_BYTES {
+            return Tokenized::FailOpen(Vec::new());
+        }
+        let Ok(permit) = Arc::clone(&self.tokenize_slots).try_acquire_owned() else {
+            return Tokenized::FailOpen(Vec::new());
+        };
+        let Ok(tokenizer) = self.tokenizers.get(&req.model_id) else {
+            return Tokenized::FailOpen(Vec::new());
+        };
+        let text = req.prompt_text.clone();
+        // The permit travels with the work: a timed-out request's
+        // tokenization still holds its slot until it really ends.
+        let work = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            tokenizer.encode_chat(&text)
+        });
+        let joined = match deadline {
+            Some(d) => match tokio::time::timeout_at(d.into(), work).await {
+                Ok(j) => j,
+                Err(_) => return Tokenized::Timeout,
+            },
+            None => work.await,
+        };
+        let tokens = match joined {
+            Ok(Ok(t)) if !t.is_empty() && t.len() <= MAX_LOOKUP_TOKENS => t,
+            _ => return Tokenized::FailOpen(Vec::new()),
+        };
+        match resolve::from_tokens(&tokens, self.block_size, chain_enabled, tokens.clone()) {
+            Ok(r) => Tokenized::Ready(r),
+            Err(fail) => Tokenized::FailOpen(fail.echo_tokens),
+        }
     }
 
     fn index_lookup(&self, req: &LookupRouteRequest, r: &Resolved<'_>) -> LookupRouteResult {

@@ -106,7 +106,6 @@ impl<'a> Resolved<'a> {
 #[derive(Debug, Default)]
 pub struct FailOpen {
     /// Tokens produced before failing (prompt_text sub-block case).
-    #[allow(dead_code)] // read once prompt_text is tokenized
     pub echo_tokens: Vec<u32>,
 }
 
