@@ -242,7 +242,7 @@ fn decode_stored(f: &Fields<'_, '_>) -> Result<BlockStored, String> {
         Some(n) => return Err(format!("block_size {n} out of range")),
         None => return Err("block_size missing or not an integer".into()),
     };
-    let lora_id = strict_opt(f.get(5, "lora_id"), as_i64, "lora_id", "an integer")?;
+    let lora_id = strict_opt(f.get(5, "lora_id"), as_i64, "lora_id", "an i64 integer")?;
     let medium = medium(f.get(6, "medium"))?;
     let lora_name = strict_opt(f.get(7, "lora_name"), as_string, "lora_name", "a string")?;
     let extra_keys = f.get(8, "extra_keys").and_then(|v| match v {
@@ -254,7 +254,7 @@ fn decode_stored(f: &Fields<'_, '_>) -> Result<BlockStored, String> {
         ),
         _ => None,
     });
-    let group_idx = strict_opt(f.get(9, "group_idx"), as_i64, "group_idx", "an integer")?;
+    let group_idx = strict_opt(f.get(9, "group_idx"), as_i64, "group_idx", "an i64 integer")?;
     Ok(BlockStored {
         block_hashes,
         parent_block_hash,
@@ -280,7 +280,7 @@ fn decode_removed(f: &Fields<'_, '_>) -> Result<BlockRemoved, String> {
     Ok(BlockRemoved {
         block_hashes: hashes(f.get(1, "block_hashes")).map_err(|e| format!("block_hashes: {e}"))?,
         medium: medium(f.get(2, "medium"))?,
-        group_idx: strict_opt(f.get(3, "group_idx"), as_i64, "group_idx", "an integer")?,
+        group_idx: strict_opt(f.get(3, "group_idx"), as_i64, "group_idx", "an i64 integer")?,
     })
 }
 
