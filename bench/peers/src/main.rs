@@ -3,6 +3,7 @@
 //! Mooncake conversation trace. See README.md.
 
 mod alloc;
+mod crtc;
 mod workload;
 mod peers;
 
@@ -106,6 +107,9 @@ fn combine(mut runs: Vec<Row>) -> Row {
     out
 }
 
+/// The reader of the threaded mode looks up the last RECENT routed requests.
+const RECENT: usize = 64;
+
 fn hist() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
 }
@@ -180,7 +184,6 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
     // were routed recently (the last RECENT lookups before the writer's
     // position), i.e. chains that are likely resident, as a gateway would.
     let pos = AtomicUsize::new(0);
-    const RECENT: usize = 64;
     let (elapsed, h) = std::thread::scope(|s| {
         let rd = s.spawn(|| {
             let mut h = hist();
@@ -397,7 +400,8 @@ fn main() {
                 }
             }
             match (!runs.is_empty()).then(|| combine(runs)) {
-                Some(r) => {
+                Some(mut r) => {
+                    r.bytes_per_entry = Some(bpe);
                     eprintln!(
                         "{name} threaded: writer {} events/s, reader p50 {} p99 {} ns",
                         fmt_rate(r.events_per_s),
@@ -414,6 +418,40 @@ fn main() {
                 }),
             }
         }
+    }
+    let want_crtc = args.threaded
+        && args.only.as_deref().is_none_or(|o| "dynamo".starts_with(o) || o.starts_with("dynamo") || o == "crtc");
+    if want_crtc {
+        let bpe = crtc::memory(&w);
+        eprintln!("{}: {bpe:.1} bytes per entry", crtc::CRTC);
+        rows.push(Row {
+            name: crtc::CRTC,
+            mode: "1 thread",
+            note: "n/a: events apply only through SyncIndexer::worker (a channel-draining loop), so lookups cannot be interleaved in stream order on one thread".into(),
+            ..Row::default()
+        });
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat {
+            let o = crtc::run(&w, RECENT, hist);
+            runs.push(Row {
+                name: crtc::CRTC,
+                mode: "1 writer + 1 reader",
+                events_per_s: w.block_events as f64 / o.elapsed.as_secs_f64(),
+                mismatches: Some(o.final_mismatches),
+                hist: Some(o.hist),
+                ..Row::default()
+            });
+        }
+        let mut r = combine(runs);
+        r.bytes_per_entry = Some(bpe);
+        eprintln!(
+            "{} threaded: writer {} events/s, reader p50 {} p99 {} ns",
+            crtc::CRTC,
+            fmt_rate(r.events_per_s),
+            r.p50,
+            r.p99
+        );
+        rows.push(r);
     }
     print_table(&rows);
 }

@@ -428,47 +428,9 @@ impl Dynamo {
     }
 
     fn convert(&mut self, op: &Op, w: &Workload) -> Option<RouterEvent> {
-        let (worker, data) = match op {
-            Op::Store {
-                replica,
-                req,
-                start,
-                len,
-            } => {
-                let c = &w.chains[*req];
-                (
-                    *replica,
-                    KvCacheEventData::Stored(KvCacheStoreData {
-                        parent_hash: (*start > 0)
-                            .then(|| ExternalSequenceBlockHash(c.seq[start - 1])),
-                        start_position: Some(*start as u32),
-                        blocks: (*start..start + len)
-                            .map(|i| KvCacheStoredBlockData {
-                                block_hash: ExternalSequenceBlockHash(c.seq[i]),
-                                tokens_hash: LocalBlockHash(c.content[i]),
-                                mm_extra_info: None,
-                            })
-                            .collect(),
-                    }),
-                )
-            }
-            Op::Remove { replica, seqs } => (
-                *replica,
-                KvCacheEventData::Removed(KvCacheRemoveData {
-                    block_hashes: seqs.iter().map(|s| ExternalSequenceBlockHash(*s)).collect(),
-                }),
-            ),
-            Op::Lookup { .. } => return None,
-        };
+        let ev = dynamo_event(op, w, self.next_id + 1)?;
         self.next_id += 1;
-        Some(RouterEvent::new(
-            worker as u64,
-            KvCacheEvent {
-                event_id: self.next_id,
-                data,
-                dp_rank: 0,
-            },
-        ))
+        Some(ev)
     }
 
     fn apply_ev(&mut self, ev: RouterEvent) {
@@ -539,4 +501,48 @@ impl Engine for Dynamo {
         // since Mutex<T>: Sync needs T: Send).
         None
     }
+}
+
+/// One op as a dynamo `RouterEvent` (worker id = replica, dp rank 0).
+pub fn dynamo_event(op: &Op, w: &Workload, event_id: u64) -> Option<RouterEvent> {
+    let (worker, data) = match op {
+        Op::Store {
+            replica,
+            req,
+            start,
+            len,
+        } => {
+            let c = &w.chains[*req];
+            (
+                *replica,
+                KvCacheEventData::Stored(KvCacheStoreData {
+                    parent_hash: (*start > 0)
+                        .then(|| ExternalSequenceBlockHash(c.seq[start - 1])),
+                    start_position: Some(*start as u32),
+                    blocks: (*start..start + len)
+                        .map(|i| KvCacheStoredBlockData {
+                            block_hash: ExternalSequenceBlockHash(c.seq[i]),
+                            tokens_hash: LocalBlockHash(c.content[i]),
+                            mm_extra_info: None,
+                        })
+                        .collect(),
+                }),
+            )
+        }
+        Op::Remove { replica, seqs } => (
+            *replica,
+            KvCacheEventData::Removed(KvCacheRemoveData {
+                block_hashes: seqs.iter().map(|s| ExternalSequenceBlockHash(*s)).collect(),
+            }),
+        ),
+        Op::Lookup { .. } => return None,
+    };
+    Some(RouterEvent::new(
+        worker as u64,
+        KvCacheEvent {
+            event_id,
+            data,
+            dp_rank: 0,
+        },
+    ))
 }
