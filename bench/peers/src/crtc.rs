@@ -115,9 +115,12 @@ pub fn run(w: &Workload, recent: usize, hist: impl Fn() -> Histogram<u64> + Sync
             let mut h = hist();
             let mut got = Vec::new();
             let mut k = 0usize;
+            let mut empty = 0u64;
             while !done.load(Ordering::Acquire) {
                 let applied = total - probe.len().min(total);
-                let pos = if applied < total { event_op[applied] } else { usize::MAX };
+                // the worker has taken `applied` events: lookups before the last
+                // taken event are eligible (as in the other indexes' threaded mode)
+                let pos = if applied == 0 { 0 } else { event_op[applied - 1] + 1 };
                 let upto = lookups.partition_point(|&i| i < pos);
                 if upto == 0 {
                     std::hint::spin_loop();
@@ -128,6 +131,12 @@ pub fn run(w: &Workload, recent: usize, hist: impl Fn() -> Histogram<u64> + Sync
                 got.clear();
                 let ns = lookup(&tree, &queries[reqs[j]], &mut got);
                 h.record(ns.max(1)).ok();
+                if got.is_empty() {
+                    empty += 1;
+                }
+            }
+            if empty > 0 {
+                eprintln!("  {CRTC}: {empty} of {} concurrent lookups matched nothing", h.len());
             }
             h
         });

@@ -178,6 +178,7 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
             _ => None,
         })
         .collect();
+    let engine_name = engine.name();
     let (mut writer, reader) = engine.split()?;
     let done = AtomicBool::new(false);
     // Op index the writer has applied up to: the reader looks up requests that
@@ -189,6 +190,7 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
             let mut h = hist();
             let mut got = Vec::new();
             let mut k = 0usize;
+            let mut empty = 0u64;
             while !done.load(Ordering::Acquire) {
                 let p = pos.load(Ordering::Acquire);
                 let upto = lookups.partition_point(|&(i, _)| i < p);
@@ -201,20 +203,29 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
                 got.clear();
                 let ns = reader.lookup(i, req, &mut got);
                 h.record(ns.max(1)).ok();
+                if got.is_empty() {
+                    empty += 1;
+                }
             }
-            h
+            (h, empty)
         });
         let t = Instant::now();
         for (i, op) in w.ops.iter().enumerate() {
             if !matches!(op, Op::Lookup { .. }) {
                 writer.apply(i, op);
+                // published after writes only: a lookup is eligible once a write
+                // after it has landed, so its own request's blocks are (being) stored
+                pos.store(i + 1, Ordering::Release);
             }
-            pos.store(i + 1, Ordering::Release);
         }
         let elapsed = t.elapsed();
         done.store(true, Ordering::Release);
         (elapsed, rd.join().expect("reader"))
     });
+    let (h, empty) = h;
+    if empty > 0 {
+        eprintln!("  {}: {empty} of {} concurrent lookups matched nothing", engine_name, h.len());
+    }
     drop(writer);
     drop(reader);
     let bad = final_check(engine, w);
@@ -333,6 +344,9 @@ fn print_table(rows: &[Row]) {
     }
 }
 
+/// Builds a fresh index (one per run).
+type MakeEngine = Box<dyn Fn() -> Box<dyn Engine>>;
+
 fn main() {
     let args = parse_args();
     let t = Instant::now();
@@ -356,7 +370,7 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let engines: Vec<(&'static str, Box<dyn Fn() -> Box<dyn Engine>>)> = vec![
+    let engines: Vec<(&'static str, MakeEngine)> = vec![
         (peers::OURS, Box::new(|| Box::new(peers::Ours::new()) as Box<dyn Engine>)),
         (
             peers::KVI,
@@ -369,10 +383,10 @@ fn main() {
     ];
     let mut rows = Vec::new();
     for (name, make) in &engines {
-        if let Some(only) = &args.only {
-            if !name.starts_with(only.as_str()) {
-                continue;
-            }
+        if let Some(only) = &args.only
+            && !name.starts_with(only.as_str())
+        {
+            continue;
         }
         let bpe = measure_memory(make.as_ref(), &w);
         eprintln!("{name}: {bpe:.1} bytes per entry");
