@@ -78,6 +78,11 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_ALLOWED_CONTROLLER_SA", default_value = "")]
     pub allowed_controller_sa: String,
 
+    /// Kubeconfig for the TokenReview client when running outside a cluster
+    /// (default: KUBECONFIG, then in-cluster service-account config).
+    #[arg(long, env = "INFERENCECACHE_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+
     /// Serve the control endpoints without authentication on any address (local development only).
     #[arg(long, env = "INFERENCECACHE_INSECURE_DISABLE_AUTH")]
     pub insecure_disable_auth: bool,

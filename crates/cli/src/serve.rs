@@ -83,6 +83,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
         engine_block_size,
         tokenizer_models_dir,
         policy_file: args.policy_file.clone(),
+        kubeconfig: args.kubeconfig.clone(),
         index: inferencecache_server::core::IndexSettings {
             max_entries: args.index_max_entries,
             default_ttl: args.index_ttl,

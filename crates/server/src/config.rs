@@ -212,6 +212,8 @@ pub struct ServerConfig {
     pub tokenizer_models_dir: Option<PathBuf>,
     /// Policy file (YAML or JSON, the `/policy` schema), if any.
     pub policy_file: Option<PathBuf>,
+    /// Kubeconfig for TokenReview outside a cluster (else KUBECONFIG / in-cluster).
+    pub kubeconfig: Option<PathBuf>,
     /// Index cap, TTL and sweep period.
     pub index: crate::core::IndexSettings,
     /// Period of StreamMetrics samples.
@@ -232,6 +234,7 @@ impl ServerConfig {
             engine_block_size: DEFAULT_ENGINE_BLOCK_SIZE,
             tokenizer_models_dir: None,
             policy_file: None,
+            kubeconfig: None,
             index: crate::core::IndexSettings::default(),
             stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,
         }

@@ -79,6 +79,9 @@ pub enum ServeError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The Kubernetes client for TokenReview could not be built.
+    #[error("{0}")]
+    Kube(String),
     /// `--policy-file` could not be loaded at startup.
     #[error("policy file: {0}")]
     PolicyFile(String),

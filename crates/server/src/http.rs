@@ -2,6 +2,7 @@
 //! control one (`/snapshot`, `/policy`, `/probe`). Routes are exact paths; each
 //! listener answers 404 for the other's endpoints.
 
+use crate::auth::{AuthOutcome, Authenticator};
 use crate::config::ControlAuth;
 use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
@@ -28,6 +29,27 @@ pub struct HttpState {
     pub control_auth: ControlAuth,
     /// Runs `/probe` self-tests.
     pub prober: Prober,
+    /// TokenReview authenticators (present in TokenReview mode).
+    pub auth: Option<Arc<ControlAuthenticators>>,
+}
+
+/// One authenticator per control endpoint (own cache, own counter).
+#[derive(Debug)]
+pub struct ControlAuthenticators {
+    /// `/snapshot` (controller audience).
+    pub snapshot: Authenticator,
+    /// `/policy` (policy audience).
+    pub policy: Authenticator,
+    /// `/probe` (controller audience).
+    pub probe: Authenticator,
+}
+
+/// Which control endpoint a request is for.
+#[derive(Debug, Clone, Copy)]
+enum Endpoint {
+    Snapshot,
+    Policy,
+    Probe,
 }
 
 /// Router of the public listener.
@@ -71,23 +93,48 @@ fn method_not_allowed(allow: &'static str) -> Response {
     r
 }
 
-/// Until TokenReview lands, a server configured for it refuses control
-/// requests rather than serving them unauthenticated.
-fn auth_gate(state: &HttpState) -> Option<Response> {
-    match state.control_auth {
-        ControlAuth::TokenReview { .. } => Some(http_error(
+/// In TokenReview mode, the request's bearer token must belong to the
+/// controller's service account; `Some(response)` refuses it.
+async fn auth_gate(state: &HttpState, endpoint: Endpoint, headers: &HeaderMap) -> Option<Response> {
+    if !matches!(state.control_auth, ControlAuth::TokenReview { .. }) {
+        return None;
+    }
+    let Some(auth) = &state.auth else {
+        // TokenReview configured but no client: fail closed.
+        return Some(http_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "token review unavailable",
+        ));
+    };
+    let authenticator = match endpoint {
+        Endpoint::Snapshot => &auth.snapshot,
+        Endpoint::Policy => &auth.policy,
+        Endpoint::Probe => &auth.probe,
+    };
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match authenticator.check(header).await {
+        AuthOutcome::Ok => None,
+        AuthOutcome::Unauthorized => Some(http_error(StatusCode::UNAUTHORIZED, "unauthorized")),
+        AuthOutcome::Forbidden => Some(http_error(StatusCode::FORBIDDEN, "forbidden")),
+        AuthOutcome::Unavailable => Some(http_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "token review unavailable",
         )),
-        ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
     }
 }
 
-async fn policy(State(state): State<HttpState>, method: Method, body: Body) -> Response {
+async fn policy(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     if method != Method::POST && method != Method::PUT {
         return method_not_allowed("POST, PUT");
     }
-    if let Some(denied) = auth_gate(&state) {
+    if let Some(denied) = auth_gate(&state, Endpoint::Policy, &headers).await {
         return denied;
     }
     let bytes = match axum::body::to_bytes(body, MAX_POLICY_BODY_BYTES).await {
@@ -143,11 +190,11 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> impl Int
     }
 }
 
-async fn snapshot(State(state): State<HttpState>, method: Method) -> Response {
+async fn snapshot(State(state): State<HttpState>, method: Method, headers: HeaderMap) -> Response {
     if method != Method::GET {
         return method_not_allowed("GET");
     }
-    if let Some(denied) = auth_gate(&state) {
+    if let Some(denied) = auth_gate(&state, Endpoint::Snapshot, &headers).await {
         return denied;
     }
     let core = state.core.clone();
@@ -172,11 +219,16 @@ async fn snapshot(State(state): State<HttpState>, method: Method) -> Response {
     }
 }
 
-async fn probe(State(state): State<HttpState>, method: Method, body: Body) -> Response {
+async fn probe(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     if method != Method::POST {
         return method_not_allowed("POST");
     }
-    if let Some(denied) = auth_gate(&state) {
+    if let Some(denied) = auth_gate(&state, Endpoint::Probe, &headers).await {
         return denied;
     }
     let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBE_BODY_BYTES).await else {

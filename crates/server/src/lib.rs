@@ -15,6 +15,7 @@
 //! # }
 //! ```
 
+pub mod auth;
 pub mod config;
 pub mod convert;
 pub mod core;

@@ -36,6 +36,7 @@ pub struct Server {
     policies: PolicyStore,
     policy_file: Option<PolicyFileWatcher>,
     control_auth: ControlAuth,
+    auth: Option<Arc<crate::http::ControlAuthenticators>>,
     tls: Option<TlsAcceptor>,
     grpc: TcpListener,
     http: TcpListener,
@@ -91,7 +92,28 @@ impl Server {
                 crate::tokenize::Tokenizers::load_dir,
             ),
         );
+        let auth = match &config.control_auth {
+            ControlAuth::TokenReview {
+                allowed_sa,
+                controller_audience,
+                policy_audience,
+            } => {
+                let client = crate::auth::kube_client(config.kubeconfig.as_deref())
+                    .await
+                    .map_err(ServeError::Kube)?;
+                let make = |audience: &str, counter| {
+                    crate::auth::Authenticator::new(client.clone(), audience, allowed_sa, counter)
+                };
+                Some(Arc::new(crate::http::ControlAuthenticators {
+                    snapshot: make(controller_audience, metrics.snapshot_auth.clone()),
+                    policy: make(policy_audience, metrics.policy_auth.clone()),
+                    probe: make(controller_audience, metrics.probe_auth.clone()),
+                }))
+            }
+            ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
+        };
         Ok(Self {
+            auth,
             core,
             sweep_interval: config.index.sweep_interval,
             metrics_interval: config.stream_metrics_interval,
@@ -146,6 +168,7 @@ impl Server {
             ready: Arc::clone(&self.ready),
             control_auth: self.control_auth.clone(),
             prober: crate::probe::Prober::default(),
+            auth: self.auth,
         };
         let grpc = crate::grpc::router(InferenceCacheService::new(
             self.core.clone(),
