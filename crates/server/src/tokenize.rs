@@ -300,7 +300,8 @@ mod tests {
                 add_generation_prompt => true,
             })
             .unwrap();
-        assert_eq!(out, "user:\"hi\">");
+        // Same as Python jinja2 with trim_blocks + lstrip_blocks.
+        assert_eq!(out, "user:\"hi\"\n>");
     }
 
     #[test]

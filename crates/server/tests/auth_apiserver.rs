@@ -286,12 +286,7 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
     let fresh = format!("{other}x");
     assert_eq!(get(&s, "/snapshot", Some(&fresh)).await, 503);
 
-    let body = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = s.metrics_text().await;
     for line in [
         "inferencecache_snapshot_auth_total{result=\"ok\"} 2",
         "inferencecache_snapshot_auth_total{result=\"forbidden\"} 1",

@@ -48,12 +48,7 @@ async fn lookup_calls_are_counted_with_contract_labels() {
         })
         .await
         .unwrap();
-    let body = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = s.metrics_text().await;
     assert!(
         body.contains("# TYPE inferencecache_lookup_route_calls_total counter\n"),
         "{body}"

@@ -607,12 +607,7 @@ async fn lookup_metrics_carry_reason_and_hint_used() {
         },
     )
     .await;
-    let body = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = s.metrics_text().await;
     assert!(body.contains(r#"inferencecache_lookup_route_calls_total{model="m",reason_code="PREFIX_MATCH",hint_used="true"} 1"#), "{body}");
     assert!(body.contains(r#"inferencecache_lookup_route_calls_total{model="m",reason_code="UNKNOWN_TENANT",hint_used="false"} 1"#), "{body}");
     assert!(

@@ -41,12 +41,7 @@ async fn post_and_put_replace_the_policy_set_with_204() {
     );
     assert_eq!(s.policies.quota("t"), None);
 
-    let metrics = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics_text().await;
     assert!(
         metrics.contains("inferencecache_policy_version 7\n"),
         "{metrics}"

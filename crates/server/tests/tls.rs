@@ -120,12 +120,7 @@ async fn tls_client_is_served_and_the_gauge_says_so() {
     let ca = Ca::new("ca");
     let s = tls_server(&dir, &ca, None).await;
     assert_eq!(call(&s, &ca, None).await.unwrap(), "NO_HINT");
-    let body = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = s.metrics_text().await;
     assert!(
         body.contains("\ninferencecache_server_grpc_tls_enabled 1\n"),
         "{body}"

@@ -61,6 +61,16 @@ impl Running {
         format!("http://{}{path}", self.http)
     }
 
+    /// The public `/metrics` body.
+    pub async fn metrics_text(&self) -> String {
+        reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn control_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.control)
     }
