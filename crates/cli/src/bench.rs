@@ -31,6 +31,47 @@ enum BenchWhat {
     /// deployment would). Example:
     /// `inferencecache bench grpc --concurrency 1,16,64 --duration 5s`
     Grpc(GrpcBenchArgs),
+
+    /// prompt_text tokenization cost (chat template + encode) per request,
+    /// p50/p99 per prompt size, with a real tokenizer directory.
+    ///
+    /// Example (after `.ci/fetch-tokenizers`):
+    /// `inferencecache bench tokenize --sizes 1000,8000,32000`
+    Tokenize(TokenizeBenchArgs),
+}
+
+/// Flags of `bench tokenize`.
+#[derive(Debug, Args)]
+pub struct TokenizeBenchArgs {
+    /// Tokenizer models directory (as --tokenizer-models-dir).
+    #[arg(long, default_value = ".cache/tokenizers")]
+    models_dir: std::path::PathBuf,
+    /// Model id inside it.
+    #[arg(long, default_value = "Qwen/Qwen3")]
+    model: String,
+    /// Approximate prompt sizes in tokens.
+    #[arg(long, value_delimiter = ',', default_value = "1000,8000,32000")]
+    sizes: Vec<usize>,
+    /// Requests per size.
+    #[arg(long, default_value_t = 200)]
+    iterations: usize,
+}
+
+/// A prompt of about `tokens` tokens: varied English, code and numbers, so
+/// the tokenizer does realistic work (not one repeated merge).
+pub fn synthetic_prompt(tokens: usize, salt: usize) -> String {
+    const PARAGRAPH: &str = "The cache-aware router sends each request to the replica that \
+        already holds the longest prefix of its prompt, so prefill work is skipped. \
+        fn route(req: &Request) -> Option<ReplicaId> { index.lookup(req.chain()) } \
+        Measured at 2026-12-02: 31,023 lookups/s, p99 3.9 ms. ";
+    // ~60 tokens per paragraph for BPE tokenizers of this family.
+    let mut out = format!("Document {salt}. ");
+    let mut i = 0;
+    while out.len() < tokens * 4 {
+        out.push_str(&format!("[{}] {PARAGRAPH}", i + salt));
+        i += 1;
+    }
+    out
 }
 
 /// Flags of `bench grpc`.
@@ -63,6 +104,16 @@ pub struct GrpcBenchArgs {
     /// gRPC connections the lookup workers share.
     #[arg(long, default_value_t = 4)]
     connections: usize,
+    /// Send prompt_text of about this many tokens instead of block hashes
+    /// (needs a tokenizer: --tokenizer-models-dir and --prompt-model).
+    #[arg(long, default_value_t = 0)]
+    prompt_tokens: usize,
+    /// Tokenizer models directory for the in-process server.
+    #[arg(long, default_value = ".cache/tokenizers")]
+    tokenizer_models_dir: std::path::PathBuf,
+    /// Model id used for prompt_text lookups.
+    #[arg(long, default_value = "Qwen/Qwen3")]
+    prompt_model: String,
 }
 
 const TENANT: &str = "bench";
@@ -89,6 +140,8 @@ struct Workload {
     replicas: usize,
     chains: usize,
     blocks: usize,
+    /// (model, prompts) when lookups send prompt_text.
+    prompts: Option<(String, Vec<String>)>,
 }
 
 impl Workload {
@@ -115,6 +168,15 @@ impl Workload {
     }
 
     fn lookup(&self, c: usize) -> LookupRouteRequest {
+        if let Some((model, prompts)) = &self.prompts {
+            return LookupRouteRequest {
+                model_id: model.clone(),
+                tenant_id: TENANT.into(),
+                hash_scheme: SCHEME.into(),
+                prompt_text: prompts[c % prompts.len()].clone(),
+                ..Default::default()
+            };
+        }
         LookupRouteRequest {
             model_id: MODEL.into(),
             tenant_id: TENANT.into(),
@@ -128,7 +190,10 @@ impl Workload {
 
 /// Runs `inferencecache bench ...`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let BenchWhat::Grpc(g) = args.what;
+    let g = match args.what {
+        BenchWhat::Grpc(g) => g,
+        BenchWhat::Tokenize(t) => return tokenize(&t),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -143,6 +208,9 @@ async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
         None => {
             let mut config = ServerConfig::ephemeral();
             config.index.max_entries = 0;
+            if args.prompt_tokens > 0 {
+                config.tokenizer_models_dir = Some(args.tokenizer_models_dir.clone());
+            }
             let server = Server::bind(&config).await?;
             let addr = server.grpc_addr().to_string();
             (addr, Some(tokio::spawn(server.serve(shutdown.clone()))))
@@ -158,10 +226,16 @@ async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("connect to {target}; is the server running?"))?,
         );
     }
+    let prompts = (args.prompt_tokens > 0).then(|| {
+        (0..64)
+            .map(|salt| synthetic_prompt(args.prompt_tokens, salt))
+            .collect::<Vec<_>>()
+    });
     let w = Arc::new(Workload {
         replicas: args.replicas.max(HOLDERS),
         chains: args.chains.max(1),
         blocks: args.blocks.max(1),
+        prompts: prompts.map(|p| (args.prompt_model.clone(), p)),
     });
 
     preload(&w, channels[0].clone()).await?;
@@ -199,6 +273,52 @@ async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
     shutdown.cancel();
     if let Some(t) = server_task {
         t.await??;
+    }
+    Ok(())
+}
+
+fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
+    let models = inferencecache_server::tokenize::Tokenizers::load_dir(&args.models_dir);
+    let tok = models.get(&args.model).with_context(|| {
+        format!(
+            "model {:?} not found under {}; run .ci/fetch-tokenizers or pass --models-dir",
+            args.model,
+            args.models_dir.display()
+        )
+    })?;
+    println!(
+        "bench tokenize: model {} ({} requests per size)",
+        args.model, args.iterations
+    );
+    println!(
+        "{:>12} {:>12} {:>10} {:>10} {:>10}",
+        "target_tok", "actual_tok", "p50_us", "p99_us", "max_us"
+    );
+    for &size in &args.sizes {
+        let prompts: Vec<String> = (0..8).map(|salt| synthetic_prompt(size, salt)).collect();
+        let actual = tok.encode_chat(&prompts[0])?.len();
+        let mut h = histogram()?;
+        let bar = ProgressBar::new(args.iterations as u64);
+        for i in 0..args.iterations {
+            let t = Instant::now();
+            let ids = tok.encode_chat(&prompts[i % prompts.len()])?;
+            std::hint::black_box(ids);
+            h.saturating_record(
+                u64::try_from(t.elapsed().as_micros())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        println!(
+            "{:>12} {:>12} {:>10} {:>10} {:>10}",
+            size,
+            actual,
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max()
+        );
     }
     Ok(())
 }
@@ -345,7 +465,7 @@ async fn worker(
             r.server
                 .saturating_record(u64::try_from(resp.lookup_latency_us).unwrap_or(0).max(1));
             r.calls += 1;
-            r.hits += u64::from(resp.reason_code == "PREFIX_MATCH");
+            r.hits += u64::from(resp.reason_code == "PREFIX_MATCH" || !resp.token_ids.is_empty());
         }
     }
     Ok(r)

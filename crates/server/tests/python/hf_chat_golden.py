@@ -10,6 +10,7 @@ import sys
 from transformers import AutoTokenizer
 
 PROMPTS = [
+    "",
     "hello world",
     "What is the capital of France?",
     "  leading and trailing spaces  ",
