@@ -691,3 +691,50 @@ async fn largest_contract_request_reaches_the_handler() {
     assert_eq!(r.reason_code, "NO_HINT");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn slow_index_lookup_over_the_budget_is_timeout() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    // One replica holds a 20,000-block chain: walking it takes far longer
+    // than a 1 ms budget (the explicit chain needs no resolution time, so
+    // the budget is spent inside the index lookup itself).
+    let n = 20_000usize;
+    let hashes: Vec<Vec<u8>> = (0..n)
+        .map(|i| (i as u64 + 1).to_be_bytes().to_vec())
+        .collect();
+    report(
+        &mut c,
+        vec![update(
+            "r1",
+            vec![PrefixEntry {
+                block_hashes: hashes.clone(),
+                block_token_counts: vec![16; n],
+                ..Default::default()
+            }],
+        )],
+    )
+    .await;
+    let chain = LookupRouteRequest {
+        block_hashes: hashes,
+        block_token_counts: vec![16; n],
+        ..req()
+    };
+    assert_eq!(
+        lookup(&mut c, chain.clone()).await.reason_code,
+        "PREFIX_MATCH"
+    );
+    policy(
+        &s,
+        r#"{"version":7,"policies":[{"namespace":"t","lookupTimeoutMs":1}]}"#,
+    )
+    .await;
+    let r = lookup(&mut c, chain).await;
+    assert_eq!(
+        r.reason_code, "TIMEOUT",
+        "latency {} us",
+        r.lookup_latency_us
+    );
+    assert!(r.replica_scores.is_empty());
+    s.stop().await;
+}
