@@ -1039,7 +1039,7 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
 
     #[test]
     fn index_matches_naive_model(
