@@ -298,26 +298,32 @@ fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
         let prompts: Vec<String> = (0..8).map(|salt| synthetic_prompt(size, salt)).collect();
         let actual = tok.encode_chat(&prompts[0])?.len();
         let mut h = histogram()?;
+        let mut render = histogram()?;
         let bar = ProgressBar::new(args.iterations as u64);
+        let micros = |t: Instant| {
+            u64::try_from(t.elapsed().as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1)
+        };
         for i in 0..args.iterations {
+            let prompt = &prompts[i % prompts.len()];
             let t = Instant::now();
-            let ids = tok.encode_chat(&prompts[i % prompts.len()])?;
-            std::hint::black_box(ids);
-            h.saturating_record(
-                u64::try_from(t.elapsed().as_micros())
-                    .unwrap_or(u64::MAX)
-                    .max(1),
-            );
+            std::hint::black_box(tok.render(prompt)?);
+            render.saturating_record(micros(t));
+            let t = Instant::now();
+            std::hint::black_box(tok.encode_chat(prompt)?);
+            h.saturating_record(micros(t));
             bar.inc(1);
         }
         bar.finish_and_clear();
         println!(
-            "{:>12} {:>12} {:>10} {:>10} {:>10}",
+            "{:>12} {:>12} {:>10} {:>10} {:>10} {:>16}",
             size,
             actual,
             h.value_at_quantile(0.5),
             h.value_at_quantile(0.99),
-            h.max()
+            h.max(),
+            render.value_at_quantile(0.5)
         );
     }
     Ok(())
