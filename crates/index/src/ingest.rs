@@ -80,18 +80,10 @@ impl Index {
                         }
                         self.upsert(&part, h, cumulative, tier, &w, &mut out, &mut notes);
                     }
-                    if !e.prefix_hash.is_empty() {
-                        self.upsert(
-                            &part,
-                            &e.prefix_hash,
-                            e.token_count,
-                            tier,
-                            &w,
-                            &mut out,
-                            &mut notes,
-                        );
-                    }
-                } else {
+                }
+                // The legacy key: the whole entry in legacy form (its empty
+                // hash was dropped above), or co-set beside a chain.
+                if !e.prefix_hash.is_empty() {
                     self.upsert(
                         &part,
                         &e.prefix_hash,
