@@ -6,7 +6,7 @@ use crate::auth::{AuthOutcome, Authenticator};
 use crate::config::ControlAuth;
 use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
-use crate::policy::{MAX_POLICY_BODY_BYTES, PolicyError, decode_policy_json};
+use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json};
 use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
 use crate::snapshot::SnapshotJson;
 use axum::Router;
@@ -155,10 +155,7 @@ async fn policy(
         }
         Err(e) => {
             state.core.metrics.policy_rejected("http");
-            let message = match &e {
-                PolicyError::Decode(_) | PolicyError::Version(_) => e.to_string(),
-            };
-            http_error(StatusCode::BAD_REQUEST, &message)
+            http_error(StatusCode::BAD_REQUEST, &e.to_string())
         }
     }
 }

@@ -31,9 +31,7 @@ pub struct Server {
     core: Core,
     sweep_interval: Duration,
     metrics_interval: Duration,
-    metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
-    policies: PolicyStore,
     policy_file: Option<PolicyFileWatcher>,
     control_auth: ControlAuth,
     auth: Option<Arc<crate::http::ControlAuthenticators>>,
@@ -117,13 +115,11 @@ impl Server {
             core,
             sweep_interval: config.index.sweep_interval,
             metrics_interval: config.stream_metrics_interval,
-            policies,
             policy_file,
             control_auth: config.control_auth.clone(),
             grpc: bind("gRPC", "--grpc-bind-address", config.grpc_addr.0).await?,
             http: bind("HTTP", "--http-bind-address", config.http_addr.0).await?,
             control: bind("control", "--snapshot-bind-address", config.control_addr.0).await?,
-            metrics,
             ready: Arc::new(AtomicBool::new(false)),
             tls,
         })
@@ -146,7 +142,7 @@ impl Server {
 
     /// The policy store (for embedding and tests).
     pub fn policies(&self) -> PolicyStore {
-        self.policies.clone()
+        self.core.policies.clone()
     }
 
     /// The domain core (index, policies, metrics), for embedding and tests.
@@ -156,7 +152,7 @@ impl Server {
 
     /// The server's metrics.
     pub fn metrics(&self) -> Arc<Metrics> {
-        Arc::clone(&self.metrics)
+        Arc::clone(&self.core.metrics)
     }
 
     /// Serves until `shutdown` is cancelled (returns Ok after draining) or a
@@ -230,7 +226,7 @@ impl Server {
         }
 
         self.ready.store(true, Ordering::Release);
-        self.metrics.server_up.set(1);
+        self.core.metrics.server_up.set(1);
 
         let mut failure = None;
         tokio::select! {
@@ -260,7 +256,7 @@ impl Server {
             );
             tasks.abort_all();
         }
-        self.metrics.server_up.set(0);
+        self.core.metrics.server_up.set(0);
         tracing::info!("graceful_shutdown_done");
         match failure {
             Some(Err(e)) => Err(e),

@@ -229,27 +229,21 @@ impl LookupPipeline {
     }
 
     fn index_lookup(&self, req: &LookupRouteRequest, r: &Resolved<'_>) -> LookupRouteResult {
-        let base = LookupRequest::<Vec<u8>>::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
-            .adapter(&req.adapter_id)
-            .exact(r.exact_hash.as_bytes(), r.exact_count)
-            .slo_ttft_ms(req.slo.map_or(0, |s| s.ttft_ms));
-        let counts = r.counts.as_slice();
+        /// The index request over a chain of either hash container.
+        fn build<'a, H>(
+            req: &'a LookupRouteRequest,
+            r: &'a Resolved<'_>,
+            hashes: &'a [H],
+        ) -> LookupRequest<'a, H> {
+            LookupRequest::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
+                .adapter(&req.adapter_id)
+                .exact(r.exact_hash.as_bytes(), r.exact_count)
+                .chain(hashes, r.counts.as_slice())
+                .slo_ttft_ms(req.slo.map_or(0, |s| s.ttft_ms))
+        }
         match &r.chain {
-            ChainHashes::Request(h) => self.index.lookup_route(&base.chain(h, counts)),
-            ChainHashes::Computed(h) => {
-                let typed = LookupRequest::<[u8; 8]> {
-                    block_hashes: h,
-                    block_token_counts: counts,
-                    tenant: base.tenant,
-                    model: base.model,
-                    hash_scheme: base.hash_scheme,
-                    adapter: base.adapter,
-                    prefix_hash: base.prefix_hash,
-                    prefix_token_count: base.prefix_token_count,
-                    slo_ttft_ms: base.slo_ttft_ms,
-                };
-                self.index.lookup_route(&typed)
-            }
+            ChainHashes::Request(h) => self.index.lookup_route(&build(req, r, h)),
+            ChainHashes::Computed(h) => self.index.lookup_route(&build(req, r, h)),
         }
     }
 
