@@ -1,7 +1,7 @@
 //! Aggregates (§2.7, §2.8): cache state, per-tenant totals, gauge source.
 
 use crate::index::Index;
-use crate::shard::{lock, read, split_key};
+use crate::shard::{lock, read};
 use crate::types::{Aggregate, CacheState, ReplicaStatsView};
 use std::sync::Arc;
 
@@ -56,24 +56,14 @@ impl Index {
 
     /// Count hot distinct prefixes among keys whose (tenant, model) id passes `want`.
     pub(crate) fn count_hot(&self, want: impl Fn(u32) -> bool) -> i64 {
-        let parts = self.partitions();
         let mut hot = 0i64;
-        for si in 0..self.shards.len() {
-            let shard = self.shards.read(si);
-            for (key, holders) in shard.iter() {
-                let (pid, _) = split_key(key);
-                let Some(p) = parts.get(pid as usize) else {
-                    continue;
-                };
-                if !want(p.tm_id) {
-                    continue;
-                }
-                let sum: u64 = holders.iter().map(|h| h.access()).sum();
-                if sum >= HOT_PREFIX_MIN_HITS {
-                    hot += 1;
-                }
+        self.scan_keys(|p, _, holders| {
+            if want(p.tm_id)
+                && holders.iter().map(|h| h.access()).sum::<u64>() >= HOT_PREFIX_MIN_HITS
+            {
+                hot += 1;
             }
-        }
+        });
         hot
     }
 

@@ -25,7 +25,7 @@ use crate::catalog::Partition;
 use crate::index::Index;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
-use crate::shard::{KeyBuf, Shards, lock, read, split_key, write};
+use crate::shard::{KeyBuf, Shards, lock, read, write};
 use crate::types::EvictionCounts;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -300,45 +300,36 @@ impl Index {
             c.total_entries.saturating_sub(c.reserved_entries) as usize
         };
         let k = need.max(self.cap_reserve).max(live / 32);
-        let parts = self.partitions();
         let names = self.replica_names();
         let empty: Arc<str> = Arc::from("");
         let mut heap: BinaryHeap<CapVictim> = BinaryHeap::with_capacity(k + 1);
-        for si in 0..self.shards.len() {
-            let shard = self.shards.read(si);
-            for (key, holders) in shard.iter() {
-                let (pid, hash) = split_key(key);
-                let Some(p) = parts.get(pid as usize) else {
-                    continue;
-                };
-                if p.reserved {
-                    continue;
-                }
-                let lfu = algos.get(p.tenant_id as usize) == Some(&EvictionAlgorithm::Lfu);
-                for h in holders.iter() {
-                    let eff = if lfu { h.access() } else { 0 };
-                    let name = names.get(h.replica as usize).unwrap_or(&empty);
-                    if heap.len() >= k {
-                        if let Some(top) = heap.peek() {
-                            if cmp_cap((eff, h.last_seen, p, hash, name), top.view())
-                                != Ordering::Less
-                            {
-                                continue;
-                            }
-                        }
-                        heap.pop();
-                    }
-                    heap.push(CapVictim {
-                        eff,
-                        last_seen: h.last_seen,
-                        part: p.clone(),
-                        hash: Box::from(hash),
-                        replica: h.replica,
-                        replica_id: name.clone(),
-                    });
-                }
+        self.scan_keys(|p, hash, holders| {
+            if p.reserved {
+                return;
             }
-        }
+            let lfu = algos.get(p.tenant_id as usize) == Some(&EvictionAlgorithm::Lfu);
+            for h in holders.iter() {
+                let eff = if lfu { h.access() } else { 0 };
+                let name = names.get(h.replica as usize).unwrap_or(&empty);
+                if heap.len() >= k {
+                    if let Some(top) = heap.peek() {
+                        if cmp_cap((eff, h.last_seen, p, hash, name), top.view()) != Ordering::Less
+                        {
+                            continue;
+                        }
+                    }
+                    heap.pop();
+                }
+                heap.push(CapVictim {
+                    eff,
+                    last_seen: h.last_seen,
+                    part: p.clone(),
+                    hash: Box::from(hash),
+                    replica: h.replica,
+                    replica_id: name.clone(),
+                });
+            }
+        });
         let mut st = lock(&self.reserve.state);
         st.algos = algos.to_vec();
         let mut sorted = heap.into_vec();

@@ -178,6 +178,25 @@ impl Index {
         read(&self.catalog).parts.clone()
     }
 
+    /// Visits every key with its partition, hash and holders, one shard read
+    /// lock at a time (writers wait for at most one shard's walk). Keys whose
+    /// partition is not in the snapshot taken at the start are skipped.
+    pub(crate) fn scan_keys(
+        &self,
+        mut visit: impl FnMut(&Arc<Partition>, &[u8], &[crate::shard::Holder]),
+    ) {
+        let parts = self.partitions();
+        for si in 0..self.shards.len() {
+            let shard = self.shards.read(si);
+            for (key, holders) in shard.iter() {
+                let (pid, hash) = crate::shard::split_key(key);
+                if let Some(p) = parts.get(pid as usize) {
+                    visit(p, hash, holders);
+                }
+            }
+        }
+    }
+
     pub(crate) fn replica_names(&self) -> Vec<Arc<str>> {
         read(&self.catalog).replica_names().to_vec()
     }

@@ -14,7 +14,7 @@
 use crate::catalog::Partition;
 use crate::index::Index;
 use crate::observer::{Note, Notes, RemovalReason};
-use crate::shard::{Holder, KeyBuf, Shards, lock, read, split_key, write};
+use crate::shard::{Holder, KeyBuf, Shards, lock, read, write};
 use crate::types::EvictionCounts;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -279,34 +279,26 @@ impl Index {
         self.quota.with(tid, |r| r.reset(RECORDING));
         let tenant_keys = read(&self.counters).tenant_keys(tid) as usize;
         let k = need.max(self.cap_reserve).max(tenant_keys / 32);
-        let parts = self.partitions();
         let mut heap: BinaryHeap<QuotaVictim> = BinaryHeap::with_capacity(k + 1);
-        for si in 0..self.shards.len() {
-            let shard = self.shards.read(si);
-            for (key, holders) in shard.iter() {
-                let (pid, hash) = split_key(key);
-                let Some(p) = parts.get(pid as usize) else {
-                    continue;
-                };
-                if p.tenant_id != tid {
-                    continue;
-                }
-                let age = key_age(holders);
-                if heap.len() >= k {
-                    if let Some(top) = heap.peek() {
-                        if cmp_quota((age, p, hash), top.view()) != Ordering::Less {
-                            continue;
-                        }
-                    }
-                    heap.pop();
-                }
-                heap.push(QuotaVictim {
-                    age,
-                    part: p.clone(),
-                    hash: Box::from(hash),
-                });
+        self.scan_keys(|p, hash, holders| {
+            if p.tenant_id != tid {
+                return;
             }
-        }
+            let age = key_age(holders);
+            if heap.len() >= k {
+                if let Some(top) = heap.peek() {
+                    if cmp_quota((age, p, hash), top.view()) != Ordering::Less {
+                        return;
+                    }
+                }
+                heap.pop();
+            }
+            heap.push(QuotaVictim {
+                age,
+                part: p.clone(),
+                hash: Box::from(hash),
+            });
+        });
         self.quota.with(tid, |r| {
             let mut sorted = heap.into_vec();
             sorted.sort_unstable();

@@ -2,7 +2,7 @@
 
 use crate::aggregate::HOT_PREFIX_MIN_HITS;
 use crate::index::{Index, StatsEntry};
-use crate::shard::{read, split_key};
+use crate::shard::read;
 use crate::types::{Snapshot, SnapshotReplica, SnapshotTenant};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,7 +11,6 @@ impl Index {
     /// Build the snapshot: one row per (tenant, replica) holding stats or
     /// entries, tenant rows, totals.
     pub fn snapshot(&self) -> Snapshot {
-        let parts = self.partitions();
         let (tm_info, tenant_names, reserved, replica_names) = {
             let c = read(&self.catalog);
             let tms: Vec<(u32, Arc<str>)> = c
@@ -34,30 +33,23 @@ impl Index {
         // Prefix side: (tenant id, replica) → (count, max last_seen).
         let mut prefix_side: HashMap<(u32, u32), (i64, i64)> = HashMap::new();
         let mut hot = 0i64;
-        for si in 0..self.shards.len() {
-            let shard = self.shards.read(si);
-            for (key, holders) in shard.iter() {
-                let (pid, _) = split_key(key);
-                let Some(p) = parts.get(pid as usize) else {
-                    continue;
-                };
-                if p.reserved {
-                    continue;
-                }
-                let mut sum = 0u64;
-                for h in holders.iter() {
-                    let e = prefix_side
-                        .entry((p.tenant_id, h.replica))
-                        .or_insert((0, i64::MIN));
-                    e.0 += 1;
-                    e.1 = e.1.max(h.last_seen);
-                    sum += h.access();
-                }
-                if sum >= HOT_PREFIX_MIN_HITS {
-                    hot += 1;
-                }
+        self.scan_keys(|p, _, holders| {
+            if p.reserved {
+                return;
             }
-        }
+            let mut sum = 0u64;
+            for h in holders {
+                let e = prefix_side
+                    .entry((p.tenant_id, h.replica))
+                    .or_insert((0, i64::MIN));
+                e.0 += 1;
+                e.1 = e.1.max(h.last_seen);
+                sum += h.access();
+            }
+            if sum >= HOT_PREFIX_MIN_HITS {
+                hot += 1;
+            }
+        });
 
         // Stats side: (tenant id, replica) → latest stats across models.
         let mut stats_side: HashMap<(u32, u32), (StatsEntry, Arc<str>)> = HashMap::new();
