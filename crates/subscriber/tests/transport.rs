@@ -132,6 +132,19 @@ impl FakeEngine {
     }
 }
 
+/// Cancels the transport and waits (bounded) for it to end cleanly.
+async fn stop<T: std::fmt::Debug, E: std::fmt::Debug>(
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<T, E>>,
+) {
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
 async fn next(rx: &mut mpsc::Receiver<Delivery>) -> Delivery {
     tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
@@ -195,12 +208,7 @@ async fn replays_gaps_and_restarts_over_real_sockets() {
     assert_eq!(payload, engine.payload(0));
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
 
-    cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(cancel, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,12 +227,7 @@ async fn a_silent_replay_socket_times_out_and_live_flows() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let s = engine.publish(true).await;
     expect_apply(&mut rx, s).await;
-    cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(cancel, task).await;
 }
 
 async fn subscribed(
@@ -263,12 +266,7 @@ async fn reconnect_to_the_same_engine_recovers_the_blip() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     engine.publish(true).await;
     expect_apply(&mut rx, 2).await;
-    cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(cancel, task).await;
 }
 
 /// The engine restarted while the SUB was away and has published fewer
@@ -291,12 +289,7 @@ async fn reconnect_to_a_restarted_engine_clears() {
     let payload = expect_apply(&mut rx, 0).await;
     assert_eq!(payload, engine.payload(0));
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
-    cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(cancel, task).await;
 }
 
 /// Bind mode (the engine's PUB connects, as vLLM does for a `tcp://host:port`
@@ -341,10 +334,5 @@ async fn bind_mode_without_replay() {
     expect_apply(&mut rx, 3).await;
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
     expect_apply(&mut rx, 4).await;
-    cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(cancel, task).await;
 }
