@@ -43,6 +43,26 @@ pub enum Command {
 
     /// Measure a running system (e.g. `bench grpc`: LookupRoute under load).
     Bench(crate::bench::BenchArgs),
+
+    /// Run the kvevent-subscriber sidecar next to one engine replica: read
+    /// its ZMQ KV events and report them to the server.
+    Subscribe(crate::subscribe::SubscribeArgs),
+
+    /// Ask a running server for a routing hint (LookupRoute).
+    Lookup(crate::tools::lookup::LookupArgs),
+
+    /// Show the aggregate cache state of a tenant/model (GetCacheState).
+    State(crate::tools::state::StateArgs),
+
+    /// Dump the index (the control endpoint /snapshot), pretty-printed.
+    Snapshot(crate::tools::snapshot::SnapshotArgs),
+
+    /// Follow index changes live (StreamCacheEvents).
+    Watch(crate::tools::watch::WatchArgs),
+
+    /// Replay a Mooncake-format trace through the real stack and compare
+    /// routing policies (hit rate, TTFT, balance).
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Flags of `serve`.

@@ -7,6 +7,9 @@ mod args;
 mod bench;
 mod logging;
 mod serve;
+mod simulate;
+mod subscribe;
+mod tools;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -26,5 +29,11 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        args::Command::Subscribe(a) => subscribe::run(a),
+        args::Command::Lookup(a) => tools::lookup::run(a),
+        args::Command::State(a) => tools::state::run(a),
+        args::Command::Snapshot(a) => tools::snapshot::run(a),
+        args::Command::Watch(a) => tools::watch::run(a),
+        args::Command::Simulate(a) => simulate::run(a),
     }
 }
