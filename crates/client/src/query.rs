@@ -1,0 +1,160 @@
+//! What a gateway asks: the routing keys plus one form of the prompt.
+
+use inferencecache_proto::v1alpha1::{LookupRouteRequest, Slo};
+use std::time::Duration;
+
+/// One LookupRoute question.
+///
+/// `tenant_id`, `model_id`, `hash_scheme` and `adapter_id` must be the
+/// values the producers (kvevent-subscriber) ingest under, or every lookup
+/// misses; the server answers `UNKNOWN_*` reason codes to help spot that.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteQuery {
+    /// Tenant (by convention the Kubernetes namespace of the engines).
+    pub tenant_id: String,
+    /// Model id as the engines serve it.
+    pub model_id: String,
+    /// Hash scheme the producers report under; `vllm` for the content
+    /// fingerprint ([`crate::DEFAULT_HASH_SCHEME`]).
+    pub hash_scheme: String,
+    /// LoRA adapter partition; empty for base-model traffic.
+    pub adapter_id: String,
+    /// The prompt, in whichever form the gateway has.
+    pub input: RouteInput,
+    /// Time-to-first-token SLO in ms forwarded to the server (0 = none).
+    pub slo_ttft_ms: i32,
+    /// Overrides the client's default lookup deadline for this call.
+    pub deadline: Option<Duration>,
+}
+
+/// The prompt of a query. Every form ends in the same block-chain match.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteInput {
+    /// Token ids; the server fingerprints them with its engine block size.
+    TokenIds(Vec<u32>),
+    /// A chain the gateway fingerprinted itself (see
+    /// [`block_hashes`](crate::block_hashes)); `hashes` and `token_counts`
+    /// are parallel.
+    BlockHashes {
+        /// Wire bytes of each positional block hash.
+        hashes: Vec<Vec<u8>>,
+        /// Tokens in each block.
+        token_counts: Vec<i32>,
+    },
+    /// One legacy exact-match prefix hash.
+    PrefixHash {
+        /// Wire bytes of the prefix hash.
+        hash: Vec<u8>,
+        /// Tokens the prefix covers.
+        token_count: i32,
+    },
+    /// Raw prompt text: the server applies the model's chat template and
+    /// tokenizes (needs a server started with `--tokenizer-models-dir`).
+    PromptText(String),
+}
+
+impl RouteQuery {
+    /// A query for `tenant`/`model` under the `vllm` hash scheme, default
+    /// partition, no SLO, the client's default deadline.
+    pub fn new(tenant: impl Into<String>, model: impl Into<String>, input: RouteInput) -> Self {
+        Self {
+            tenant_id: tenant.into(),
+            model_id: model.into(),
+            hash_scheme: crate::DEFAULT_HASH_SCHEME.to_owned(),
+            adapter_id: String::new(),
+            input,
+            slo_ttft_ms: 0,
+            deadline: None,
+        }
+    }
+
+    /// The wire request.
+    pub fn to_request(&self) -> LookupRouteRequest {
+        let mut req = LookupRouteRequest {
+            model_id: self.model_id.clone(),
+            tenant_id: self.tenant_id.clone(),
+            hash_scheme: self.hash_scheme.clone(),
+            adapter_id: self.adapter_id.clone(),
+            slo: (self.slo_ttft_ms > 0).then_some(Slo {
+                ttft_ms: self.slo_ttft_ms,
+                tbt_ms: 0,
+            }),
+            ..Default::default()
+        };
+        match &self.input {
+            RouteInput::TokenIds(ids) => req.token_ids = ids.clone(),
+            RouteInput::BlockHashes {
+                hashes,
+                token_counts,
+            } => {
+                req.block_hashes = hashes.clone();
+                req.block_token_counts = token_counts.clone();
+            }
+            RouteInput::PrefixHash { hash, token_count } => {
+                req.prefix_hash = hash.clone();
+                req.prefix_token_count = *token_count;
+            }
+            RouteInput::PromptText(text) => req.prompt_text = text.clone(),
+        }
+        req
+    }
+}
+
+impl RouteInput {
+    /// Fingerprints `tokens` client-side into a block chain, so the server
+    /// does no hashing and the tokens never leave the gateway.
+    pub fn chain_from_tokens(tokens: &[u32], block_size: usize) -> Self {
+        let (hashes, token_counts) = crate::block_hashes(tokens, block_size);
+        Self::BlockHashes {
+            hashes,
+            token_counts,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_input_fills_its_own_fields() {
+        let mut q = RouteQuery::new("t", "m", RouteInput::TokenIds(vec![1, 2]));
+        q.slo_ttft_ms = 200;
+        let r = q.to_request();
+        assert_eq!(
+            (
+                r.tenant_id.as_str(),
+                r.model_id.as_str(),
+                r.hash_scheme.as_str()
+            ),
+            ("t", "m", "vllm")
+        );
+        assert_eq!(r.token_ids, vec![1, 2]);
+        assert_eq!(r.slo.map(|s| s.ttft_ms), Some(200));
+        q.input = RouteInput::PrefixHash {
+            hash: vec![1; 8],
+            token_count: 64,
+        };
+        let r = q.to_request();
+        assert!(r.token_ids.is_empty());
+        assert_eq!((r.prefix_hash.len(), r.prefix_token_count), (8, 64));
+        q.input = RouteInput::PromptText("hi".into());
+        assert_eq!(q.to_request().prompt_text, "hi");
+    }
+
+    #[test]
+    fn client_side_chain_matches_the_fingerprint_crate() {
+        let tokens: Vec<u32> = (0..40).collect();
+        let RouteInput::BlockHashes {
+            hashes,
+            token_counts,
+        } = RouteInput::chain_from_tokens(&tokens, 16)
+        else {
+            panic!("chain expected");
+        };
+        let c = inferencecache_fingerprint::chain(&tokens, 16);
+        assert_eq!(hashes.len(), 2, "the partial tail is dropped");
+        assert_eq!(hashes[1], c.block_hashes[1].to_vec());
+        assert_eq!(token_counts, vec![16, 16]);
+    }
+}
