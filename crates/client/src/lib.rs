@@ -106,6 +106,8 @@ pub use inferencecache_proto::v1alpha1::{
 };
 /// The channel type behind [`Client::raw`].
 pub use tonic::transport::Channel;
+/// gRPC status and code, as carried by [`ClientError::Status`].
+pub use tonic::{Code, Status};
 
 /// Hash scheme of the content fingerprint; what the kvevent-subscriber
 /// reports vLLM engines under.

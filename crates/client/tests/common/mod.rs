@@ -1,0 +1,117 @@
+//! Boots a real server in-process on ephemeral loopback ports.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use inferencecache_client::{CacheStateUpdate, Client, ClientConfig, PrefixEntry, ReplicaStats};
+use inferencecache_server::{Server, ServerConfig};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Policy that turns affinity off, so misses are NO_HINT / TENANT_HOT.
+pub const NO_AFFINITY: &str = r#"{"version":7,"policies":[{"namespace":"t","affinityRouting":false,"minimumMatchedTokens":64}]}"#;
+
+/// A running server.
+pub struct Running {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub control: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), inferencecache_server::ServeError>>,
+}
+
+impl Running {
+    pub async fn start() -> Self {
+        let server = Server::bind(&ServerConfig::ephemeral())
+            .await
+            .expect("bind");
+        let (grpc, http, control) = (
+            server.grpc_addr(),
+            server.http_addr(),
+            server.control_addr(),
+        );
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(server.serve(shutdown.clone()));
+        let running = Self {
+            grpc,
+            http,
+            control,
+            shutdown,
+            task,
+        };
+        running.wait_ready().await;
+        running
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if let Ok(r) = reqwest::get(format!("http://{}/readyz", self.http)).await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("server did not become ready");
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// A client with a deadline generous enough for a loaded debug build.
+    pub async fn client(&self) -> Client {
+        Client::connect(ClientConfig::new(self.endpoint()).lookup_deadline(Duration::from_secs(5)))
+            .await
+            .expect("connect")
+    }
+
+    /// Pushes a tenant policy document to the control endpoint.
+    pub async fn policy(&self, body: &str) {
+        let r = reqwest::Client::new()
+            .post(format!("http://{}/policy", self.control))
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("join").expect("clean shutdown");
+    }
+}
+
+/// A state update for tenant `t`, model `m`, scheme `vllm`.
+pub fn update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
+    CacheStateUpdate {
+        replica_id: replica.into(),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        prefixes,
+        ..Default::default()
+    }
+}
+
+/// The chain entry a subscriber would report for `tokens`.
+pub fn chain_entry(tokens: &[u32]) -> PrefixEntry {
+    let (block_hashes, block_token_counts) = inferencecache_client::block_hashes(tokens, 16);
+    PrefixEntry {
+        block_hashes,
+        block_token_counts,
+        ..Default::default()
+    }
+}
+
+/// An update whose replica reports a cache hit rate (what makes it "hot").
+pub fn hot_update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
+    CacheStateUpdate {
+        stats: Some(ReplicaStats {
+            hit_rate: 0.8,
+            ..Default::default()
+        }),
+        ..update(replica, prefixes)
+    }
+}
