@@ -23,9 +23,10 @@
 
 use crate::catalog::Partition;
 use crate::index::Index;
+use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
-use crate::shard::{KeyBuf, Shards, lock, read, write};
+use crate::shard::{lock, read, write};
 use crate::types::EvictionCounts;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -229,10 +230,10 @@ impl Index {
                 .get(v.part.tenant_id as usize)
                 .copied()
                 .unwrap_or_default();
-            let key = KeyBuf::new(v.part.id, &v.hash);
-            let mut shard = self.shards.write(Shards::index_of(key.as_slice()));
+            let key = KeyRef::new(v.part.id, &v.hash);
+            let mut shard = self.shards.write(key.shard());
             let current = shard
-                .get(key.as_slice())
+                .get(&key)
                 .and_then(|hs| {
                     hs.binary_search_by_key(&v.replica, |h| h.replica)
                         .ok()
@@ -249,12 +250,10 @@ impl Index {
             match current {
                 None => {} // gone: stale item
                 Some((eff, last_seen)) if eff == v.eff && last_seen == v.last_seen => {
-                    if let Some((h, gone)) =
-                        Index::take_holder(&mut shard, key.as_slice(), v.replica)
-                    {
+                    if let Some((h, gone)) = Index::take_holder(&mut shard, &key, v.replica) {
                         write(&self.counters).on_remove(&v.part, v.replica, gone);
                         if !gone && self.quota.active() {
-                            if let Some(hs) = shard.get(key.as_slice()) {
+                            if let Some(hs) = shard.get(&key) {
                                 self.quota.on_key_changed(&v.part, &v.hash, hs);
                             }
                         }

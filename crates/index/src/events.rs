@@ -2,8 +2,9 @@
 
 use crate::clock::wire_us_to_ns;
 use crate::index::Index;
+use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
-use crate::shard::{KeyBuf, Shards, read, split_key, write};
+use crate::shard::{read, write};
 use crate::types::{CacheEvent, EventKind, EventOutcome};
 use std::sync::Arc;
 
@@ -66,13 +67,12 @@ impl Index {
             (parts, r, c.replica_name(r))
         };
         for p in parts {
-            let key = KeyBuf::new(p.id, &ev.prefix_hash);
-            let si = Shards::index_of(key.as_slice());
-            let mut shard = self.shards.write(si);
-            if let Some((h, gone)) = Index::take_holder(&mut shard, key.as_slice(), replica) {
+            let key = KeyRef::new(p.id, &ev.prefix_hash);
+            let mut shard = self.shards.write(key.shard());
+            if let Some((h, gone)) = Index::take_holder(&mut shard, &key, replica) {
                 write(&self.counters).on_remove(&p, replica, gone);
                 if !gone && self.quota.active() {
-                    if let Some(hs) = shard.get(key.as_slice()) {
+                    if let Some(hs) = shard.get(&key) {
                         self.quota.on_key_changed(&p, &ev.prefix_hash, hs);
                     }
                 }
@@ -135,8 +135,7 @@ impl Index {
         while expected > 0 && si < self.shards.len() {
             let mut shard = self.shards.write(si);
             let mut removed = Vec::new();
-            shard.retain(|key, holders| {
-                let (pid, hash) = split_key(key);
+            shard.retain(|pid, hash, holders| {
                 if !is_part.get(pid as usize).copied().unwrap_or(false) {
                     return true;
                 }

@@ -2,10 +2,11 @@
 //! `cap.rs`, tenant quotas in `quota.rs`.
 
 use crate::catalog::Partition;
+use crate::holder::Holder;
 use crate::index::Index;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
-use crate::shard::{Holder, read, split_key, write};
+use crate::shard::{read, write};
 use crate::types::SweepOutcome;
 use std::sync::Arc;
 
@@ -41,8 +42,7 @@ impl Index {
         for si in 0..self.shards.len() {
             let mut shard = self.shards.write(si);
             let mut removed: Vec<Removed> = Vec::new();
-            shard.retain(|key, holders| {
-                let (pid, hash) = split_key(key);
+            shard.retain(|pid, hash, holders| {
                 let Some(p) = parts.get(pid as usize) else {
                     return true;
                 };

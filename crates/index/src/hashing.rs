@@ -97,13 +97,3 @@ pub(crate) fn hash_strs(parts: &[&str]) -> u64 {
     }
     h.finish()
 }
-
-/// Shard selector for a key: independent of the in-shard map hash.
-#[inline]
-pub(crate) fn shard_hash(key: &[u8]) -> u64 {
-    let mut h = FoldHasher {
-        state: 0x5851_F42D_4C95_7F2D,
-    };
-    h.write(key);
-    fmix64(h.finish() ^ K)
-}

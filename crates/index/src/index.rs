@@ -5,9 +5,11 @@ use crate::clock::{Clock, duration_ns};
 use crate::config::{DEFAULT_TTL, IndexConfig, RankingConfig};
 use crate::counters::Counters;
 use crate::hashing::FoldBuild;
+use crate::holder::Holder;
+use crate::key::KeyRef;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
-use crate::shard::{Holder, ShardMap, Shards, read, write};
+use crate::shard::{ShardMap, Shards, read, write};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -181,15 +183,11 @@ impl Index {
     /// Visits every key with its partition, hash and holders, one shard read
     /// lock at a time (writers wait for at most one shard's walk). Keys whose
     /// partition is not in the snapshot taken at the start are skipped.
-    pub(crate) fn scan_keys(
-        &self,
-        mut visit: impl FnMut(&Arc<Partition>, &[u8], &[crate::shard::Holder]),
-    ) {
+    pub(crate) fn scan_keys(&self, mut visit: impl FnMut(&Arc<Partition>, &[u8], &[Holder])) {
         let parts = self.partitions();
         for si in 0..self.shards.len() {
             let shard = self.shards.read(si);
-            for (key, holders) in shard.iter() {
-                let (pid, hash) = crate::shard::split_key(key);
+            for (pid, hash, holders) in shard.iter() {
                 if let Some(p) = parts.get(pid as usize) {
                     visit(p, hash, holders);
                 }
@@ -219,7 +217,7 @@ impl Index {
     /// whether the key disappeared. Counters are updated by the caller.
     pub(crate) fn take_holder(
         map: &mut ShardMap,
-        key: &[u8],
+        key: &KeyRef<'_>,
         replica: u32,
     ) -> Option<(Holder, bool)> {
         let holders = map.get_mut(key)?;

@@ -2,12 +2,13 @@
 
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
+use crate::holder::{Holder, Holders};
 use crate::index::{Index, StatsEntry};
+use crate::key::KeyRef;
 use crate::observer::{Note, Notes};
-use crate::shard::{Holder, Holders, KeyBuf, Shards, write};
+use crate::shard::write;
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 /// Non-finite → 0.
 fn sanitize(v: f32) -> f32 {
@@ -138,11 +139,10 @@ impl Index {
         out: &mut IngestOutcome,
         notes: &mut Notes,
     ) {
-        let key = KeyBuf::new(part.id, hash);
-        let si = Shards::index_of(key.as_slice());
-        let mut shard = self.shards.write(si);
+        let key = KeyRef::new(part.id, hash);
+        let mut shard = self.shards.write(key.shard());
         out.entries_upserted += 1;
-        let (new_key, added) = match shard.get_mut(key.as_slice()) {
+        let (new_key, added) = match shard.get_mut(&key) {
             Some(holders) => match holders.binary_search_by_key(&w.replica, |h| h.replica) {
                 Ok(i) => {
                     let h = &mut holders[i];
@@ -152,14 +152,14 @@ impl Index {
                     (false, false)
                 }
                 Err(i) => {
-                    holders.insert(i, new_holder(w.replica, tokens, tier, w.ts));
+                    holders.insert(i, Holder::new(w.replica, tokens, tier, w.ts));
                     (false, true)
                 }
             },
             None => {
-                shard.insert(
-                    key.to_entry_key(),
-                    Holders::one(new_holder(w.replica, tokens, tier, w.ts)),
+                shard.insert_new(
+                    &key,
+                    Holders::one(Holder::new(w.replica, tokens, tier, w.ts)),
                 );
                 (true, true)
             }
@@ -167,7 +167,7 @@ impl Index {
         self.reserve
             .on_upsert(part, hash, w.replica, w.replica_id, w.ts);
         if self.quota.active() {
-            if let Some(hs) = shard.get(key.as_slice()) {
+            if let Some(hs) = shard.get(&key) {
                 self.quota.on_key_changed(part, hash, hs);
             }
         }
@@ -176,19 +176,9 @@ impl Index {
             out.entries_added += 1;
             drop(shard);
             notes.push(|| {
-                let h = new_holder(w.replica, tokens, tier, w.ts);
+                let h = Holder::new(w.replica, tokens, tier, w.ts);
                 Note::Added(Index::change(part, hash, w.replica_id.clone(), &h))
             });
         }
-    }
-}
-
-fn new_holder(replica: u32, tokens: i32, tier: Tier, ts: i64) -> Holder {
-    Holder {
-        replica,
-        tokens,
-        tier,
-        last_seen: ts,
-        access: AtomicU64::new(0),
     }
 }

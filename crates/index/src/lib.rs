@@ -77,15 +77,18 @@
 //!
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
 //! sweeps. There is no global lock:
-//! - entries live in 64 shards, each a `RwLock<HashMap<key, holders>>`
-//!   keyed by `partition id ‖ hash` (partition = interned (tenant, model,
-//!   scheme, adapter)); the map hasher folds 8-byte words (hashes are already
-//!   random). A holder is 32 bytes; holders are kept sorted by interned
-//!   replica id so chain lookups merge-join runs against each block;
+//! - entries live in 64 shards, each a `RwLock` over a `hashbrown::HashTable`
+//!   of (key, holders) slots, key = (partition id, hash bytes) with partition =
+//!   interned (tenant, model, scheme, adapter). A key's 64-bit hash is
+//!   computed once and picks both the shard and the bucket (prefix hashes are
+//!   already random, so one folded multiply mixes enough). A holder is 24
+//!   bytes; holders are kept sorted by interned replica id so chain lookups
+//!   merge-join runs against each block;
 //! - a writer holds one shard lock at a time, so each (key, replica) entry is
-//!   always seen whole (never torn); a multi-block chain lookup reads each
-//!   block under its own shard lock (per-block consistency, like any
-//!   concurrent reader);
+//!   always seen whole (never torn). A chain lookup reads its blocks in
+//!   windows (8, 16, 32, then 64 blocks), taking the read locks of a window's
+//!   shards once each in ascending shard order (per-window consistency, like
+//!   any concurrent reader); it stops as soon as no replica's run goes on;
 //! - counters (entries, distinct keys per tenant / (tenant, model) / model,
 //!   serving scope replica counts) sit in one small mutex updated while the
 //!   shard write lock is held (lock order: shard → counters). Stats have
@@ -113,17 +116,17 @@
 //!
 //! # Memory
 //!
-//! A (prefix, replica) entry is a 32-byte holder. A key is one 64-byte map
-//! slot: the `partition ‖ hash` bytes inline (hashes up to 18 bytes) and a
-//! single holder inline; more holders spill to a vector. Measured resident
-//! size: ~137 bytes per entry with one holder per key, ~71 bytes per entry
-//! with four holders per key (benches, `memory_report`, hash-table slack
-//! included).
+//! A (prefix, replica) entry is a 24-byte holder. A key is one 48-byte table
+//! slot: the partition id and a hash of up to 8 bytes inline (longer hashes
+//! behind a pointer) and a single holder inline; more holders spill to a
+//! vector. See BENCHMARKS.md for the measured resident bytes per key and per
+//! extra holder.
 
 mod affinity;
 mod aggregate;
 mod cap;
 mod catalog;
+mod chain;
 mod classify;
 mod clock;
 mod config;
@@ -131,8 +134,10 @@ mod counters;
 mod events;
 mod eviction;
 mod hashing;
+mod holder;
 mod index;
 mod ingest;
+mod key;
 mod lookup;
 mod observer;
 mod policy;

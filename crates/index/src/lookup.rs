@@ -1,18 +1,18 @@
 //! Lookup (§2.6): orchestrator, exact and chain lookups, TENANT_HOT, LFU credit.
 
 use crate::catalog::Partition;
+use crate::chain::{Run, walk};
 use crate::clock::duration_ns;
 use crate::index::Index;
+use crate::key::{EntryKey, KeyRef};
 use crate::policy::EvictionAlgorithm;
 use crate::ranking::{
-    distinguishing_power, freshness, is_fresh, prefix_score, pressure_factor, recency,
-    slo_coefficient,
+    distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
-use crate::shard::{EntryKey, KeyBuf, Shards, read};
+use crate::shard::read;
 use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
 use std::cmp::Ordering;
 use std::sync::Arc;
-use std::sync::atomic::Ordering as AtomicOrdering;
 
 /// A matched replica before names and stats are attached.
 struct Raw {
@@ -114,11 +114,11 @@ impl Index {
         let Some(ctx) = self.ctx(req) else {
             return LookupRouteResult::default();
         };
-        let key = KeyBuf::new(ctx.part.id, req.prefix_hash);
+        let key = KeyRef::new(ctx.part.id, req.prefix_hash);
         let mut raws = Vec::new();
         {
-            let shard = self.shards.read(Shards::index_of(key.as_slice()));
-            if let Some(holders) = shard.get(key.as_slice()) {
+            let shard = self.shards.read(key.shard());
+            if let Some(holders) = shard.get(&key) {
                 raws.reserve_exact(holders.len());
                 for h in holders.iter() {
                     let fresh = freshness(ctx.now, h.last_seen, ctx.ttl);
@@ -147,7 +147,7 @@ impl Index {
         }
         let mut hits = Vec::new();
         if ctx.lfu {
-            let keys: Arc<[EntryKey]> = Arc::from([key.to_entry_key()]);
+            let keys: Arc<[EntryKey]> = Arc::from([key.to_key()]);
             for (r, s) in raws.iter().zip(&scores) {
                 if r.tokens > 0 {
                     hits.push(LfuHit {
@@ -171,70 +171,18 @@ impl Index {
         let Some(ctx) = self.ctx(req) else {
             return LookupRouteResult::default();
         };
-        let (Some(first), Some(&c0)) = (req.block_hashes.first(), req.block_token_counts.first())
-        else {
-            return LookupRouteResult::default();
-        };
-        // Runs, sorted by replica id (holders are sorted the same way).
-        struct Run {
-            replica: u32,
-            matched: i32,
-            oldest: i64,
-            tier: Tier,
-            blocks: u32,
-            alive: bool,
-        }
         let mut runs: Vec<Run> = Vec::new();
-        {
-            let key = KeyBuf::new(ctx.part.id, first.as_ref());
-            let shard = self.shards.read(Shards::index_of(key.as_slice()));
-            if let Some(holders) = shard.get(key.as_slice()) {
-                runs.reserve_exact(holders.len());
-                for h in holders.iter() {
-                    if is_fresh(ctx.now, h.last_seen, ctx.ttl) {
-                        runs.push(Run {
-                            replica: h.replica,
-                            matched: c0,
-                            oldest: h.last_seen,
-                            tier: h.tier,
-                            blocks: 1,
-                            alive: true,
-                        });
-                    }
-                }
-            }
-        }
+        walk(
+            &self.shards,
+            ctx.part.id,
+            req.block_hashes,
+            req.block_token_counts,
+            ctx.now,
+            ctx.ttl,
+            &mut runs,
+        );
         if runs.is_empty() {
             return LookupRouteResult::default();
-        }
-        let mut alive = runs.len();
-        for (hash, &count) in req.block_hashes.iter().zip(req.block_token_counts).skip(1) {
-            if alive == 0 {
-                break;
-            }
-            let key = KeyBuf::new(ctx.part.id, hash.as_ref());
-            let shard = self.shards.read(Shards::index_of(key.as_slice()));
-            let holders: &[_] = shard.get(key.as_slice()).map_or(&[], |v| &**v);
-            let mut j = 0;
-            for run in runs.iter_mut().filter(|r| r.alive) {
-                while j < holders.len() && holders[j].replica < run.replica {
-                    j += 1;
-                }
-                match holders.get(j) {
-                    Some(h)
-                        if h.replica == run.replica && is_fresh(ctx.now, h.last_seen, ctx.ttl) =>
-                    {
-                        run.matched = run.matched.wrapping_add(count);
-                        run.oldest = run.oldest.min(h.last_seen);
-                        run.tier = Tier::worst(run.tier, h.tier);
-                        run.blocks += 1;
-                    }
-                    _ => {
-                        run.alive = false;
-                        alive -= 1;
-                    }
-                }
-            }
         }
         let raws: Vec<Raw> = runs
             .iter()
@@ -261,7 +209,7 @@ impl Index {
                 .block_hashes
                 .iter()
                 .take(depth)
-                .map(|h| KeyBuf::new(ctx.part.id, h.as_ref()).to_entry_key())
+                .map(|h| EntryKey::new(ctx.part.id, h.as_ref()))
                 .collect();
             for (r, s) in raws.iter().zip(&scores) {
                 hits.push(LfuHit {
@@ -402,10 +350,11 @@ impl Index {
     pub fn credit(&self, hits: &[LfuHit]) {
         for h in hits {
             for key in h.keys.iter().take(h.blocks as usize) {
-                let shard = self.shards.read(Shards::index_of(key.as_slice()));
-                if let Some(holders) = shard.get(key.as_slice()) {
+                let key = key.as_ref();
+                let shard = self.shards.read(key.shard());
+                if let Some(holders) = shard.get(&key) {
                     if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
-                        holders[i].access.fetch_add(1, AtomicOrdering::Relaxed);
+                        holders[i].credit();
                     }
                 }
             }
@@ -424,9 +373,9 @@ impl Index {
     ) -> Option<u64> {
         let part = self.find_partition(tenant, model, scheme, adapter)?;
         let replica = read(&self.catalog).find_replica(replica_id)?;
-        let key = KeyBuf::new(part.id, hash);
-        let shard = self.shards.read(Shards::index_of(key.as_slice()));
-        let holders = shard.get(key.as_slice())?;
+        let key = KeyRef::new(part.id, hash);
+        let shard = self.shards.read(key.shard());
+        let holders = shard.get(&key)?;
         let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
         Some(holders[i].access())
     }

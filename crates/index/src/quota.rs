@@ -12,9 +12,11 @@
 //! cap) calls [`QuotaReserves::on_key_changed`] under the shard write lock.
 
 use crate::catalog::Partition;
+use crate::holder::Holder;
 use crate::index::Index;
+use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
-use crate::shard::{Holder, KeyBuf, Shards, lock, read, write};
+use crate::shard::{lock, read, write};
 use crate::types::EvictionCounts;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -228,9 +230,9 @@ impl Index {
                 rebuilds += 1;
                 continue;
             };
-            let key = KeyBuf::new(v.part.id, &v.hash);
-            let mut shard = self.shards.write(Shards::index_of(key.as_slice()));
-            let Some(age) = shard.get(key.as_slice()).map(|hs| key_age(hs)) else {
+            let key = KeyRef::new(v.part.id, &v.hash);
+            let mut shard = self.shards.write(key.shard());
+            let Some(age) = shard.get(&key).map(|hs| key_age(hs)) else {
                 continue;
             };
             if age != v.age {
@@ -243,7 +245,7 @@ impl Index {
                 });
                 continue;
             }
-            let Some(holders) = shard.remove(key.as_slice()) else {
+            let Some(holders) = shard.remove(&key) else {
                 continue;
             };
             {

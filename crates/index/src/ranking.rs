@@ -79,9 +79,3 @@ pub fn recency(age_ns: i64, max_age_ns: i64) -> f32 {
     }
     1.0 - age_ns as f32 / max_age_ns as f32
 }
-
-/// `freshness(now, last_seen, ttl) > 0` without the float math.
-#[inline]
-pub(crate) fn is_fresh(now_ns: i64, last_seen_ns: i64, ttl_ns: i64) -> bool {
-    ttl_ns > 0 && now_ns.saturating_sub(last_seen_ns) < ttl_ns
-}

@@ -311,7 +311,7 @@ pub struct ReplicaScore {
 /// hint. The keys are shared by every hit of the lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LfuHit {
-    pub(crate) keys: Arc<[crate::shard::EntryKey]>,
+    pub(crate) keys: Arc<[crate::key::EntryKey]>,
     pub(crate) blocks: u32,
     pub(crate) replica: u32,
     pub(crate) replica_id: Arc<str>,

@@ -1,0 +1,202 @@
+//! The chain walk (§2.6.3): every replica's longest leading run of fresh
+//! blocks, with its weakest-link `last_seen` and coldest tier.
+//!
+//! The request's blocks are read in windows (8, 16, 32, then 64 blocks). For
+//! a window, the read locks of every shard its blocks live in are taken once,
+//! in ascending shard order (so two lookups can never wait on each other
+//! through a queued writer), and released before the next window: a lookup
+//! pays about one lock per distinct shard instead of one per block, and the
+//! probes inside a window carry no atomic between them, so their cache misses
+//! overlap. Runs that end are dropped from the candidate list at once, and the
+//! walk stops as soon as no run is left.
+
+use crate::holder::Holder;
+use crate::key::{KeyRef, key_hash, shard_of};
+use crate::shard::{SHARDS, ShardMap, Shards};
+use crate::types::Tier;
+use std::cell::RefCell;
+use std::sync::RwLockReadGuard;
+
+/// One replica's leading run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub(crate) replica: u32,
+    /// Cumulative token count of the run's blocks (wrapping like the spec's int32).
+    pub(crate) matched: i32,
+    /// Oldest `last_seen` over the run (weakest link).
+    pub(crate) oldest: i64,
+    /// Coldest tier over the run.
+    pub(crate) tier: Tier,
+    /// Number of leading blocks in the run.
+    pub(crate) blocks: u32,
+}
+
+const FIRST_WINDOW: usize = 8;
+const MAX_WINDOW: usize = 64;
+
+/// Per-thread buffers, reused by every lookup on the thread.
+#[derive(Default)]
+struct Scratch {
+    hashes: Vec<u64>,
+    live: Vec<Run>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Walk the chain of `part`; `runs` receives every replica whose run has at
+/// least the first block, in replica-id order.
+pub(crate) fn walk<H: AsRef<[u8]>>(
+    shards: &Shards,
+    part: u32,
+    hashes: &[H],
+    counts: &[i32],
+    now: i64,
+    ttl: i64,
+    runs: &mut Vec<Run>,
+) {
+    runs.clear();
+    if ttl <= 0 || hashes.is_empty() {
+        return;
+    }
+    // `now - last_seen < ttl` (saturating, as in `ranking::freshness`) is
+    // exactly `last_seen >= now - ttl + 1` computed without overflow; below
+    // `i64::MIN` every entry is fresh.
+    let lo = i128::from(now) - i128::from(ttl) + 1;
+    let cutoff = i64::try_from(lo).unwrap_or(i64::MIN);
+    let mut walker = |hs: &mut Vec<u64>, live: &mut Vec<Run>| {
+        hs.clear();
+        live.clear();
+        walk_with(shards, part, hashes, counts, cutoff, runs, hs, live);
+        runs.append(live);
+        runs.sort_unstable_by_key(|r| r.replica);
+    };
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => {
+            let Scratch { hashes: hs, live } = &mut *s;
+            walker(hs, live);
+        }
+        // Only reachable if a walk re-entered itself on this thread.
+        Err(_) => walker(&mut Vec::new(), &mut Vec::new()),
+    });
+}
+
+/// `runs` receives the runs that ended, `live` keeps the ones still going.
+#[allow(clippy::too_many_arguments)]
+fn walk_with<H: AsRef<[u8]>>(
+    shards: &Shards,
+    part: u32,
+    hashes: &[H],
+    counts: &[i32],
+    cutoff: i64,
+    runs: &mut Vec<Run>,
+    hs: &mut Vec<u64>,
+    live: &mut Vec<Run>,
+) {
+    let n = hashes.len().min(counts.len());
+    let mut guards: [Option<RwLockReadGuard<'_, ShardMap>>; SHARDS] = std::array::from_fn(|_| None);
+    let mut start = 0;
+    let mut window = FIRST_WINDOW;
+    while start < n {
+        let end = (start + window).min(n);
+        window = (window * 2).min(MAX_WINDOW);
+        let mut mask = 0u64;
+        for h in &hashes[start..end] {
+            let k = key_hash(part, h.as_ref());
+            hs.push(k);
+            mask |= 1u64 << shard_of(k);
+        }
+        let mut bits = mask;
+        while bits != 0 {
+            let si = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            guards[si] = Some(shards.read(si));
+        }
+        for i in start..end {
+            let key = KeyRef {
+                part,
+                bytes: hashes[i].as_ref(),
+                hash: hs[i],
+            };
+            let holders = guards[shard_of(key.hash)]
+                .as_ref()
+                .and_then(|g| g.get(&key))
+                .map_or(&[][..], |h| &**h);
+            if i == 0 {
+                live.extend(
+                    holders
+                        .iter()
+                        .filter(|h| h.last_seen >= cutoff)
+                        .map(|h| Run {
+                            replica: h.replica,
+                            matched: counts[0],
+                            oldest: h.last_seen,
+                            tier: h.tier,
+                            blocks: 1,
+                        }),
+                );
+            } else {
+                extend(live, runs, holders, counts[i], cutoff);
+            }
+            if live.is_empty() {
+                break;
+            }
+        }
+        let mut bits = mask;
+        while bits != 0 {
+            let si = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            guards[si] = None;
+        }
+        if live.is_empty() {
+            break;
+        }
+        start = end;
+    }
+}
+
+/// Extend the live runs by one block (a merge-join: both lists are sorted by
+/// replica id); runs without a fresh holder move to `ended`.
+#[inline]
+fn extend(live: &mut Vec<Run>, ended: &mut Vec<Run>, holders: &[Holder], count: i32, cutoff: i64) {
+    // Fast path: the block is held, fresh, by exactly the live replicas (a
+    // prefix-closed cache's usual shape), so every run goes on in lockstep.
+    if holders.len() == live.len()
+        && holders
+            .iter()
+            .zip(live.iter())
+            .all(|(h, r)| h.replica == r.replica && h.last_seen >= cutoff)
+    {
+        for (r, h) in live.iter_mut().zip(holders) {
+            r.matched = r.matched.wrapping_add(count);
+            r.oldest = r.oldest.min(h.last_seen);
+            r.tier = Tier::worst(r.tier, h.tier);
+            r.blocks += 1;
+        }
+        return;
+    }
+    let mut kept = 0;
+    let mut j = 0;
+    for k in 0..live.len() {
+        let run = live[k];
+        while j < holders.len() && holders[j].replica < run.replica {
+            j += 1;
+        }
+        match holders.get(j) {
+            Some(h) if h.replica == run.replica && h.last_seen >= cutoff => {
+                live[kept] = Run {
+                    replica: run.replica,
+                    matched: run.matched.wrapping_add(count),
+                    oldest: run.oldest.min(h.last_seen),
+                    tier: Tier::worst(run.tier, h.tier),
+                    blocks: run.blocks + 1,
+                };
+                kept += 1;
+                j += 1;
+            }
+            _ => ended.push(run),
+        }
+    }
+    live.truncate(kept);
+}
