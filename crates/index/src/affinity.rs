@@ -47,7 +47,7 @@ impl Index {
             return None;
         }
         let scope = read(&self.catalog).find_scope(tenant, model, scheme)?;
-        let ids: Vec<u32> = read(&self.counters).scope(scope)?.keys().copied().collect();
+        let ids: Vec<u32> = read(&self.counters).scope(scope)?.replicas().collect();
         if ids.is_empty() {
             return None;
         }

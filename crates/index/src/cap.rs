@@ -143,6 +143,7 @@ impl CapReserve {
     /// Upsert hook, called with the entry's shard write lock held after the
     /// entry was written with `last_seen`. Cheap when no reserve is active or
     /// when the entry is above the threshold.
+    #[inline]
     pub(crate) fn on_upsert(
         &self,
         part: &Arc<Partition>,
@@ -154,6 +155,18 @@ impl CapReserve {
         if part.reserved || self.hint.load(AtomicOrdering::SeqCst) == IDLE {
             return;
         }
+        self.record(part, hash, replica, replica_id, last_seen);
+    }
+
+    #[cold]
+    fn record(
+        &self,
+        part: &Arc<Partition>,
+        hash: &[u8],
+        replica: u32,
+        replica_id: &Arc<str>,
+        last_seen: i64,
+    ) {
         let mut st = lock(&self.state);
         let make = || CapVictim {
             eff: 0,
@@ -250,13 +263,12 @@ impl Index {
             match current {
                 None => {} // gone: stale item
                 Some((eff, last_seen)) if eff == v.eff && last_seen == v.last_seen => {
-                    if let Some((h, gone)) = Index::take_holder(&mut shard, &key, v.replica) {
-                        write(&self.counters).on_remove(&v.part, v.replica, gone);
-                        if !gone && self.quota.active() {
-                            if let Some(hs) = shard.get(&key) {
-                                self.quota.on_key_changed(&v.part, &v.hash, hs);
-                            }
+                    if let Some((h, rest)) = shard.take_holder(&key, v.replica) {
+                        let gone = rest.is_none();
+                        if let Some(hs) = rest.filter(|_| self.quota.active()) {
+                            self.quota.on_key_changed(&v.part, &v.hash, hs);
                         }
+                        write(&self.counters).on_remove(&v.part, v.replica, gone);
                         drop(shard);
                         ev.add_cap(algo, 1);
                         notes.push(|| {

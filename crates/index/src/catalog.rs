@@ -56,7 +56,7 @@ impl<const N: usize> TupleMap<N> {
 /// Simple string interner.
 #[derive(Default)]
 struct NameMap {
-    map: HashMap<Arc<str>, u32>,
+    map: HashMap<Arc<str>, u32, FoldBuild>,
     names: Vec<Arc<str>>,
 }
 
@@ -84,6 +84,9 @@ pub(crate) struct TenantModel {
     pub(crate) model: Arc<str>,
     /// Partition ids under this (tenant, model).
     pub(crate) parts: Vec<u32>,
+    /// The same partitions, shared so an event takes them with one
+    /// reference-count bump (rebuilt when a partition is interned).
+    pub(crate) part_refs: Arc<[Arc<Partition>]>,
     /// Scope ids under this (tenant, model).
     pub(crate) scopes: Vec<u32>,
 }
@@ -160,7 +163,13 @@ impl Catalog {
             reserved: self.tenant_reserved[tenant_id as usize],
         });
         self.parts.push(p.clone());
-        self.tms[tm_id as usize].parts.push(id);
+        let tm = &mut self.tms[tm_id as usize];
+        tm.parts.push(id);
+        tm.part_refs = tm
+            .parts
+            .iter()
+            .filter_map(|&i| self.parts.get(i as usize).cloned())
+            .collect();
         p
     }
 
@@ -186,6 +195,7 @@ impl Catalog {
             tenant,
             model,
             parts: Vec::new(),
+            part_refs: Arc::from([]),
             scopes: Vec::new(),
         });
         id

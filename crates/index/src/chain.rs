@@ -5,9 +5,9 @@
 //! a window, the read locks of every shard its blocks live in are taken once,
 //! in ascending shard order (so two lookups can never wait on each other
 //! through a queued writer), and released before the next window: a lookup
-//! pays about one lock per distinct shard instead of one per block, and the
-//! probes inside a window carry no atomic between them, so their cache misses
-//! overlap. Runs that end are dropped from the candidate list at once, and the
+//! pays about one lock per distinct shard instead of one per block. All the
+//! probes of a window run before any merge, with no atomic between them, so
+//! their cache misses overlap. Runs that end are dropped from the candidate list at once, and the
 //! walk stops as soon as no run is left.
 
 use crate::holder::Holder;
@@ -39,47 +39,55 @@ const MAX_WINDOW: usize = 64;
 struct Scratch {
     hashes: Vec<u64>,
     live: Vec<Run>,
+    ended: Vec<Run>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Walk the chain of `part`; `runs` receives every replica whose run has at
+/// Walk the chain of `part` and hand `out` every replica whose run has at
 /// least the first block, in replica-id order.
-pub(crate) fn walk<H: AsRef<[u8]>>(
+pub(crate) fn walk<H: AsRef<[u8]>, T>(
     shards: &Shards,
     part: u32,
     hashes: &[H],
     counts: &[i32],
     now: i64,
     ttl: i64,
-    runs: &mut Vec<Run>,
-) {
-    runs.clear();
+    out: impl FnOnce(&[Run]) -> T,
+) -> T {
     if ttl <= 0 || hashes.is_empty() {
-        return;
+        return out(&[]);
     }
     // `now - last_seen < ttl` (saturating, as in `ranking::freshness`) is
     // exactly `last_seen >= now - ttl + 1` computed without overflow; below
     // `i64::MIN` every entry is fresh.
     let lo = i128::from(now) - i128::from(ttl) + 1;
     let cutoff = i64::try_from(lo).unwrap_or(i64::MIN);
-    let mut walker = |hs: &mut Vec<u64>, live: &mut Vec<Run>| {
-        hs.clear();
-        live.clear();
-        walk_with(shards, part, hashes, counts, cutoff, runs, hs, live);
-        runs.append(live);
-        runs.sort_unstable_by_key(|r| r.replica);
+    let walker = |s: &mut Scratch| {
+        s.hashes.clear();
+        s.live.clear();
+        s.ended.clear();
+        walk_with(
+            shards,
+            part,
+            hashes,
+            counts,
+            cutoff,
+            &mut s.ended,
+            &mut s.hashes,
+            &mut s.live,
+        );
+        s.ended.append(&mut s.live);
+        s.ended.sort_unstable_by_key(|r| r.replica);
+        out(&s.ended)
     };
     SCRATCH.with(|s| match s.try_borrow_mut() {
-        Ok(mut s) => {
-            let Scratch { hashes: hs, live } = &mut *s;
-            walker(hs, live);
-        }
+        Ok(mut s) => walker(&mut s),
         // Only reachable if a walk re-entered itself on this thread.
-        Err(_) => walker(&mut Vec::new(), &mut Vec::new()),
-    });
+        Err(_) => walker(&mut Scratch::default()),
+    })
 }
 
 /// `runs` receives the runs that ended, `live` keeps the ones still going.
@@ -113,16 +121,23 @@ fn walk_with<H: AsRef<[u8]>>(
             bits &= bits - 1;
             guards[si] = Some(shards.read(si));
         }
-        for i in start..end {
+        // Probe the whole window first: the probes are independent, so their
+        // cache misses overlap instead of queuing behind each block's merge.
+        let mut found: [&[Holder]; MAX_WINDOW] = [&[]; MAX_WINDOW];
+        for (i, slot) in (start..end).zip(found.iter_mut()) {
             let key = KeyRef {
                 part,
                 bytes: hashes[i].as_ref(),
                 hash: hs[i],
             };
-            let holders = guards[shard_of(key.hash)]
+            if let Some(h) = guards[shard_of(key.hash)]
                 .as_ref()
                 .and_then(|g| g.get(&key))
-                .map_or(&[][..], |h| &**h);
+            {
+                *slot = h;
+            }
+        }
+        for (i, holders) in (start..end).zip(found) {
             if i == 0 {
                 live.extend(
                     holders

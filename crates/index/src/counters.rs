@@ -2,8 +2,53 @@
 //! write lock is held; lock order is always shard → counters).
 
 use crate::catalog::Partition;
-use crate::hashing::FoldBuild;
-use std::collections::HashMap;
+
+/// Per serving scope: how many keys each replica holds (indexed by interned
+/// replica id, so the per-entry update is one array slot, not a map probe)
+/// and how many replicas hold at least one.
+#[derive(Default, Clone)]
+pub(crate) struct ScopeCounts {
+    held: Vec<u64>,
+    serving: usize,
+}
+
+impl ScopeCounts {
+    fn add(&mut self, replica: u32) {
+        let n = slot(&mut self.held, replica);
+        if *n == 0 {
+            self.serving += 1;
+        }
+        *n += 1;
+    }
+
+    fn remove(&mut self, replica: u32) {
+        if let Some(n) = self.held.get_mut(replica as usize) {
+            if *n == 1 {
+                self.serving = self.serving.saturating_sub(1);
+            }
+            dec(n);
+        }
+    }
+
+    /// Keys held by `replica` in this scope.
+    pub(crate) fn held(&self, replica: u32) -> u64 {
+        self.held.get(replica as usize).copied().unwrap_or(0)
+    }
+
+    /// Number of replicas holding at least one key.
+    pub(crate) fn len(&self) -> usize {
+        self.serving
+    }
+
+    /// Replicas holding at least one key, by id.
+    pub(crate) fn replicas(&self) -> impl Iterator<Item = u32> + '_ {
+        self.held
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, _)| r as u32)
+    }
+}
 
 /// Index-wide counters, indexed by interned ids.
 #[derive(Default)]
@@ -20,8 +65,8 @@ pub(crate) struct Counters {
     pub(crate) keys_by_tm: Vec<u64>,
     /// Distinct keys per model id, non-reserved tenants only (gauge source).
     pub(crate) keys_by_model: Vec<u64>,
-    /// Per scope id: replica → number of keys held (entry dropped at 0).
-    pub(crate) serving: Vec<HashMap<u32, u64, FoldBuild>>,
+    /// Per scope id: keys held per replica.
+    pub(crate) serving: Vec<ScopeCounts>,
 }
 
 fn slot<T: Default>(v: &mut Vec<T>, i: u32) -> &mut T {
@@ -42,9 +87,7 @@ impl Counters {
         if p.reserved {
             self.reserved_entries += 1;
         }
-        *slot(&mut self.serving, p.scope_id)
-            .entry(replica)
-            .or_insert(0) += 1;
+        slot(&mut self.serving, p.scope_id).add(replica);
         if new_key {
             self.total_keys += 1;
             *slot(&mut self.keys_by_tenant, p.tenant_id) += 1;
@@ -60,13 +103,7 @@ impl Counters {
         if p.reserved {
             dec(&mut self.reserved_entries);
         }
-        let scope = slot(&mut self.serving, p.scope_id);
-        if let Some(n) = scope.get_mut(&replica) {
-            dec(n);
-            if *n == 0 {
-                scope.remove(&replica);
-            }
-        }
+        slot(&mut self.serving, p.scope_id).remove(replica);
         if key_removed {
             dec(&mut self.total_keys);
             dec(slot(&mut self.keys_by_tenant, p.tenant_id));
@@ -85,16 +122,15 @@ impl Counters {
         self.keys_by_tm.get(id as usize).copied().unwrap_or(0)
     }
 
-    pub(crate) fn scope(&self, id: u32) -> Option<&HashMap<u32, u64, FoldBuild>> {
+    pub(crate) fn scope(&self, id: u32) -> Option<&ScopeCounts> {
         self.serving.get(id as usize)
     }
 
     pub(crate) fn scope_len(&self, id: u32) -> usize {
-        self.scope(id).map_or(0, HashMap::len)
+        self.scope(id).map_or(0, ScopeCounts::len)
     }
 
     pub(crate) fn serves(&self, scope: u32, replica: u32) -> bool {
-        self.scope(scope)
-            .is_some_and(|s| s.get(&replica).is_some_and(|&n| n > 0))
+        self.scope(scope).is_some_and(|s| s.held(replica) > 0)
     }
 }

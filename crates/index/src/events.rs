@@ -58,29 +58,25 @@ impl Index {
             ) else {
                 return;
             };
-            let parts: Vec<_> = c.tms[tm as usize]
-                .parts
-                .iter()
-                .filter_map(|&p| c.parts.get(p as usize).cloned())
-                .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id)
-                .collect();
-            (parts, r, c.replica_name(r))
+            (c.tms[tm as usize].part_refs.clone(), r, c.replica_name(r))
         };
-        for p in parts {
+        let wanted = parts
+            .iter()
+            .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id);
+        for p in wanted {
             let key = KeyRef::new(p.id, &ev.prefix_hash);
             let mut shard = self.shards.write(key.shard());
-            if let Some((h, gone)) = Index::take_holder(&mut shard, &key, replica) {
-                write(&self.counters).on_remove(&p, replica, gone);
-                if !gone && self.quota.active() {
-                    if let Some(hs) = shard.get(&key) {
-                        self.quota.on_key_changed(&p, &ev.prefix_hash, hs);
-                    }
+            if let Some((h, rest)) = shard.take_holder(&key, replica) {
+                let gone = rest.is_none();
+                if let Some(hs) = rest.filter(|_| self.quota.active()) {
+                    self.quota.on_key_changed(p, &ev.prefix_hash, hs);
                 }
+                write(&self.counters).on_remove(p, replica, gone);
                 drop(shard);
                 out.entries_removed += 1;
                 notes.push(|| {
                     Note::Removed(
-                        Index::change(&p, &ev.prefix_hash, name.clone(), &h),
+                        Index::change(p, &ev.prefix_hash, name.clone(), &h),
                         RemovalReason::Evicted,
                     )
                 });
@@ -123,12 +119,7 @@ impl Index {
             let c = read(&self.counters);
             scopes
                 .iter()
-                .map(|&s| {
-                    c.scope(s)
-                        .and_then(|m| m.get(&replica))
-                        .copied()
-                        .unwrap_or(0)
-                })
+                .map(|&s| c.scope(s).map_or(0, |m| m.held(replica)))
                 .sum()
         };
         let mut si = 0;

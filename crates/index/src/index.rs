@@ -6,10 +6,9 @@ use crate::config::{DEFAULT_TTL, IndexConfig, RankingConfig};
 use crate::counters::Counters;
 use crate::hashing::FoldBuild;
 use crate::holder::Holder;
-use crate::key::KeyRef;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
-use crate::shard::{ShardMap, Shards, read, write};
+use crate::shard::{Shards, read, write};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -211,23 +210,6 @@ impl Index {
             .iter()
             .map(|t| (self.tenant_ttl_ns(t), self.algorithm(t)))
             .collect()
-    }
-
-    /// Remove `replica` from `key` in a locked shard; returns the holder and
-    /// whether the key disappeared. Counters are updated by the caller.
-    pub(crate) fn take_holder(
-        map: &mut ShardMap,
-        key: &KeyRef<'_>,
-        replica: u32,
-    ) -> Option<(Holder, bool)> {
-        let holders = map.get_mut(key)?;
-        let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
-        let h = holders.remove(i)?;
-        let gone = holders.is_empty();
-        if gone {
-            map.remove(key);
-        }
-        Some((h, gone))
     }
 
     pub(crate) fn change(

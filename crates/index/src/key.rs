@@ -102,7 +102,22 @@ impl EntryKey {
 
     #[inline]
     pub(crate) fn matches(&self, part: u32, hash: &[u8]) -> bool {
-        self.part() == part && self.hash_bytes() == hash
+        match self {
+            EntryKey::Inline {
+                part: p,
+                len,
+                bytes,
+            } => {
+                *p == part
+                    && usize::from(*len) == hash.len()
+                    && match <[u8; INLINE]>::try_from(hash) {
+                        // One 8-byte compare instead of a memcmp call.
+                        Ok(h) => u64::from_ne_bytes(*bytes) == u64::from_ne_bytes(h),
+                        Err(_) => bytes.get(..hash.len()) == Some(hash),
+                    }
+            }
+            EntryKey::Heap { part: p, bytes } => *p == part && *bytes.0 == *hash,
+        }
     }
 
     /// The probe form of this key (recomputes the hash: table growth and LFU credit).

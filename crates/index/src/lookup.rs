@@ -171,33 +171,29 @@ impl Index {
         let Some(ctx) = self.ctx(req) else {
             return LookupRouteResult::default();
         };
-        let mut runs: Vec<Run> = Vec::new();
-        walk(
+        let raws: Vec<Raw> = walk(
             &self.shards,
             ctx.part.id,
             req.block_hashes,
             req.block_token_counts,
             ctx.now,
             ctx.ttl,
-            &mut runs,
+            |runs: &[Run]| {
+                runs.iter()
+                    .filter(|r| r.matched > 0)
+                    .filter_map(|r| {
+                        let fresh = freshness(ctx.now, r.oldest, ctx.ttl);
+                        (fresh > 0.0).then_some(Raw {
+                            replica: r.replica,
+                            tokens: r.matched,
+                            fresh,
+                            tier: r.tier,
+                            blocks: r.blocks,
+                        })
+                    })
+                    .collect()
+            },
         );
-        if runs.is_empty() {
-            return LookupRouteResult::default();
-        }
-        let raws: Vec<Raw> = runs
-            .iter()
-            .filter(|r| r.matched > 0)
-            .filter_map(|r| {
-                let fresh = freshness(ctx.now, r.oldest, ctx.ttl);
-                (fresh > 0.0).then_some(Raw {
-                    replica: r.replica,
-                    tokens: r.matched,
-                    fresh,
-                    tier: r.tier,
-                    blocks: r.blocks,
-                })
-            })
-            .collect();
         if raws.is_empty() {
             return LookupRouteResult::default();
         }

@@ -6,7 +6,7 @@
 //! a chain lookup may hold several read locks, always taken in ascending
 //! shard order (see `lookup.rs`).
 
-use crate::holder::Holders;
+use crate::holder::{Holder, Holders};
 use crate::key::{EntryKey, KeyRef};
 use hashbrown::HashTable;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -60,6 +60,27 @@ impl ShardMap {
             .find_entry(k.hash, |s| s.key.matches(k.part, k.bytes))
             .ok()
             .map(|e| e.remove().0.holders)
+    }
+
+    /// Remove `replica` from the key with one probe. Returns the holder and
+    /// the key's remaining holders (`None` when the key went with it).
+    pub(crate) fn take_holder(
+        &mut self,
+        k: &KeyRef<'_>,
+        replica: u32,
+    ) -> Option<(Holder, Option<&Holders>)> {
+        let mut e = self
+            .table
+            .find_entry(k.hash, |s| s.key.matches(k.part, k.bytes))
+            .ok()?;
+        let holders = &mut e.get_mut().holders;
+        let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
+        let h = holders.remove(i)?;
+        if holders.is_empty() {
+            e.remove();
+            return Some((h, None));
+        }
+        Some((h, Some(&e.into_mut().holders)))
     }
 
     /// Every key as (partition id, hash bytes, holders).
