@@ -224,7 +224,11 @@ fn summary(doc: &Value) -> String {
                     bytes(r["cacheMemoryBytes"].as_i64().unwrap_or(0)),
                     text(r, "hitRate"),
                     text(r, "pressure"),
-                    text(r, "lastUpdate"),
+                    // Go's zero time means "never reported stats".
+                    match text(r, "lastUpdate") {
+                        t if t == inferencecache_server::snapshot::ZERO_TIME => "-".into(),
+                        t => t,
+                    },
                 ]
             })
             .collect();

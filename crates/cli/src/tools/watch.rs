@@ -96,6 +96,9 @@ impl EventType {
 /// Runs `watch`; returns the process exit code.
 pub fn run(args: WatchArgs) -> ExitCode {
     block_on("watch", async move {
+        // Listen for Ctrl-C / SIGTERM before anything else, so a signal that
+        // arrives while connecting still means "stop cleanly".
+        let mut stop = Stop::install()?;
         let client = args.server.connect(args.server.config()).await?;
         let request = StreamEventsRequest {
             model_id: args.model.clone(),
@@ -116,15 +119,13 @@ pub fn run(args: WatchArgs) -> ExitCode {
             }
         };
         tokio::pin!(stop_after);
-        let ctrl_c = tokio::signal::ctrl_c();
-        tokio::pin!(ctrl_c);
         let mut seen = 0u64;
         loop {
             if args.count.is_some_and(|n| seen >= n) {
                 return Ok(OK);
             }
             let next = tokio::select! {
-                _ = &mut ctrl_c => return Ok(OK),
+                () = stop.requested() => return Ok(OK),
                 () = &mut stop_after => return Ok(OK),
                 next = events.next() => next,
             };
@@ -158,6 +159,45 @@ pub fn run(args: WatchArgs) -> ExitCode {
             }
         }
     })
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM, registered when created (tokio's
+/// `ctrl_c()` only registers on its first poll, which would leave a window
+/// where the default handler kills the process).
+struct Stop {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    fn install() -> Result<Self, Failure> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let failed =
+                |e: std::io::Error| Failure::runtime(format!("cannot handle signals: {e}"));
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt()).map_err(failed)?,
+                terminate: signal(SignalKind::terminate()).map_err(failed)?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    async fn requested(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 fn type_name(event: &CacheEvent) -> String {
