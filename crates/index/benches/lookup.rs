@@ -1,12 +1,14 @@
 //! Index benches: chain lookup (128-block request, 64 replicas, partial
-//! matches), exact lookup, ingest throughput, chain lookup under concurrent
-//! ingest. Criterion reports time per lookup / per update; ingest groups also
+//! matches), exact lookup, ingest throughput (128- and 32-block chains),
+//! PREFIX_EVICTED removal, chain lookup under concurrent ingest, and a
+//! resident-memory report. Criterion reports time per lookup / per update; ingest groups also
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use inferencecache_index::{
-    CacheUpdate, Index, IndexConfig, LookupRequest, PolicyResolver, PrefixEntry, ReplicaStatsReport,
+    CacheEvent, CacheUpdate, EventKind, Index, IndexConfig, LookupRequest, PolicyResolver,
+    PrefixEntry, ReplicaStatsReport,
 };
 use std::hint::black_box;
 use std::sync::Arc;
@@ -132,6 +134,70 @@ fn bench_ingest(c: &mut Criterion) {
     g.finish();
 }
 
+/// The issue's ingest unit: one 32-block chain from one replica, refreshed
+/// (every entry exists) and new (every entry is added).
+fn bench_ingest_32(c: &mut Criterion) {
+    let (idx, _) = populated();
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(32));
+    let chain32: Vec<Vec<u8>> = (0..32u64).map(|i| hash(60_000, i)).collect();
+    let refresh = chain_update(5, &chain32);
+    idx.ingest(&refresh);
+    g.bench_function("refresh_32_block_chain", |b| {
+        b.iter(|| black_box(idx.ingest(black_box(&refresh))))
+    });
+    let mut n = 0u64;
+    g.bench_function("new_32_block_chain", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                let hs: Vec<Vec<u8>> = (0..32u64).map(|i| hash(80_000 + n, i)).collect();
+                chain_update((n % 64) as usize, &hs)
+            },
+            |u| black_box(idx.ingest(&u)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+/// PREFIX_EVICTED: one event per block, like an engine's BlockRemoved
+/// stream. Each batch re-ingests a 32-block chain (untimed) and the routine
+/// removes its 32 blocks.
+fn bench_remove(c: &mut Criterion) {
+    let (idx, _) = populated();
+    let mut g = c.benchmark_group("events");
+    g.throughput(Throughput::Elements(32));
+    let chain32: Vec<Vec<u8>> = (0..32u64).map(|i| hash(61_000, i)).collect();
+    let evs: Vec<CacheEvent> = chain32
+        .iter()
+        .map(|h| CacheEvent {
+            kind: EventKind::PrefixEvicted,
+            replica_id: "replica-07".into(),
+            model_id: "llama-3-70b".into(),
+            tenant_id: "tenant-a".into(),
+            prefix_hash: h.clone(),
+            timestamp_us: 0,
+            adapter_id: String::new(),
+        })
+        .collect();
+    let up = chain_update(7, &chain32);
+    g.bench_function("prefix_evicted_32_blocks", |b| {
+        b.iter_batched(
+            || {
+                idx.ingest(&up);
+            },
+            |()| {
+                for e in &evs {
+                    black_box(idx.apply_event(black_box(e)));
+                }
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
 /// A full TTL sweep over ~266k entries where nothing expires: the cost of the
 /// walk (each of the 64 shard write locks is held for ~1/64 of it).
 fn bench_sweep(c: &mut Criterion) {
@@ -236,33 +302,50 @@ fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Not a timing: prints resident bytes per (prefix, replica) entry for 1M
-/// entries.
+/// Not a timing: resident bytes per distinct key and per extra holder.
+/// `INDEX_BENCH_MEM_ENTRIES` (default 1,000,000) replica x prefix entries are
+/// built as `entries / INDEX_BENCH_MEM_HOLDERS` (default 4) keys: first every
+/// key with one holder (bytes per distinct key), then the other holders
+/// (bytes per extra holder). One layout per process for clean RSS deltas.
 fn memory_report(_c: &mut Criterion) {
-    // One layout per process gives a clean RSS delta: INDEX_BENCH_MEM=single
-    // selects 1M single-holder keys, anything else 250k keys x 4 replicas.
-    let layout = if std::env::var("INDEX_BENCH_MEM").as_deref() == Ok("single") {
-        (1_000_000u64, 1usize)
-    } else {
-        (250_000, 4)
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(d)
     };
-    for (keys, holders) in [layout] {
-        let before = rss_bytes();
-        let idx = IndexConfig::new().max_entries(0).build();
-        for r in 0..holders {
-            for chunk in 0..(keys / 1000) {
-                let hs: Vec<Vec<u8>> = (0..1000).map(|i| hash(7, chunk * 1000 + i)).collect();
-                idx.ingest(&chain_update(r, &hs));
-            }
+    let entries = env("INDEX_BENCH_MEM_ENTRIES", 1_000_000);
+    let holders = env("INDEX_BENCH_MEM_HOLDERS", 4).max(1) as usize;
+    let keys = entries / holders as u64;
+    let idx = IndexConfig::new().max_entries(0).build();
+    let fill = |r: usize| {
+        for chunk in 0..keys.div_ceil(1000) {
+            let hs: Vec<Vec<u8>> = (chunk * 1000..((chunk + 1) * 1000).min(keys))
+                .map(|i| hash(7, i))
+                .collect();
+            idx.ingest(&chain_update(r, &hs));
         }
-        let after = rss_bytes();
-        let entries = idx.total_entries();
-        eprintln!(
-            "memory: {keys} keys x {holders} replicas = {entries} entries, {:.0} bytes/entry resident",
-            (after.saturating_sub(before)) as f64 / entries as f64
-        );
-        drop(idx);
+    };
+    let before = rss_bytes();
+    fill(0);
+    let one = rss_bytes();
+    for r in 1..holders {
+        fill(r);
     }
+    let all = rss_bytes();
+    let per_key = one.saturating_sub(before) as f64 / keys as f64;
+    let extra = (holders as u64 - 1) * keys;
+    let per_extra = if extra > 0 {
+        all.saturating_sub(one) as f64 / extra as f64
+    } else {
+        0.0
+    };
+    eprintln!(
+        "memory: {keys} keys x {holders} replicas = {} entries: {per_key:.1} bytes per distinct key \
+         (one holder), {per_extra:.1} bytes per extra holder, {:.1} bytes per entry overall",
+        idx.total_entries(),
+        all.saturating_sub(before) as f64 / idx.total_entries() as f64
+    );
 }
 
 fn config() -> Criterion {
@@ -275,6 +358,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = memory_report, bench_lookup, bench_ingest, bench_quota, bench_sweep, bench_concurrent
+    targets = memory_report, bench_lookup, bench_ingest, bench_ingest_32, bench_remove, bench_quota, bench_sweep, bench_concurrent
 }
 criterion_main!(benches);

@@ -137,7 +137,7 @@ fn walk_with<H: AsRef<[u8]>>(
                 *slot = h;
             }
         }
-        for (i, holders) in (start..end).zip(found) {
+        for (i, &holders) in (start..end).zip(found.iter()) {
             if i == 0 {
                 live.extend(
                     holders

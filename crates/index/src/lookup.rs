@@ -179,19 +179,20 @@ impl Index {
             ctx.now,
             ctx.ttl,
             |runs: &[Run]| {
-                runs.iter()
-                    .filter(|r| r.matched > 0)
-                    .filter_map(|r| {
-                        let fresh = freshness(ctx.now, r.oldest, ctx.ttl);
-                        (fresh > 0.0).then_some(Raw {
+                let mut raws = Vec::with_capacity(runs.len());
+                for r in runs.iter().filter(|r| r.matched > 0) {
+                    let fresh = freshness(ctx.now, r.oldest, ctx.ttl);
+                    if fresh > 0.0 {
+                        raws.push(Raw {
                             replica: r.replica,
                             tokens: r.matched,
                             fresh,
                             tier: r.tier,
                             blocks: r.blocks,
-                        })
-                    })
-                    .collect()
+                        });
+                    }
+                }
+                raws
             },
         );
         if raws.is_empty() {
