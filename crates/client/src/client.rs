@@ -194,11 +194,28 @@ fn no_hint_reason(err: &ClientError, elapsed: Duration, deadline: Duration) -> N
             // tonic reports its own grpc-timeout expiry as CANCELLED.
             tonic::Code::Cancelled if elapsed >= deadline => NoHintReason::DeadlineExceeded,
             tonic::Code::Unavailable => NoHintReason::Unavailable,
+            // A connection that broke under the call (e.g. a TLS 1.3 server
+            // rejecting the client certificate after the handshake) surfaces
+            // as UNKNOWN with a transport error inside: still "unreachable".
+            _ if is_transport_failure(status) => NoHintReason::Unavailable,
             _ => NoHintReason::Error(err.to_string()),
         },
         ClientError::Connect { .. } => NoHintReason::Unavailable,
         other => NoHintReason::Error(other.to_string()),
     }
+}
+
+/// True when the status wraps a transport (connection) error rather than
+/// an answer from the server.
+fn is_transport_failure(status: &tonic::Status) -> bool {
+    let mut cause = std::error::Error::source(status);
+    while let Some(c) = cause {
+        if c.is::<tonic::transport::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Normalizes the endpoint and applies timeouts and TLS.

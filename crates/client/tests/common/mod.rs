@@ -22,9 +22,11 @@ pub struct Running {
 
 impl Running {
     pub async fn start() -> Self {
-        let server = Server::bind(&ServerConfig::ephemeral())
-            .await
-            .expect("bind");
+        Self::start_with(ServerConfig::ephemeral()).await
+    }
+
+    pub async fn start_with(config: ServerConfig) -> Self {
+        let server = Server::bind(&config).await.expect("bind");
         let (grpc, http, control) = (
             server.grpc_addr(),
             server.http_addr(),
