@@ -14,6 +14,7 @@ use crate::holder::Holder;
 use crate::key::{KeyRef, key_hash, shard_of};
 use crate::shard::{SHARDS, ShardMap, Shards};
 use crate::types::Tier;
+use arrayvec::ArrayVec;
 use std::cell::RefCell;
 use std::sync::RwLockReadGuard;
 
@@ -103,7 +104,10 @@ fn walk_with<H: AsRef<[u8]>>(
     live: &mut Vec<Run>,
 ) {
     let n = hashes.len().min(counts.len());
-    let mut guards: [Option<RwLockReadGuard<'_, ShardMap>>; SHARDS] = std::array::from_fn(|_| None);
+    // The window's read guards in ascending shard order; `slot_of[shard]` is
+    // the guard's position.
+    let mut guards: ArrayVec<RwLockReadGuard<'_, ShardMap>, SHARDS> = ArrayVec::new();
+    let mut slot_of = [0u8; SHARDS];
     let mut start = 0;
     let mut window = FIRST_WINDOW;
     while start < n {
@@ -115,27 +119,28 @@ fn walk_with<H: AsRef<[u8]>>(
             hs.push(k);
             mask |= 1u64 << shard_of(k);
         }
+        guards.clear();
         let mut bits = mask;
         while bits != 0 {
             let si = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            guards[si] = Some(shards.read(si));
+            slot_of[si] = guards.len() as u8;
+            guards.push(shards.read(si));
         }
         // Probe the whole window first: the probes are independent, so their
         // cache misses overlap instead of queuing behind each block's merge.
-        let mut found: [&[Holder]; MAX_WINDOW] = [&[]; MAX_WINDOW];
-        for (i, slot) in (start..end).zip(found.iter_mut()) {
+        let mut found: ArrayVec<&[Holder], MAX_WINDOW> = ArrayVec::new();
+        for i in start..end {
             let key = KeyRef {
                 part,
                 bytes: hashes[i].as_ref(),
                 hash: hs[i],
             };
-            if let Some(h) = guards[shard_of(key.hash)]
-                .as_ref()
+            let held = guards
+                .get(usize::from(slot_of[shard_of(key.hash)]))
                 .and_then(|g| g.get(&key))
-            {
-                *slot = h;
-            }
+                .map_or(&[][..], |h| &**h);
+            found.push(held);
         }
         for (i, &holders) in (start..end).zip(found.iter()) {
             if i == 0 {
@@ -158,12 +163,8 @@ fn walk_with<H: AsRef<[u8]>>(
                 break;
             }
         }
-        let mut bits = mask;
-        while bits != 0 {
-            let si = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            guards[si] = None;
-        }
+        drop(found);
+        guards.clear();
         if live.is_empty() {
             break;
         }
