@@ -68,6 +68,30 @@ impl RouteQuery {
         }
     }
 
+    /// Sets the hash scheme (default `vllm`).
+    pub fn hash_scheme(mut self, scheme: impl Into<String>) -> Self {
+        self.hash_scheme = scheme.into();
+        self
+    }
+
+    /// Sets the LoRA adapter partition (default: none).
+    pub fn adapter(mut self, adapter_id: impl Into<String>) -> Self {
+        self.adapter_id = adapter_id.into();
+        self
+    }
+
+    /// Sets the time-to-first-token SLO sent to the server, in ms.
+    pub fn slo_ttft_ms(mut self, ms: i32) -> Self {
+        self.slo_ttft_ms = ms;
+        self
+    }
+
+    /// Overrides the client's lookup deadline for this query.
+    pub fn deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
     /// The wire request.
     pub fn to_request(&self) -> LookupRouteRequest {
         let mut req = LookupRouteRequest {
@@ -118,8 +142,7 @@ mod tests {
 
     #[test]
     fn each_input_fills_its_own_fields() {
-        let mut q = RouteQuery::new("t", "m", RouteInput::TokenIds(vec![1, 2]));
-        q.slo_ttft_ms = 200;
+        let mut q = RouteQuery::new("t", "m", RouteInput::TokenIds(vec![1, 2])).slo_ttft_ms(200);
         let r = q.to_request();
         assert_eq!(
             (
@@ -140,6 +163,11 @@ mod tests {
         assert_eq!((r.prefix_hash.len(), r.prefix_token_count), (8, 64));
         q.input = RouteInput::PromptText("hi".into());
         assert_eq!(q.to_request().prompt_text, "hi");
+        let r = q.adapter("lora-a").hash_scheme("sglang").to_request();
+        assert_eq!(
+            (r.adapter_id.as_str(), r.hash_scheme.as_str()),
+            ("lora-a", "sglang")
+        );
     }
 
     #[test]

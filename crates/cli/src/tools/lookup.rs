@@ -1,6 +1,6 @@
 //! `inferencecache lookup`: one LookupRoute, printed readably or as JSON.
 
-use super::output::{latency, table, unhex};
+use super::output::{f32_json, latency, table, unhex};
 use super::server::{Failure, OK, RUNTIME_ERROR, ServerArgs, block_on};
 use clap::Args;
 use inferencecache_client::{Hint, NoHintReason, RouteHint, RouteInput, RouteQuery};
@@ -239,9 +239,9 @@ fn to_json(answer: &RouteHint) -> serde_json::Value {
         .map(|c| {
             json!({
                 "replica_id": c.replica_id,
-                "score": c.score,
+                "score": f32_json(c.score),
                 "matched_tokens": c.matched_tokens,
-                "hit_probability": c.hit_probability,
+                "hit_probability": f32_json(c.hit_probability),
                 "tier": c.tier.as_str(),
             })
         })

@@ -76,6 +76,16 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// An f32 as JSON in its shortest round-trip form (0.8, not
+/// 0.800000011920929 as widening to f64 would print).
+pub fn f32_json(v: f32) -> serde_json::Value {
+    v.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +106,7 @@ mod tests {
         assert_eq!(latency(std::time::Duration::from_micros(250)), "250 µs");
         let t = table(&["A", "BB"], &[vec!["xyz".into(), "1".into()]]);
         assert_eq!(t, "  A    BB\n  xyz  1\n");
+        assert_eq!(f32_json(0.8).to_string(), "0.8");
+        assert_eq!(f32_json(f32::NAN), serde_json::Value::Null);
     }
 }

@@ -1,6 +1,6 @@
 //! `inferencecache state`: GetCacheState for a tenant/model.
 
-use super::output::{bytes, table};
+use super::output::{bytes, f32_json, table};
 use super::server::{OK, ServerArgs, block_on};
 use clap::Args;
 use inferencecache_client::GetCacheStateResponse;
@@ -71,8 +71,8 @@ fn to_json(state: &GetCacheStateResponse) -> serde_json::Value {
             json!({
                 "replica_id": r.replica_id,
                 "cache_memory_bytes": r.cache_memory_bytes,
-                "hit_rate": r.hit_rate,
-                "pressure": r.pressure,
+                "hit_rate": f32_json(r.hit_rate),
+                "pressure": f32_json(r.pressure),
                 "client_version": r.client_version,
                 "t2_hit_tokens": r.t2_hit_tokens,
                 "t2_query_tokens": r.t2_query_tokens,
