@@ -28,7 +28,18 @@
 //! (acknowledged before any later add), [`Mapping::reset`], replay from 0.
 //! Replays end with `seq = -1` or time out. See [`sequence`].
 //!
-//! Everything except [`transport`] is synchronous, bounded and free of I/O.
+//! # The sidecar
+//!
+//! [`sidecar::start`] runs it all under one cancellation token: a
+//! [`transport::run`] task per data-parallel rank, the event loop
+//! [`forward::run`] (owns the [`ReplicaState`] and the gRPC client; batches
+//! by `--window`, one long-lived `ReportCacheState` stream, evictions and
+//! clears as pipelined `PublishEvent`s, a full-state resync after every
+//! reconnect), the stats path [`stats::run`] (engine `/metrics` →
+//! `ReplicaStats`) and the endpoints [`http`] (`/metrics`, `/healthz`,
+//! `/readyz`). Proto types appear only in [`forward`].
+//!
+//! Everything except [`transport`] and the sidecar tasks is synchronous, bounded and free of I/O.
 //! [`transport::run`] owns the ZMQ sockets of one data-parallel rank (SUB on
 //! the engine's PUB, connect or bind; one short-lived DEALER per replay) and
 //! hands the caller ordered [`Delivery`] values; the caller owns the
@@ -59,18 +70,25 @@
 //! preallocates from declared lengths.
 
 pub mod decode;
+pub mod error;
 pub mod event;
+pub mod forward;
 pub mod frames;
 pub mod hash;
+pub mod http;
 pub mod lora;
 pub mod mapping;
+pub mod metrics;
 pub mod replica;
 pub mod sequence;
+pub mod sidecar;
+pub mod stats;
 pub mod transport;
 
 pub use decode::{
     DecodeError, DecodeOptions, DecodedBatch, TupleLayout, decode_batch, decode_batch_with,
 };
+pub use error::SidecarError;
 pub use event::{BlockRemoved, BlockStored, EngineEvent, Medium};
 pub use hash::EngineHash;
 pub use lora::{LoraNamesError, parse_lora_adapter_names};
@@ -79,4 +97,4 @@ pub use mapping::{
 };
 pub use replica::{ReplicaState, ReplicaStats};
 pub use sequence::{Action, ReplayId, SequenceStats, Sequencer, SequencerConfig, payload_hash};
-pub use transport::{Delivery, TransportConfig, TransportError};
+pub use transport::{Delivery, TransportConfig, TransportError, TransportStatus};

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::decode::{DecodeError, DecodeOptions, decode_batch_with};
+use crate::event::EngineEvent;
 use crate::mapping::{Mapping, MappingConfig, PrefixReport, Update};
 use crate::transport::Delivery;
 
@@ -28,6 +29,12 @@ pub struct ReplicaStats {
     pub lost_messages: u64,
     /// Engine restarts seen.
     pub engine_restarts: u64,
+    /// `BlockStored` events decoded.
+    pub stored_events: u64,
+    /// `BlockRemoved` events decoded.
+    pub removed_events: u64,
+    /// `AllBlocksCleared` events decoded.
+    pub cleared_events: u64,
 }
 
 /// Everything the event path of one replica remembers.
@@ -55,6 +62,11 @@ impl ReplicaState {
         &self.stats
     }
 
+    /// Every rank's map, by rank.
+    pub fn mappings(&self) -> impl Iterator<Item = (u32, &Mapping)> {
+        self.ranks.iter().map(|(r, m)| (*r, m))
+    }
+
     /// A rank's map, once it delivered anything.
     pub fn mapping(&self, rank: u32) -> Option<&Mapping> {
         self.ranks.get(&rank)
@@ -80,6 +92,13 @@ impl ReplicaState {
                 let batch = decode_batch_with(payload, self.decode);
                 self.stats.batches += 1;
                 self.stats.unknown_events += batch.unknown_events as u64;
+                for ev in &batch.events {
+                    match ev {
+                        EngineEvent::BlockStored(_) => self.stats.stored_events += 1,
+                        EngineEvent::BlockRemoved(_) => self.stats.removed_events += 1,
+                        EngineEvent::AllBlocksCleared => self.stats.cleared_events += 1,
+                    }
+                }
                 for e in &batch.errors {
                     match e {
                         DecodeError::Event { .. } => self.stats.bad_events += 1,

@@ -7,6 +7,8 @@
 //! for [`Delivery::EngineRestarted`] and waits for the acknowledgement before
 //! applying anything after it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,6 +40,50 @@ pub struct TransportConfig {
     pub retry_backoff: Duration,
     /// Sequencer bounds.
     pub sequencer: SequencerConfig,
+    /// Live view of this rank's link and sequence counters, read by the
+    /// sidecar's `/metrics` and `/readyz` while [`run`] updates it.
+    pub status: Arc<TransportStatus>,
+}
+
+/// What one rank's transport reports while it runs (lock-free, so the HTTP
+/// endpoints never wait on the event path).
+#[derive(Debug, Default)]
+pub struct TransportStatus {
+    /// The SUB socket has a live peer (connected or accepted, not since
+    /// disconnected).
+    pub connected: AtomicBool,
+    /// Messages applied (copied from [`SequenceStats`](crate::SequenceStats)).
+    pub applied: AtomicU64,
+    /// Messages lost for good.
+    pub lost: AtomicU64,
+    /// Engine restarts detected.
+    pub restarts: AtomicU64,
+    /// Replays requested.
+    pub replays: AtomicU64,
+    /// Replays that timed out.
+    pub replay_timeouts: AtomicU64,
+    /// Replayed duplicates skipped.
+    pub duplicates: AtomicU64,
+    /// Live messages dropped from the full replay buffer.
+    pub buffer_overflow: AtomicU64,
+    /// Gaps seen (live `seq > L+1`).
+    pub gaps: AtomicU64,
+    /// Live messages that were not `[topic, seq, payload]`.
+    pub malformed: AtomicU64,
+}
+
+impl TransportStatus {
+    fn copy_from(&self, s: &crate::SequenceStats) {
+        self.applied.store(s.applied, Ordering::Relaxed);
+        self.lost.store(s.lost, Ordering::Relaxed);
+        self.restarts.store(s.restarts, Ordering::Relaxed);
+        self.replays.store(s.replays, Ordering::Relaxed);
+        self.replay_timeouts
+            .store(s.replay_timeouts, Ordering::Relaxed);
+        self.duplicates.store(s.duplicates, Ordering::Relaxed);
+        self.buffer_overflow
+            .store(s.buffer_overflow, Ordering::Relaxed);
+    }
 }
 
 impl Default for TransportConfig {
@@ -51,6 +97,7 @@ impl Default for TransportConfig {
             replay_timeout: Duration::from_secs(5),
             retry_backoff: Duration::from_secs(1),
             sequencer: SequencerConfig::default(),
+            status: Arc::default(),
         }
     }
 }
@@ -160,6 +207,11 @@ pub async fn run(
         }
     }
     tracing::info!(%endpoint, rank, bind = config.bind, "subscribed to engine KV events");
+    let status = Arc::clone(&config.status);
+    if !config.bind {
+        // `connect` returns once the peer is there.
+        status.connected.store(true, Ordering::Relaxed);
+    }
 
     let mut seq_config = config.sequencer.clone();
     seq_config.replay_enabled = replay_endpoint.is_some();
@@ -185,10 +237,16 @@ pub async fn run(
                     let frames = msg.into_vec();
                     match parse_live(&frames) {
                         Some(f) => {
+                            if sequencer.last_applied().is_some_and(|l| f.seq > l.saturating_add(1)) {
+                                status.gaps.fetch_add(1, Ordering::Relaxed);
+                            }
                             let hash = payload_hash(&f.payload);
                             ctx.handle(sequencer.live(f.seq, hash, f.payload)).await?;
                         }
-                        None => tracing::warn!(frames = frames.len(), "malformed live message skipped"),
+                        None => {
+                            status.malformed.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(frames = frames.len(), "malformed live message skipped");
+                        }
                     }
                 }
                 Err(e) => {
@@ -199,13 +257,17 @@ pub async fn run(
             },
             ev = next_event(&mut monitor) => match ev {
                 Some(SocketEvent::Connected(..) | SocketEvent::Accepted(..)) => {
+                    status.connected.store(true, Ordering::Relaxed);
                     if seen_connection {
                         tracing::info!(%endpoint, "reconnected to the engine; checking continuity");
                         ctx.handle(sequencer.reconnected()).await?;
                     }
                     seen_connection = true;
                 }
-                Some(SocketEvent::Disconnected(_)) => tracing::info!(%endpoint, "engine disconnected"),
+                Some(SocketEvent::Disconnected(_)) => {
+                    status.connected.store(false, Ordering::Relaxed);
+                    tracing::info!(%endpoint, "engine disconnected");
+                }
                 Some(_) => {}
                 None => monitor = None,
             },
@@ -224,6 +286,7 @@ pub async fn run(
                 ctx.handle(actions).await?;
             }
         }
+        status.copy_from(sequencer.stats());
     }
 }
 

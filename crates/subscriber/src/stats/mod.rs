@@ -1,0 +1,173 @@
+//! The stats path (spec A.8): scrape the engine's Prometheus `/metrics`
+//! every `--stats-interval`, turn it into [`EngineStats`] and hand them to
+//! the forwarder, which sends them as `ReplicaStats`. A failed scrape is
+//! counted and logged (WARN, then ERROR `load_signal_stale` at the third in a
+//! row), never fatal, and never blocks the event path.
+
+pub mod exposition;
+pub mod profile;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::SidecarMetrics;
+pub use profile::{HitBaseline, Profile, ProfileConfig, ProfileError, compute};
+
+/// Replica stats from one successful scrape (proto-free).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStats {
+    /// `usage × --engine-cache-size-bytes`.
+    pub cache_memory_bytes: i64,
+    /// Prefix-cache hit rate in [0, 1].
+    pub hit_rate: f64,
+    /// `(running + waiting) / ceiling`, in [0, 1].
+    pub pressure: f64,
+    /// `--client-version`, else detected from the engine's metrics.
+    pub client_version: String,
+    /// Cumulative tier-2 hit tokens.
+    pub t2_hit_tokens: i64,
+    /// Cumulative tier-2 query tokens.
+    pub t2_query_tokens: i64,
+}
+
+/// `--cache-tier`: which usage gauge feeds `cache_memory_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheTierGauge {
+    /// `kv_cache_usage_perc`, else the larger of the GPU/CPU gauges.
+    #[default]
+    Auto,
+    /// Only `kv_cache_usage_perc` (SGLang: `token_usage`).
+    Kv,
+    /// Only the legacy GPU gauge.
+    Gpu,
+    /// Only the legacy CPU gauge.
+    Cpu,
+}
+
+impl std::str::FromStr for CacheTierGauge {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "kv" => Ok(Self::Kv),
+            "gpu" => Ok(Self::Gpu),
+            "cpu" => Ok(Self::Cpu),
+            other => Err(format!("{other:?} is not one of auto, kv, gpu, cpu")),
+        }
+    }
+}
+
+/// Stats-path settings.
+#[derive(Debug, Clone)]
+pub struct StatsConfig {
+    /// `--engine-metrics-url`; empty disables the stats path.
+    pub url: String,
+    /// `--stats-interval`.
+    pub interval: Duration,
+    /// HTTP timeout per scrape.
+    pub timeout: Duration,
+    /// What to compute.
+    pub profile: ProfileConfig,
+    /// `--client-version`; overrides what the metrics say.
+    pub client_version: Option<String>,
+}
+
+/// Consecutive failures after which the load signal is reported stale.
+const STALE_AFTER: u32 = 3;
+
+/// Scrapes until `cancel`, sending each good result on `out` (a full
+/// channel drops the sample: the next one is fresher anyway).
+pub async fn run(
+    config: StatsConfig,
+    out: mpsc::Sender<EngineStats>,
+    metrics: Arc<SidecarMetrics>,
+    cancel: CancellationToken,
+) {
+    let client = match reqwest::Client::builder().timeout(config.timeout).build() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "engine metrics client cannot be built; stats path off");
+            // Returning early would look like a task failure to the sidecar.
+            cancel.cancelled().await;
+            return;
+        }
+    };
+    let mut baseline = HitBaseline::default();
+    let mut failures = 0u32;
+    let mut delivered = false;
+    // The first tick is one interval after start, like the reference: the
+    // engine is often still loading its model at startup.
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + config.interval,
+        config.interval,
+    );
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match scrape(&client, &config, &mut baseline).await {
+            Ok(mut stats) => {
+                metrics.scrapes.get_or_create(&[("result", "ok")]).inc();
+                if let Some(v) = &config.client_version {
+                    stats.client_version = v.clone();
+                }
+                if failures >= STALE_AFTER {
+                    tracing::info!(
+                        event = "load_signal_recovered",
+                        failures,
+                        "engine metrics scrape recovered"
+                    );
+                }
+                failures = 0;
+                delivered = true;
+                let _ = out.try_send(stats);
+            }
+            Err(reason) => {
+                metrics.scrapes.get_or_create(&[("result", "error")]).inc();
+                failures += 1;
+                let url = config.url.as_str();
+                if failures < STALE_AFTER {
+                    tracing::warn!(url, failures, %reason, "engine metrics scrape failed");
+                } else if failures == STALE_AFTER {
+                    tracing::error!(
+                        event = "load_signal_stale",
+                        url,
+                        failures,
+                        ever_delivered = delivered,
+                        %reason,
+                        "engine metrics unavailable: the server's load signal for this replica is stale"
+                    );
+                } else {
+                    tracing::debug!(url, failures, %reason, "engine metrics scrape failed");
+                }
+            }
+        }
+    }
+}
+
+async fn scrape(
+    client: &reqwest::Client,
+    config: &StatsConfig,
+    baseline: &mut HitBaseline,
+) -> Result<EngineStats, String> {
+    let resp = client
+        .get(&config.url)
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("HTTP {}", resp.status()));
+    }
+    let body = resp.text().await.map_err(|e| e.to_string())?;
+    let (samples, _bad) = exposition::parse(&body);
+    compute(&samples, &config.profile, baseline).map_err(|e| e.to_string())
+}

@@ -1,0 +1,470 @@
+//! The whole sidecar against real parts: a ZMQ engine publisher (PUB + replay
+//! ROUTER, zeromq crate) and the real server in-process on loopback. Each test
+//! asserts what a gateway sees through LookupRoute.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use inferencecache_proto::v1alpha1::LookupRouteRequest;
+use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
+use inferencecache_server::config::ListenAddr;
+use inferencecache_server::{Server, ServerConfig};
+use inferencecache_subscriber::forward::{ForwardConfig, Identity};
+use inferencecache_subscriber::mapping::MappingConfig;
+use inferencecache_subscriber::sidecar::{self, SidecarConfig};
+use inferencecache_subscriber::{DecodeOptions, TransportConfig};
+use rmpv::Value;
+use tokio_util::sync::CancellationToken;
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+use common::*;
+
+const TOPIC: &str = "kv-events";
+const REPLICA: &str = "replica-a";
+const MODEL: &str = "m";
+const TENANT: &str = "t";
+
+type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
+
+/// A vLLM-like engine: PUB for live batches, ROUTER answering replays from
+/// a buffer.
+struct Engine {
+    publisher: PubSocket,
+    buffer: Buffer,
+    next_seq: u64,
+    pub_endpoint: String,
+    replay_endpoint: String,
+}
+
+impl Engine {
+    async fn start() -> Self {
+        let mut publisher = PubSocket::new();
+        let pub_endpoint = publisher
+            .bind("tcp://127.0.0.1:0")
+            .await
+            .unwrap()
+            .to_string();
+        let mut router = RouterSocket::new();
+        let replay_endpoint = router.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
+        let buffer: Buffer = Arc::default();
+        let buf = buffer.clone();
+        tokio::spawn(async move {
+            while let Ok(msg) = router.recv().await {
+                let frames = msg.into_vec();
+                if frames.len() != 3 || !frames[1].is_empty() {
+                    continue;
+                }
+                let start = u64::from_be_bytes(frames[2].as_ref().try_into().unwrap());
+                let id = frames[0].clone();
+                let items: Vec<(u64, Bytes)> = buf
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(s, _)| *s >= start)
+                    .cloned()
+                    .collect();
+                for (seq, payload) in items {
+                    let reply = vec![
+                        id.clone(),
+                        Bytes::new(),
+                        Bytes::from_static(TOPIC.as_bytes()),
+                        Bytes::copy_from_slice(&seq.to_be_bytes()),
+                        payload,
+                    ];
+                    let _ = router.send(ZmqMessage::try_from(reply).unwrap()).await;
+                }
+                let end = vec![
+                    id,
+                    Bytes::new(),
+                    Bytes::new(),
+                    Bytes::copy_from_slice(&(-1i64).to_be_bytes()),
+                    Bytes::new(),
+                ];
+                let _ = router.send(ZmqMessage::try_from(end).unwrap()).await;
+            }
+        });
+        Self {
+            publisher,
+            buffer,
+            next_seq: 0,
+            pub_endpoint,
+            replay_endpoint,
+        }
+    }
+
+    /// Publishes one batch; `delivered: false` drops it on the wire (it stays
+    /// replayable), like a message lost to the high-water mark.
+    async fn publish(&mut self, events: Vec<Value>, delivered: bool) -> u64 {
+        self.publish_raw(Bytes::from(vllm_batch(1.0, events)), delivered)
+            .await
+    }
+
+    async fn publish_raw(&mut self, payload: Bytes, delivered: bool) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.buffer.lock().unwrap().push((seq, payload.clone()));
+        if delivered {
+            let frames = vec![
+                Bytes::from_static(TOPIC.as_bytes()),
+                Bytes::copy_from_slice(&seq.to_be_bytes()),
+                payload,
+            ];
+            self.publisher
+                .send(ZmqMessage::try_from(frames).unwrap())
+                .await
+                .unwrap();
+        }
+        seq
+    }
+
+    /// A new engine process: sequence back to 0, replay buffer empty.
+    fn restart(&mut self) {
+        self.next_seq = 0;
+        self.buffer.lock().unwrap().clear();
+    }
+}
+
+/// A real server on a fixed gRPC address (so it can be restarted there).
+struct Srv {
+    grpc: SocketAddr,
+    control: SocketAddr,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), inferencecache_server::ServeError>>,
+}
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+impl Srv {
+    async fn start(grpc: SocketAddr) -> Self {
+        let mut config = ServerConfig::ephemeral();
+        config.grpc_addr = ListenAddr(grpc);
+        let server = Server::bind(&config).await.expect("bind");
+        let control = server.control_addr();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(server.serve(cancel.clone()));
+        Self {
+            grpc,
+            control,
+            cancel,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+
+    async fn client(&self) -> InferenceCacheClient<tonic::transport::Channel> {
+        InferenceCacheClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+}
+
+struct Sidecar {
+    cancel: CancellationToken,
+    running: sidecar::Running,
+}
+
+fn config(engine: &Engine, server: SocketAddr, mapping: MappingConfig) -> SidecarConfig {
+    SidecarConfig {
+        transport: TransportConfig {
+            engine_endpoint: engine.pub_endpoint.clone(),
+            replay_endpoint: Some(engine.replay_endpoint.clone()),
+            topic: TOPIC.into(),
+            replay_timeout: Duration::from_secs(2),
+            retry_backoff: Duration::from_millis(100),
+            ..TransportConfig::default()
+        },
+        first_rank: 0,
+        ranks: 1,
+        mapping,
+        decode: DecodeOptions::default(),
+        forward: ForwardConfig {
+            server: server.to_string(),
+            identity: Identity {
+                replica_id: REPLICA.into(),
+                model_id: MODEL.into(),
+                tenant_id: TENANT.into(),
+                hash_scheme: "vllm".into(),
+            },
+            window: Duration::from_millis(20),
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(400),
+            ..ForwardConfig::default()
+        },
+        stats: None,
+        http_bind: Some("127.0.0.1:0".into()),
+    }
+}
+
+impl Sidecar {
+    async fn start(config: SidecarConfig) -> Self {
+        let cancel = CancellationToken::new();
+        let running = sidecar::start(config, cancel.clone()).await.unwrap();
+        Self { cancel, running }
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.running.wait())
+            .await
+            .expect("sidecar stops")
+            .expect("clean stop");
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let text = self.running.metrics.encode();
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// (reason, matched tokens and tier of our replica).
+async fn lookup(
+    srv: &Srv,
+    tokens: std::ops::Range<u32>,
+    adapter: &str,
+) -> (String, Option<(i32, i32)>) {
+    let mut c = srv.client().await;
+    let r = c
+        .lookup_route(LookupRouteRequest {
+            model_id: MODEL.into(),
+            tenant_id: TENANT.into(),
+            hash_scheme: "vllm".into(),
+            token_ids: tokens.collect(),
+            adapter_id: adapter.into(),
+            ..LookupRouteRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let ours = r
+        .replica_scores
+        .iter()
+        .find(|s| s.replica_id == REPLICA)
+        .map(|s| (s.matched_tokens, s.tier));
+    (r.reason_code, ours)
+}
+
+/// Waits (bounded) until the lookup shows `want` matched tokens for our
+/// replica (0 = no PREFIX_MATCH for it); returns the tier.
+async fn wait_for(srv: &Srv, tokens: std::ops::Range<u32>, adapter: &str, want: i32) -> i32 {
+    let mut last = (String::new(), None);
+    for _ in 0..300 {
+        last = lookup(srv, tokens.clone(), adapter).await;
+        match (&last, want) {
+            ((reason, Some((m, tier))), w) if reason == "PREFIX_MATCH" && *m == w => return *tier,
+            ((reason, _), 0) if reason != "PREFIX_MATCH" => return 0,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let snap = reqwest::get(format!("http://{}/snapshot", srv.control))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    panic!("snapshot {snap}\nlookup never showed {want} matched tokens; last: {last:?}");
+}
+
+/// `n` 16-token blocks with hashes `base..base+n`, chained on `parent`.
+fn stored(base: u64, n: u64, parent: Option<u64>, first_token: u32) -> Value {
+    let hashes: Vec<u64> = (base..base + n).collect();
+    vllm_stored(
+        &hashes,
+        parent,
+        first_token..first_token + 16 * n as u32,
+        16,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_blocks_become_prefix_matches_and_evictions_remove_them() {
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let mut engine = Engine::start().await;
+    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+
+    // before the sidecar connected: only the replay from 0 delivers it
+    engine.publish(vec![stored(100, 4, None, 0)], true).await;
+    assert_eq!(wait_for(&srv, 0..64, "", 64).await, 1, "T1");
+    // a longer chain on the same parent
+    engine
+        .publish(vec![stored(104, 2, Some(103), 64)], true)
+        .await;
+    wait_for(&srv, 0..96, "", 96).await;
+    // the last two blocks evicted from the GPU and nowhere else
+    engine
+        .publish(vec![vllm_removed(&[104, 105], "GPU")], true)
+        .await;
+    wait_for(&srv, 0..96, "", 64).await;
+    // the readiness endpoint sees the engine and the server
+    let http = sc.running.http_addr.unwrap();
+    let ready = reqwest::get(format!("http://{http}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let body = reqwest::get(format!("http://{http}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        body.contains("inferencecache_subscriber_blocks_total{op=\"stored\"} 6"),
+        "{body}"
+    );
+    assert!(
+        body.contains("inferencecache_subscriber_server_connected 1"),
+        "{body}"
+    );
+    sc.stop().await;
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_at_start_then_up() {
+    let grpc = free_port();
+    let mut engine = Engine::start().await;
+    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    // wait until the block is tracked while the server is still down
+    for _ in 0..200 {
+        if sc.metric("inferencecache_subscriber_tracked_blocks") == 4.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(sc.metric("inferencecache_subscriber_tracked_blocks"), 4.0);
+    assert_eq!(sc.metric("inferencecache_subscriber_server_connected"), 0.0);
+
+    let srv = Srv::start(grpc).await;
+    wait_for(&srv, 0..64, "", 64).await;
+    assert!(sc.metric("inferencecache_subscriber_rpc_errors_total") >= 1.0);
+    assert_eq!(sc.metric("inferencecache_subscriber_server_connected"), 1.0);
+    // (a server restarted mid-stream is tested with the real binaries in
+    // crates/cli/tests/subscribe_e2e.rs: in-process, a stopped server's
+    // connection tasks outlive it, which no real restart does)
+    sc.stop().await;
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_restart_clears_the_old_state() {
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let mut engine = Engine::start().await;
+    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+    for i in 0..3 {
+        engine
+            .publish(vec![stored(10 + i, 1, None, 1000 * i as u32)], true)
+            .await;
+    }
+    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    wait_for(&srv, 0..64, "", 64).await;
+
+    // new process: seq restarts at 0 with other content
+    engine.restart();
+    engine.publish(vec![stored(500, 4, None, 5000)], true).await;
+    wait_for(&srv, 5000..5064, "", 64).await;
+    wait_for(&srv, 0..64, "", 0).await;
+    assert!(sc.metric("inferencecache_subscriber_engine_restarts_total") >= 1.0);
+    sc.stop().await;
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_messages_are_replayed_and_bad_input_is_counted() {
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let mut engine = Engine::start().await;
+    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    wait_for(&srv, 0..64, "", 64).await;
+    // the next two batches are lost on the wire: the gap triggers a replay
+    engine.publish(vec![stored(5, 1, Some(4), 64)], false).await;
+    engine.publish(vec![stored(6, 1, Some(5), 80)], false).await;
+    engine.publish(vec![stored(7, 1, Some(6), 96)], true).await;
+    wait_for(&srv, 0..112, "", 112).await;
+    assert!(sc.metric("inferencecache_subscriber_gaps_total") >= 1.0);
+
+    // malformed msgpack: counted, skipped, later batches still apply
+    engine
+        .publish_raw(Bytes::from_static(b"\xc1\xff not msgpack"), true)
+        .await;
+    // unknown parent: never keyed as a root
+    engine
+        .publish(vec![stored(900, 4, Some(899), 7000)], true)
+        .await;
+    // an unmapped LoRA id: dropped (fail closed)
+    let mut lora = stored(950, 4, None, 8000);
+    if let Value::Map(m) = &mut lora {
+        for (k, v) in m.iter_mut() {
+            if k.as_str() == Some("lora_id") {
+                *v = u(7);
+            }
+        }
+    }
+    engine.publish(vec![lora], true).await;
+    engine.publish(vec![stored(960, 4, None, 9000)], true).await;
+    wait_for(&srv, 9000..9064, "", 64).await;
+    wait_for(&srv, 7000..7064, "", 0).await;
+    wait_for(&srv, 8000..8064, "", 0).await;
+    assert!(sc.metric("inferencecache_subscriber_decode_errors_total{kind=\"batch\"}") >= 1.0);
+    assert!(
+        sc.metric("inferencecache_subscriber_dropped_blocks_total{reason=\"unmapped_lora\"}")
+            >= 4.0
+    );
+    assert!(
+        sc.metric("inferencecache_subscriber_dropped_blocks_total{reason=\"unknown_parent\"}")
+            >= 4.0
+    );
+    sc.stop().await;
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_to_cpu_offload_downgrades_to_t2() {
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let mut engine = Engine::start().await;
+    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    assert_eq!(wait_for(&srv, 0..64, "", 64).await, 1);
+    // offloaded to CPU (same hashes, medium CPU), then dropped from the GPU
+    let mut cpu = stored(1, 4, None, 0);
+    if let Value::Map(m) = &mut cpu {
+        for (k, v) in m.iter_mut() {
+            if k.as_str() == Some("medium") {
+                *v = s("CPU");
+            }
+        }
+    }
+    engine
+        .publish(vec![cpu, vllm_removed(&[1, 2, 3, 4], "GPU")], true)
+        .await;
+    let mut tier = 0;
+    for _ in 0..200 {
+        tier = wait_for(&srv, 0..64, "", 64).await;
+        if tier == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(tier, 2, "T2 after the GPU copy went away");
+    sc.stop().await;
+    srv.stop().await;
+}
