@@ -68,7 +68,11 @@ impl Client {
     pub async fn lookup_route(&self, query: &RouteQuery) -> RouteHint {
         let deadline = query.deadline.unwrap_or(self.lookup_deadline);
         let started = Instant::now();
-        let result = self.lookup_route_raw(query.to_request(), deadline).await;
+        let request = query.to_request();
+        // Building the request copies the prompt (milliseconds for a huge
+        // token list): the RPC gets what is left of the deadline.
+        let remaining = deadline.saturating_sub(started.elapsed());
+        let result = self.lookup_route_raw(request, remaining).await;
         let latency = started.elapsed();
         match result {
             Ok(response) => RouteHint {

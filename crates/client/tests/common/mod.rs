@@ -85,6 +85,64 @@ impl Running {
     }
 }
 
+/// A real server on its own thread and runtime, as a remote server would be:
+/// its CPU-bound work cannot starve the client's runtime (and its timers),
+/// which an in-process server on the test's runtime would.
+pub struct Isolated {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    shutdown: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Isolated {
+    pub async fn start() -> Self {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let server = Server::bind(&ServerConfig::ephemeral()).await.unwrap();
+                tx.send((server.grpc_addr(), server.http_addr())).unwrap();
+                server.serve(stop).await.unwrap();
+            });
+        });
+        let (grpc, http) = rx.await.unwrap();
+        for _ in 0..200 {
+            if let Ok(r) = reqwest::get(format!("http://{http}/readyz")).await {
+                if r.status() == 200 {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self {
+            grpc,
+            http,
+            shutdown,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
 /// A state update for tenant `t`, model `m`, scheme `vllm`.
 pub fn update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
     CacheStateUpdate {
