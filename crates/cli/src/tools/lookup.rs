@@ -323,6 +323,11 @@ fn meaning(hint: &Hint) -> &'static str {
 
 fn explain(reason: &NoHintReason, args: &LookupArgs) -> String {
     match reason {
+        NoHintReason::NoHint if args.text.is_some() => {
+            "no replica is known to cache this prompt: route as usual. (--text also answers \
+             NO_HINT when the server has no tokenizer for --model: serve --tokenizer-models-dir)"
+                .into()
+        }
         NoHintReason::NoHint => {
             "no replica is known to cache this prompt (or it is shorter than one block): \
              route as usual"
