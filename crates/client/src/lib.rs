@@ -17,7 +17,11 @@
 //! * **Lazy connection.** [`Client::connect_lazy`] does not dial, so a
 //!   gateway can start before the cache plane; lookups return
 //!   `NoHint(Unavailable)` until it is up. Tools use [`Client::connect`],
-//!   which dials eagerly and reports a wrong address straight away.
+//!   which dials eagerly and reports a wrong address straight away. The
+//!   connection (TCP, TLS, HTTP/2 setup) is made inside the first lookup's
+//!   deadline, so a cold lazy client's first answer may be
+//!   `NoHint(DeadlineExceeded)`; the channel then stays up (HTTP/2
+//!   keep-alive) and reconnects by itself after failures.
 //!
 //! # Routing one request
 //!
@@ -71,10 +75,21 @@
 //!
 //! # Differences from the first API sketch
 //!
-//! [`RouteHint`] also carries `token_ids` (the server's canonical tokens on
-//! the prompt-text path), and [`ClientConfig`] has a `request_timeout` that
-//! bounds the non-lookup calls so tools never hang. `connect_lazy` returns
-//! [`ClientError::NoRuntime`] outside a tokio runtime instead of panicking.
+//! Additions only; every sketched name and meaning is kept.
+//!
+//! * [`RouteHint::token_ids`]: the server's canonical tokens on the
+//!   prompt-text path (forward them to the engine).
+//! * [`ClientConfig::request_timeout`] bounds the non-lookup calls so tools
+//!   never hang on a stalled peer; [`Client::from_channel`] reuses a channel.
+//! * [`Client::connect_lazy`] returns [`ClientError::NoRuntime`] outside a
+//!   tokio runtime instead of panicking (tonic spawns the channel's worker).
+//! * [`RouteQuery::new`] plus builder setters; [`RouteInput::chain_from_tokens`];
+//!   [`Hint::candidates`] and [`Hint::is_hint`]; [`NoHintReason::code`] and
+//!   [`NoHintReason::is_misconfiguration`]; the wire [`Tier`] as an enum.
+//! * A positive reason code with no replicas is
+//!   `NoHint(UnknownReason(code))`, keeping the odd code visible.
+//! * `NoHint(Unavailable)` covers every failure to reach the server: refused,
+//!   unresolvable, TLS handshake failed, connection broken mid-call.
 
 mod chain;
 mod client;
