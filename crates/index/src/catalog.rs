@@ -7,6 +7,7 @@
 use crate::hashing::{FoldBuild, hash_strs};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 /// One (tenant, model, scheme, adapter) partition.
 #[derive(Debug)]
@@ -21,6 +22,9 @@ pub(crate) struct Partition {
     pub(crate) scope_id: u32,
     pub(crate) model_id: u32,
     pub(crate) reserved: bool,
+    /// Replicas serving the partition's scope, mirrored from the counters
+    /// (shared by every partition of the scope) so lookups read it without a lock.
+    pub(crate) serving: Arc<AtomicUsize>,
 }
 
 /// Tuple interner: hash of the strings → candidate ids, compared on hit.
@@ -101,6 +105,8 @@ pub(crate) struct Catalog {
     tm_map: TupleMap<2>,
     pub(crate) tms: Vec<TenantModel>,
     scope_map: TupleMap<3>,
+    /// Per scope id: the shared serving-replica count (see [`Partition::serving`]).
+    scope_serving: Vec<Arc<AtomicUsize>>,
     models: NameMap,
     replicas: NameMap,
 }
@@ -136,6 +142,7 @@ impl Catalog {
             .scope_map
             .intern(&[t, m, s], || [tenant.clone(), model.clone(), Arc::from(s)]);
         if new_scope {
+            self.scope_serving.push(Arc::new(AtomicUsize::new(0)));
             self.tms[tm_id as usize].scopes.push(scope_id);
         }
         let scheme = self.scope_map.items[scope_id as usize][2].clone();
@@ -161,6 +168,11 @@ impl Catalog {
             scope_id,
             model_id,
             reserved: self.tenant_reserved[tenant_id as usize],
+            serving: self
+                .scope_serving
+                .get(scope_id as usize)
+                .cloned()
+                .unwrap_or_default(),
         });
         self.parts.push(p.clone());
         let tm = &mut self.tms[tm_id as usize];

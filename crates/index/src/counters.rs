@@ -2,6 +2,7 @@
 //! write lock is held; lock order is always shard → counters).
 
 use crate::catalog::Partition;
+use std::sync::atomic::Ordering;
 
 /// Per serving scope: how many keys each replica holds (indexed by interned
 /// replica id, so the per-entry update is one array slot, not a map probe)
@@ -87,7 +88,9 @@ impl Counters {
         if p.reserved {
             self.reserved_entries += 1;
         }
-        slot(&mut self.serving, p.scope_id).add(replica);
+        let scope = slot(&mut self.serving, p.scope_id);
+        scope.add(replica);
+        p.serving.store(scope.len(), Ordering::Relaxed);
         if new_key {
             self.total_keys += 1;
             *slot(&mut self.keys_by_tenant, p.tenant_id) += 1;
@@ -103,7 +106,9 @@ impl Counters {
         if p.reserved {
             dec(&mut self.reserved_entries);
         }
-        slot(&mut self.serving, p.scope_id).remove(replica);
+        let scope = slot(&mut self.serving, p.scope_id);
+        scope.remove(replica);
+        p.serving.store(scope.len(), Ordering::Relaxed);
         if key_removed {
             dec(&mut self.total_keys);
             dec(slot(&mut self.keys_by_tenant, p.tenant_id));

@@ -13,6 +13,7 @@ use crate::shard::read;
 use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
 use std::cmp::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering as AtomicOrdering;
 
 /// A matched replica before names and stats are attached.
 struct Raw {
@@ -138,7 +139,7 @@ impl Index {
             return LookupRouteResult::default();
         }
         let mut scores = self.score_raws(&ctx, &raws);
-        let total = read(&self.counters).scope_len(ctx.part.scope_id) as i64;
+        let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         let dp = distinguishing_power(scores.len() as i64, total);
         if dp != 1.0 {
             for s in &mut scores {
@@ -217,7 +218,7 @@ impl Index {
                 });
             }
         }
-        let total = read(&self.counters).scope_len(ctx.part.scope_id) as i64;
+        let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         if total > 1 {
             scores.sort_by(|a, b| {
                 b.matched_tokens
