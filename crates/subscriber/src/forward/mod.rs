@@ -19,7 +19,9 @@
 //! - a clear is acknowledged before anything after it is sent.
 //!
 //! So the stream lives as long as the engine only stores, and is cut at
-//! window boundaries only when an eviction must not overtake a report.
+//! window boundaries only when an eviction must not overtake a report; it is
+//! reopened at the next tick even when idle, because its failure is how a
+//! restarted server is noticed (HTTP/2 keepalive covers a vanished host).
 //!
 //! # Timestamps
 //!
@@ -210,6 +212,11 @@ pub async fn run(
                 fw.metrics.sync_transports(&transports);
                 if fw.connected {
                     fw.flush().await;
+                    // An idle sidecar must still notice a restarted server:
+                    // the open stream fails when the connection does.
+                    if fw.connected && fw.stream.is_none() {
+                        fw.stream = Some(ReportStream::open(&fw.client, fw.config.stream_buffer));
+                    }
                 } else if Instant::now() >= fw.next_attempt {
                     fw.resync(&state).await;
                 }
