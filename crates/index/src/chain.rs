@@ -38,7 +38,6 @@ const MAX_WINDOW: usize = 64;
 /// Per-thread buffers, reused by every lookup on the thread.
 #[derive(Default)]
 struct Scratch {
-    hashes: Vec<u64>,
     live: Vec<Run>,
     ended: Vec<Run>,
 }
@@ -67,7 +66,6 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
     let lo = i128::from(now) - i128::from(ttl) + 1;
     let cutoff = i64::try_from(lo).unwrap_or(i64::MIN);
     let walker = |s: &mut Scratch| {
-        s.hashes.clear();
         s.live.clear();
         s.ended.clear();
         walk_with(
@@ -77,7 +75,6 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
             counts,
             cutoff,
             &mut s.ended,
-            &mut s.hashes,
             &mut s.live,
         );
         s.ended.append(&mut s.live);
@@ -91,35 +88,34 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
     })
 }
 
-/// `runs` receives the runs that ended, `live` keeps the ones still going.
-#[allow(clippy::too_many_arguments)]
+/// `ended` receives the runs that ended, `live` keeps the ones still going.
 fn walk_with<H: AsRef<[u8]>>(
     shards: &Shards,
     part: u32,
     hashes: &[H],
     counts: &[i32],
     cutoff: i64,
-    runs: &mut Vec<Run>,
-    hs: &mut Vec<u64>,
+    ended: &mut Vec<Run>,
     live: &mut Vec<Run>,
 ) {
     let n = hashes.len().min(counts.len());
+    let (hashes, counts) = (&hashes[..n], &counts[..n]);
     // The window's read guards in ascending shard order; `slot_of[shard]` is
     // the guard's position.
     let mut guards: ArrayVec<RwLockReadGuard<'_, ShardMap>, SHARDS> = ArrayVec::new();
     let mut slot_of = [0u8; SHARDS];
+    let mut key_hashes = [0u64; MAX_WINDOW];
     let mut start = 0;
     let mut window = FIRST_WINDOW;
     while start < n {
         let end = (start + window).min(n);
         window = (window * 2).min(MAX_WINDOW);
+        let blocks = &hashes[start..end];
         let mut mask = 0u64;
-        for h in &hashes[start..end] {
-            let k = key_hash(part, h.as_ref());
-            hs.push(k);
-            mask |= 1u64 << shard_of(k);
+        for (k, h) in key_hashes.iter_mut().zip(blocks) {
+            *k = key_hash(part, h.as_ref());
+            mask |= 1u64 << shard_of(*k);
         }
-        guards.clear();
         let mut bits = mask;
         while bits != 0 {
             let si = bits.trailing_zeros() as usize;
@@ -130,38 +126,40 @@ fn walk_with<H: AsRef<[u8]>>(
         // Probe the whole window first: the probes are independent, so their
         // cache misses overlap instead of queuing behind each block's merge.
         let mut found: ArrayVec<&[Holder], MAX_WINDOW> = ArrayVec::new();
-        for i in start..end {
+        for (h, &k) in blocks.iter().zip(&key_hashes) {
             let key = KeyRef {
                 part,
-                bytes: hashes[i].as_ref(),
-                hash: hs[i],
+                bytes: h.as_ref(),
+                hash: k,
             };
-            let held = guards
-                .get(usize::from(slot_of[shard_of(key.hash)]))
-                .and_then(|g| g.get(&key))
-                .map_or(&[][..], |h| &**h);
+            let held = match guards.get(usize::from(slot_of[shard_of(k)])) {
+                Some(g) => g.get(&key).map_or(&[][..], |x| &**x),
+                None => &[],
+            };
             found.push(held);
         }
-        for (i, &holders) in (start..end).zip(found.iter()) {
-            if i == 0 {
+        let mut rest = found.iter().zip(&counts[start..end]);
+        if start == 0 {
+            if let Some((&holders, &count)) = rest.next() {
                 live.extend(
                     holders
                         .iter()
                         .filter(|h| h.last_seen >= cutoff)
                         .map(|h| Run {
                             replica: h.replica,
-                            matched: counts[0],
+                            matched: count,
                             oldest: h.last_seen,
                             tier: h.tier,
                             blocks: 1,
                         }),
                 );
-            } else {
-                extend(live, runs, holders, counts[i], cutoff);
             }
+        }
+        for (&holders, &count) in rest {
             if live.is_empty() {
                 break;
             }
+            extend(live, ended, holders, count, cutoff);
         }
         drop(found);
         guards.clear();
