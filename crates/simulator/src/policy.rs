@@ -1,0 +1,158 @@
+//! The routing policies compared by the simulator.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A routing policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyKind {
+    /// `rr`: replicas in turn, blind to caches and load.
+    RoundRobin,
+    /// `least-loaded`: the replica with the fewest requests in flight (ties in
+    /// round-robin order).
+    LeastLoaded,
+    /// `hints`: the server's LookupRoute hint under the contract's defaults,
+    /// round-robin when there is none.
+    Hints,
+    /// `hints-no-affinity`: as `hints`, with the tenant's CachePolicy knob
+    /// `affinityRouting: false`, so a miss falls back to the gateway's
+    /// round-robin instead of an AFFINITY_HINT among the replicas that
+    /// already hold something.
+    HintsNoAffinity,
+    /// `oracle`: perfect knowledge of every cache: the longest cached prefix
+    /// among replicas under the load bound (ties: least loaded, then
+    /// round-robin order).
+    Oracle,
+}
+
+impl PolicyKind {
+    /// Every policy, in table order.
+    pub const ALL: [PolicyKind; 5] = [
+        PolicyKind::RoundRobin,
+        PolicyKind::LeastLoaded,
+        PolicyKind::Hints,
+        PolicyKind::HintsNoAffinity,
+        PolicyKind::Oracle,
+    ];
+
+    /// The name used on the command line and in outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::RoundRobin => "rr",
+            PolicyKind::LeastLoaded => "least-loaded",
+            PolicyKind::Hints => "hints",
+            PolicyKind::HintsNoAffinity => "hints-no-affinity",
+            PolicyKind::Oracle => "oracle",
+        }
+    }
+
+    /// True when the policy asks the inference-cache server.
+    pub fn uses_server(self) -> bool {
+        matches!(self, PolicyKind::Hints | PolicyKind::HintsNoAffinity)
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .or(match s {
+                "round-robin" => Some(PolicyKind::RoundRobin),
+                "least_loaded" => Some(PolicyKind::LeastLoaded),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "unknown policy {s:?}; known: {}",
+                    Self::ALL.map(PolicyKind::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Round-robin cursor shared by the cache-blind pickers.
+#[derive(Debug, Clone, Default)]
+pub struct Cursor(usize);
+
+impl Cursor {
+    /// Next replica in turn.
+    pub fn next(&mut self, n: usize) -> usize {
+        let i = self.0 % n;
+        self.0 = i + 1;
+        i
+    }
+
+    /// The best replica by `key` (smallest wins); ties go to the first in
+    /// round-robin order from the cursor, which then moves past the pick.
+    /// Scanning from the cursor keeps ties (an idle fleet) spread out
+    /// instead of piling onto replica 0.
+    pub fn best_by<K: Ord>(&mut self, n: usize, mut key: impl FnMut(usize) -> K) -> usize {
+        let start = self.0 % n;
+        let mut best = start;
+        let mut best_key = key(start);
+        for step in 1..n {
+            let i = (start + step) % n;
+            let k = key(i);
+            if k < best_key {
+                best = i;
+                best_key = k;
+            }
+        }
+        self.0 = best + 1;
+        best
+    }
+}
+
+/// The oracle's pick: among replicas whose queue depth is under `max_queue`
+/// (all replicas if none is), the longest cached prefix, then the shortest
+/// queue, then round-robin order.
+pub fn oracle_pick(
+    cursor: &mut Cursor,
+    cached: &[usize],
+    depth: &[usize],
+    max_queue: usize,
+) -> usize {
+    let any_eligible = depth.iter().any(|&d| d < max_queue);
+    cursor.best_by(cached.len(), |i| {
+        let eligible = !any_eligible || depth[i] < max_queue;
+        (!eligible, std::cmp::Reverse(cached[i]), depth[i])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for p in PolicyKind::ALL {
+            assert_eq!(p.name().parse::<PolicyKind>(), Ok(p));
+        }
+        assert!("nope".parse::<PolicyKind>().is_err());
+    }
+
+    #[test]
+    fn ties_rotate() {
+        let mut c = Cursor::default();
+        let picks: Vec<_> = (0..4).map(|_| c.best_by(3, |_| 0)).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn oracle_respects_the_load_bound() {
+        let mut c = Cursor::default();
+        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[0, 0, 0], 4), 0);
+        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[4, 0, 0], 4), 1);
+        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[4, 4, 4], 4), 0);
+    }
+}
