@@ -20,8 +20,8 @@ pub enum PolicyKind {
     /// already hold something.
     HintsNoAffinity,
     /// `oracle`: perfect knowledge of every cache: the longest cached prefix
-    /// among replicas under the load bound (ties: least loaded, then
-    /// round-robin order).
+    /// among replicas under the load bound (see [`oracle_pick`]; ties: least
+    /// loaded, then round-robin order).
     Oracle,
 }
 
@@ -113,19 +113,38 @@ impl Cursor {
     }
 }
 
-/// The oracle's pick: among replicas whose queue depth is under `max_queue`
-/// (all replicas if none is), the longest cached prefix, then the shortest
-/// queue, then round-robin order.
+/// Slack of the oracle's request-count bound: a replica may take a request
+/// while it holds fewer than `ceil(ORACLE_BALANCE × (routed + 1) / n) + 1`
+/// requests (consistent hashing with bounded loads). 1.25 keeps the oracle
+/// inside the 1.5 max/mean the other policies are judged by; without it a
+/// greedy longest-prefix pick never uses an empty replica (every other one
+/// holds the shared system-prompt block).
+pub const ORACLE_BALANCE: f64 = 1.25;
+
+/// The oracle's pick: among replicas under the load bound — queue depth under
+/// `max_queue` and routed requests under the bounded-load cap (relaxed in
+/// that order when nothing qualifies) — the longest cached prefix, then the
+/// shortest queue, then round-robin order.
 pub fn oracle_pick(
     cursor: &mut Cursor,
     cached: &[usize],
     depth: &[usize],
+    routed: &[u64],
     max_queue: usize,
 ) -> usize {
-    let any_eligible = depth.iter().any(|&d| d < max_queue);
-    cursor.best_by(cached.len(), |i| {
-        let eligible = !any_eligible || depth[i] < max_queue;
-        (!eligible, std::cmp::Reverse(cached[i]), depth[i])
+    let n = cached.len();
+    let total: u64 = routed.iter().sum();
+    let cap = ((total + 1) as f64 * ORACLE_BALANCE / n as f64).ceil() as u64 + 1;
+    let tiers = [
+        |d: usize, r: u64, q: usize, cap: u64| d < q && r < cap,
+        |_d: usize, r: u64, _q: usize, cap: u64| r < cap,
+    ];
+    let eligible = tiers
+        .iter()
+        .find(|ok| (0..n).any(|i| ok(depth[i], routed[i], max_queue, cap)));
+    cursor.best_by(n, |i| {
+        let ok = eligible.is_none_or(|ok| ok(depth[i], routed[i], max_queue, cap));
+        (!ok, std::cmp::Reverse(cached[i]), depth[i])
     })
 }
 
@@ -151,8 +170,14 @@ mod tests {
     #[test]
     fn oracle_respects_the_load_bound() {
         let mut c = Cursor::default();
-        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[0, 0, 0], 4), 0);
-        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[4, 0, 0], 4), 1);
-        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[4, 4, 4], 4), 0);
+        let none = [0, 0, 0];
+        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[0, 0, 0], &none, 4), 0);
+        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[4, 0, 0], &none, 4), 1);
+        assert_eq!(oracle_pick(&mut c, &[5, 3, 0], &[4, 4, 4], &none, 4), 0);
+        // 9 routed: cap = ceil(10 × 1.25 / 3) + 1 = 6; replica 0 is full.
+        assert_eq!(
+            oracle_pick(&mut c, &[5, 3, 0], &[0, 0, 0], &[6, 2, 1], 4),
+            1
+        );
     }
 }

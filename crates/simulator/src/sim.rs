@@ -203,7 +203,8 @@ async fn run_policy(
                     .iter()
                     .map(|r| r.cache().cached_prefix(chain))
                     .collect();
-                oracle_pick(&mut cursor, &cached, &depth, settings.max_queue)
+                let routed: Vec<u64> = replicas.iter().map(Replica::requests).collect();
+                oracle_pick(&mut cursor, &cached, &depth, &routed, settings.max_queue)
             }
             PolicyKind::Hints | PolicyKind::HintsNoAffinity => {
                 let rep = reporting
