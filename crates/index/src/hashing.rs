@@ -1,9 +1,9 @@
-//! A small, fast, non-cryptographic hasher for the index's own maps.
+//! A small, fast, non-cryptographic hasher for the index's side maps (name
+//! interning, stats). Entry keys have their own hash (`key.rs`).
 //!
-//! Prefix hashes are already uniformly random, so folding 8-byte words with a
-//! multiply and finishing with the murmur3 `fmix64` avalanche is plenty; the
-//! finalizer spreads entropy to both the low bits (bucket index) and the top
-//! bits (hashbrown's control byte).
+//! Folding 8-byte words with a multiply and finishing with the murmur3
+//! `fmix64` avalanche spreads entropy to both the low bits (bucket index) and
+//! the top bits (hashbrown's control byte).
 
 use std::hash::{BuildHasher, Hasher};
 

@@ -90,9 +90,11 @@
 //!   shards once each in ascending shard order (per-window consistency, like
 //!   any concurrent reader); it stops as soon as no replica's run goes on;
 //! - counters (entries, distinct keys per tenant / (tenant, model) / model,
-//!   serving scope replica counts) sit in one small mutex updated while the
-//!   shard write lock is held (lock order: shard → counters). Stats have
-//!   their own `RwLock`, names their own interning catalog;
+//!   serving scope replica counts) sit behind one small `RwLock` updated while
+//!   the shard write lock is held (lock order: shard → counters); each
+//!   scope's serving-replica count is mirrored into an atomic shared by its
+//!   partitions, which lookups read without the lock. Stats have their own
+//!   `RwLock`, names their own interning catalog;
 //! - the TTL sweep walks shard by shard, taking each write lock once, then
 //!   enforces the cap;
 //! - cap and quota victims follow the exact deterministic orders of §2.5.2
