@@ -2,7 +2,7 @@
 //! `inferencecache simulate`, from code:
 //!
 //! ```text
-//! cargo run --release -p inferencecache-simulator --example replay -- TRACE [REPLICAS] [OUT_PREFIX]
+//! cargo run --release -p inferencecache-simulator --example replay -- TRACE [REPLICAS] [OUT_PREFIX] [CACHE_BLOCKS]
 //! ```
 //!
 //! Prints the Markdown table; with OUT_PREFIX also writes OUT_PREFIX.json,
@@ -16,7 +16,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let trace = args
         .next()
-        .ok_or("usage: replay TRACE [REPLICAS] [OUT_PREFIX]")?;
+        .ok_or("usage: replay TRACE [REPLICAS] [OUT_PREFIX|-] [CACHE_BLOCKS]")?;
     let mut config = SimConfig {
         progress: true,
         ..SimConfig::default()
@@ -24,7 +24,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(n) = args.next() {
         config.settings.replicas = n.parse()?;
     }
-    let out = args.next();
+    let out = args.next().filter(|o| o != "-");
+    if let Some(blocks) = args.next() {
+        config.settings.cache_blocks = blocks.parse()?;
+    }
     let started = std::time::Instant::now();
     let workload = Workload::new(&trace, read_trace(trace.as_ref(), None)?, &config.settings);
     let report = simulate(&config, &workload).await?;
