@@ -38,7 +38,18 @@ enum BenchWhat {
     /// Example (after `.ci/fetch-tokenizers`):
     /// `inferencecache bench tokenize --sizes 1000,8000,32000`
     Tokenize(TokenizeBenchArgs),
+
+    /// The sidecar's engine event → visible-in-LookupRoute latency (p50/p99)
+    /// at target block rates, plus its memory per tracked block; engine
+    /// publisher, sidecar and server all in this process on loopback.
+    ///
+    /// Example: `inferencecache bench visibility --rates 1000,50000 --window 100ms`
+    Visibility(visibility::VisibilityBenchArgs),
 }
+
+// Kept next to this file (src/bench_visibility.rs) so main.rs stays untouched.
+#[path = "bench_visibility.rs"]
+mod visibility;
 
 /// Flags of `bench tokenize`.
 #[derive(Debug, Args)]
@@ -193,6 +204,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let g = match args.what {
         BenchWhat::Grpc(g) => g,
         BenchWhat::Tokenize(t) => return tokenize(&t),
+        BenchWhat::Visibility(v) => return visibility::run(v),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -76,6 +76,7 @@ pub mod forward;
 pub mod frames;
 pub mod hash;
 pub mod http;
+pub mod loopback;
 pub mod lora;
 pub mod mapping;
 pub mod metrics;

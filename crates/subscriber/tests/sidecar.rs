@@ -468,3 +468,86 @@ async fn gpu_to_cpu_offload_downgrades_to_t2() {
     sc.stop().await;
     srv.stop().await;
 }
+
+/// An engine `/metrics` endpoint (vLLM profile) whose counters move.
+async fn engine_metrics() -> SocketAddr {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let n = scrapes.fetch_add(1, Ordering::Relaxed);
+            async move {
+                // hit rate between consecutive scrapes: 60 / 100
+                format!(
+                    "# TYPE vllm:num_requests_running gauge\n\
+                     vllm:num_requests_running{{model_name=\"m\"}} 3\n\
+                     vllm:num_requests_waiting{{model_name=\"m\"}} 5\n\
+                     vllm:kv_cache_usage_perc{{model_name=\"m\"}} 0.5\n\
+                     vllm:prefix_cache_hits_total{{model_name=\"m\"}} {}\n\
+                     vllm:prefix_cache_queries_total{{model_name=\"m\"}} {}\n\
+                     vllm:external_prefix_cache_hits_total{{model_name=\"m\"}} 750\n\
+                     vllm:external_prefix_cache_queries_total{{model_name=\"m\"}} 1000\n\
+                     vllm:version_info{{version=\"0.33.0\"}} 1\n",
+                    60 * n,
+                    100 * n
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_metrics_become_replica_stats() {
+    use inferencecache_proto::v1alpha1::GetCacheStateRequest;
+    use inferencecache_subscriber::stats::{CacheTierGauge, Profile, ProfileConfig, StatsConfig};
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let engine = Engine::start().await;
+    let metrics = engine_metrics().await;
+    let mut cfg = config(&engine, grpc, MappingConfig::default());
+    cfg.stats = Some(StatsConfig {
+        url: format!("http://{metrics}/metrics"),
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_secs(2),
+        profile: ProfileConfig {
+            profile: Profile::Vllm,
+            model_name: Some("m".into()),
+            max_concurrency_ceiling: 16.0,
+            cache_size_bytes: 1 << 30,
+            cache_tier: CacheTierGauge::Auto,
+        },
+        client_version: None,
+    });
+    let sc = Sidecar::start(cfg).await;
+    let mut c = srv.client().await;
+    let mut last = None;
+    for _ in 0..200 {
+        let r = c
+            .get_cache_state(GetCacheStateRequest {
+                model_id: MODEL.into(),
+                tenant_id: TENANT.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(s) = r.replicas.into_iter().find(|s| s.hit_rate > 0.0) {
+            last = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let s = last.expect("stats reached the server");
+    assert!((s.hit_rate - 0.6).abs() < 1e-6, "{s:?}");
+    assert!((s.pressure - 0.5).abs() < 1e-6, "{s:?}");
+    assert_eq!(s.cache_memory_bytes, 1 << 29);
+    assert_eq!((s.t2_hit_tokens, s.t2_query_tokens), (750, 1000));
+    assert_eq!(s.client_version, "vllm/0.33.0");
+    assert!(sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"ok\"}") >= 2.0);
+    sc.stop().await;
+    srv.stop().await;
+}

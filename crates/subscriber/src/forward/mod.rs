@@ -224,8 +224,11 @@ pub async fn run(
             Some(s) = stats.recv() => {
                 if fw.connected {
                     let msg = fw.config.identity.stats_update(&s);
-                    if let Err(e) = fw.send_report(msg).await {
-                        fw.disconnect(e);
+                    // Stats carry no prefixes: an eviction need not wait for them.
+                    let dirty = fw.dirty;
+                    match fw.send_report(msg).await {
+                        Ok(()) => fw.dirty = dirty,
+                        Err(e) => fw.disconnect(e),
                     }
                 }
             }
