@@ -1,7 +1,7 @@
 //! Sharded entry storage.
 //!
-//! 64 shards, each a `RwLock` over a `hashbrown::HashTable` of slots (key and
-//! holders). A key's 64-bit hash ([`KeyRef`]) is computed once and picks both
+//! 64 shards, each a `RwLock` over a `hashbrown::HashTable` of `u32`
+//! positions into a dense array of slots (key and holders). A key's 64-bit hash ([`KeyRef`]) is computed once and picks both
 //! the shard and the bucket. No code path ever holds two shard write locks;
 //! a chain lookup may hold several read locks, always taken in ascending
 //! shard order (see `lookup.rs`).
@@ -17,49 +17,95 @@ pub(crate) struct Slot {
     holders: Holders,
 }
 
-fn rehash(s: &Slot) -> u64 {
-    s.key.as_ref().hash
-}
-
-/// The table of one shard.
+/// The table of one shard: a hash table of `u32` positions (4 bytes a bucket
+/// plus its control byte) over a dense array of slots, so a key costs its
+/// 48-byte slot plus 5 bytes per bucket whatever the table's load factor.
+/// Removal swaps the last slot into the hole and repoints its bucket.
 #[derive(Default)]
 pub(crate) struct ShardMap {
-    table: HashTable<Slot>,
+    table: HashTable<u32>,
+    slots: Vec<Slot>,
+}
+
+/// The bucket hasher: a position's key hash (one folded multiply for an
+/// 8-byte prefix hash; only table growth and the moved slot of a removal
+/// recompute it).
+#[inline]
+fn hash_at(slots: &[Slot], i: u32) -> u64 {
+    slots.get(i as usize).map_or(0, |s| s.key.as_ref().hash)
 }
 
 impl ShardMap {
     #[inline]
-    pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&Holders> {
+    fn find(&self, k: &KeyRef<'_>) -> Option<usize> {
+        let slots = &self.slots;
         self.table
-            .find(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .map(|s| &s.holders)
+            .find(k.hash, |&i| {
+                slots
+                    .get(i as usize)
+                    .is_some_and(|s| s.key.matches(k.part, k.bytes))
+            })
+            .map(|&i| i as usize)
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&Holders> {
+        let i = self.find(k)?;
+        self.slots.get(i).map(|s| &s.holders)
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, k: &KeyRef<'_>) -> Option<&mut Holders> {
-        self.table
-            .find_mut(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .map(|s| &mut s.holders)
+        let i = self.find(k)?;
+        self.slots.get_mut(i).map(|s| &mut s.holders)
     }
 
     /// Insert a key the caller has just seen absent.
     #[inline]
     pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, holders: Holders) {
-        self.table.insert_unique(
-            k.hash,
-            Slot {
-                key: k.to_key(),
-                holders,
-            },
-            rehash,
-        );
+        let i = self.slots.len() as u32;
+        self.slots.push(Slot {
+            key: k.to_key(),
+            holders,
+        });
+        let slots = &self.slots;
+        self.table.insert_unique(k.hash, i, |&j| hash_at(slots, j));
+    }
+
+    /// Remove the slot at `i` whose bucket is already gone: the last slot
+    /// moves into the hole and its bucket is repointed.
+    fn swap_out(&mut self, i: usize) -> Option<Slot> {
+        if i >= self.slots.len() {
+            return None;
+        }
+        let last = self.slots.len() - 1;
+        let slot = self.slots.swap_remove(i);
+        if i != last {
+            let h = hash_at(&self.slots, i as u32);
+            if let Some(b) = self.table.find_mut(h, |&j| j as usize == last) {
+                *b = i as u32;
+            }
+        }
+        Some(slot)
+    }
+
+    /// The bucket of `k` taken out of the table, with its position.
+    fn take_bucket(&mut self, k: &KeyRef<'_>) -> Option<usize> {
+        let slots = &self.slots;
+        let e = self
+            .table
+            .find_entry(k.hash, |&i| {
+                slots
+                    .get(i as usize)
+                    .is_some_and(|s| s.key.matches(k.part, k.bytes))
+            })
+            .ok()?;
+        Some(e.remove().0 as usize)
     }
 
     pub(crate) fn remove(&mut self, k: &KeyRef<'_>) -> Option<Holders> {
-        self.table
-            .find_entry(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .ok()
-            .map(|e| e.remove().0.holders)
+        let i = self.take_bucket(k)?;
+        self.swap_out(i).map(|s| s.holders)
     }
 
     /// Remove `replica` from the key with one probe. Returns the holder and
@@ -69,35 +115,51 @@ impl ShardMap {
         k: &KeyRef<'_>,
         replica: u32,
     ) -> Option<(Holder, Option<&Holders>)> {
-        let mut e = self
-            .table
-            .find_entry(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .ok()?;
-        let holders = &mut e.get_mut().holders;
-        let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
-        let h = holders.remove(i)?;
+        let i = self.find(k)?;
+        let holders = &mut self.slots.get_mut(i)?.holders;
+        let j = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
+        let h = holders.remove(j)?;
         if holders.is_empty() {
-            e.remove();
+            let i = self.take_bucket(k)?;
+            self.swap_out(i);
             return Some((h, None));
         }
-        Some((h, Some(&e.into_mut().holders)))
+        Some((h, self.slots.get(i).map(|s| &s.holders)))
     }
 
     /// Every key as (partition id, hash bytes, holders).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &[u8], &Holders)> {
-        self.table
+        self.slots
             .iter()
             .map(|s| (s.key.part(), s.key.hash_bytes(), &s.holders))
     }
 
     /// Keep the keys for which `f(partition id, hash bytes, holders)` is true.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(u32, &[u8], &mut Holders) -> bool) {
-        self.table
-            .retain(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
+        let mut gone: Vec<u32> = Vec::new();
+        let slots = &mut self.slots;
+        self.table.retain(|&mut i| {
+            let keep = slots
+                .get_mut(i as usize)
+                .is_none_or(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
+            if !keep {
+                gone.push(i);
+            }
+            keep
+        });
+        if gone.is_empty() {
+            return;
+        }
+        // Highest position first: the slot swapped into a hole is always a
+        // live one (every removed position above it is already gone).
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone {
+            self.swap_out(i as usize);
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.table.len()
+        self.slots.len()
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -105,7 +167,9 @@ impl ShardMap {
     }
 
     pub(crate) fn shrink_to(&mut self, n: usize) {
-        self.table.shrink_to(n, rehash);
+        let slots = &self.slots;
+        self.table.shrink_to(n, |&j| hash_at(slots, j));
+        self.slots.shrink_to(n);
     }
 }
 
@@ -154,4 +218,44 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// See [`read`].
 pub(crate) fn lock<T>(l: &Mutex<T>) -> MutexGuard<'_, T> {
     l.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Tier;
+
+    fn one(r: u32) -> Holders {
+        Holders::one(Holder::new(r, 0, Tier::T1, 0))
+    }
+
+    #[test]
+    fn removal_repoints_the_moved_slot() {
+        let keys: Vec<[u8; 8]> = (0u64..200).map(|i| i.to_le_bytes()).collect();
+        let mut m = ShardMap::default();
+        for (i, k) in keys.iter().enumerate() {
+            m.insert_new(&KeyRef::new(1, k), one(i as u32));
+        }
+        for k in keys.iter().step_by(3) {
+            assert!(m.remove(&KeyRef::new(1, k)).is_some());
+        }
+        m.retain(|_, h, _| h[0] % 5 != 0);
+        assert!(m.take_holder(&KeyRef::new(1, &keys[1]), 1).is_some());
+        for (i, k) in keys.iter().enumerate() {
+            let live = i % 3 != 0 && k[0] % 5 != 0 && i != 1;
+            let got = m.get(&KeyRef::new(1, k)).map(|h| h[0].replica);
+            assert_eq!(got, live.then_some(i as u32), "key {i}");
+        }
+        assert_eq!(m.len(), m.iter().count());
+        m.shrink_to(0);
+        assert_eq!(
+            m.len(),
+            keys.len()
+                - keys
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, k)| i % 3 == 0 || k[0] % 5 == 0 || *i == 1)
+                    .count()
+        );
+    }
 }
