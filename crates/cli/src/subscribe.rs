@@ -358,6 +358,13 @@ async fn serve(config: SidecarConfig) -> Result<(), inferencecache_subscriber::S
     let cancel = CancellationToken::new();
     let engine = config.transport.engine_endpoint.clone();
     let server = config.forward.server.clone();
+    if config.forward.identity.tenant_id.is_empty() {
+        // The server's lookups fail open for an empty tenant, so these
+        // entries would be indexed but never matched.
+        tracing::warn!(
+            "no --tenant-id: LookupRoute never matches an empty tenant, so this replica's blocks will not produce hints; set --tenant-id (the injected sidecar uses $(POD_NAMESPACE))"
+        );
+    }
     let running = sidecar::start(config, cancel.clone()).await?;
     tracing::info!(
         engine_endpoint = %engine,

@@ -301,6 +301,7 @@ fn lookup(
 /// Polls until the lookup shows `want` matched tokens (0: no PREFIX_MATCH
 /// for the replica); returns the tier. Bounded, so a bug fails instead of
 /// hanging.
+#[track_caller]
 fn expect(
     grpc_port: u16,
     scheme: &str,
