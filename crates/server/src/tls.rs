@@ -217,6 +217,10 @@ pub fn incoming(
                     continue;
                 }
             };
+            // Same reason as the plaintext listener: no Nagle delay on small responses.
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(%peer, error = %e, "grpc_set_nodelay_failed");
+            }
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
