@@ -124,6 +124,15 @@ fn inferencecache_server_max_request() -> usize {
     8 << 20
 }
 
+/// Why `hints-no-affinity` cannot run against `--server`, and what to do.
+pub fn remote_knob_error() -> SimError {
+    SimError::Config(format!(
+        "hints-no-affinity sets a CachePolicy knob, which needs the in-process server; \
+         with --server, push {} to the server's /policy and run `hints`",
+        no_affinity_policy_json(&format!("simulate-{}", PolicyKind::Hints.name()))
+    ))
+}
+
 impl Backend {
     /// Starts (or connects to) the server for `policy` and clears the
     /// simulated replicas' state on it.
@@ -136,11 +145,7 @@ impl Backend {
         let (endpoint, in_process) = match &settings.server {
             Some(addr) => {
                 if policy == PolicyKind::HintsNoAffinity {
-                    return Err(SimError::Config(format!(
-                        "{policy} sets a CachePolicy knob, which needs the in-process server; \
-                         with --server, push {} to the server's /policy and run `hints`",
-                        no_affinity_policy_json(&tenant)
-                    )));
+                    return Err(remote_knob_error());
                 }
                 let endpoint = if addr.contains("://") {
                     addr.clone()

@@ -116,9 +116,11 @@ impl Cursor {
 /// Slack of the oracle's request-count bound: a replica may take a request
 /// while it holds fewer than `ceil(ORACLE_BALANCE × (routed + 1) / n) + 1`
 /// requests (consistent hashing with bounded loads). 1.25 keeps the oracle
-/// inside the 1.5 max/mean the other policies are judged by; without it a
-/// greedy longest-prefix pick never uses an empty replica (every other one
-/// holds the shared system-prompt block).
+/// inside the 1.5 max/mean the other policies are judged by. Without it a
+/// greedy longest-prefix pick keeps sending first turns to the replicas that
+/// hold the shared system-prompt block and never uses an empty one; with it
+/// the busiest replica stays under 1.25 × the mean (so up to a fifth of a
+/// lightly loaded fleet can still sit idle).
 pub const ORACLE_BALANCE: f64 = 1.25;
 
 /// The oracle's pick: among replicas under the load bound — queue depth under

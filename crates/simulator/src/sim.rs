@@ -82,6 +82,9 @@ pub async fn simulate(config: &SimConfig, workload: &Workload) -> Result<SimRepo
     if config.policies.is_empty() {
         return Err(SimError::Config("no policy to run".into()));
     }
+    if config.settings.server.is_some() && config.policies.contains(&PolicyKind::HintsNoAffinity) {
+        return Err(crate::backend::remote_knob_error());
+    }
     let total = (workload.len() * config.policies.len()) as u64;
     let bar = if config.progress {
         let bar = ProgressBar::new(total);
