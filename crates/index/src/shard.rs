@@ -48,16 +48,29 @@ impl ShardMap {
             .map(|&i| i as usize)
     }
 
+    // `get` and `get_mut` each probe with their own closure: a probe shared
+    // by several callers is one `RawTable::find` instance that LLVM stops
+    // inlining (+13 % instructions on a refresh in callgrind).
     #[inline]
     pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&Holders> {
-        let i = self.find(k)?;
-        self.slots.get(i).map(|s| &s.holders)
+        let slots = &self.slots;
+        let &i = self.table.find(k.hash, |&i| {
+            slots
+                .get(i as usize)
+                .is_some_and(|s| s.key.matches(k.part, k.bytes))
+        })?;
+        slots.get(i as usize).map(|s| &s.holders)
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, k: &KeyRef<'_>) -> Option<&mut Holders> {
-        let i = self.find(k)?;
-        self.slots.get_mut(i).map(|s| &mut s.holders)
+        let slots = &self.slots;
+        let &i = self.table.find(k.hash, |&i| {
+            slots
+                .get(i as usize)
+                .is_some_and(|s| s.key.matches(k.part, k.bytes))
+        })?;
+        self.slots.get_mut(i as usize).map(|s| &mut s.holders)
     }
 
     /// Insert a key the caller has just seen absent.
