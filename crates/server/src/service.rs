@@ -141,8 +141,20 @@ impl InferenceCache for InferenceCacheService {
     ) -> Result<Response<Ack>, Status> {
         let mut stream = request.into_inner();
         // Each message is ingested as it arrives; a broken stream returns its
-        // error without an Ack, but what it delivered stays ingested.
-        while let Some(update) = stream.message().await? {
+        // error without an Ack, but what it delivered stays ingested. A
+        // producer's long-lived stream would otherwise outlive shutdown (its
+        // connection task is not ours to abort), so it ends with UNAVAILABLE,
+        // which tells the producer to reconnect and resync.
+        loop {
+            let next = tokio::select! {
+                () = self.stop.cancelled() => {
+                    return Err(Status::unavailable(
+                        "server shutting down: reconnect and re-report",
+                    ));
+                }
+                next = stream.message() => next?,
+            };
+            let Some(update) = next else { break };
             if update.tenant_id == PROBE_TENANT {
                 continue;
             }

@@ -210,6 +210,30 @@ async fn open_streams_end_on_shutdown() {
 }
 
 #[tokio::test]
+async fn open_report_stream_ends_unavailable_on_shutdown() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<CacheStateUpdate>(1);
+    let call = tokio::spawn(async move {
+        c.report_cache_state(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    tx.send(CacheStateUpdate::default()).await.unwrap();
+    // The producer keeps its stream open (tx stays alive), as a sidecar does.
+    let stop = tokio::spawn(s.stop());
+    let answer = tokio::time::timeout(STREAM_WAIT, call)
+        .await
+        .expect("the open report stream ends with the shutdown")
+        .unwrap();
+    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
+    tokio::time::timeout(STREAM_WAIT, stop)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(tx);
+}
+
+#[tokio::test]
 async fn health_reports_serving_overall_and_for_the_service() {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
