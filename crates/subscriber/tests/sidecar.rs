@@ -4,9 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/engine.rs"]
+mod engine;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,81 +22,21 @@ use inferencecache_subscriber::sidecar::{self, SidecarConfig};
 use inferencecache_subscriber::{DecodeOptions, TransportConfig};
 use rmpv::Value;
 use tokio_util::sync::CancellationToken;
-use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use common::*;
+use engine::FakeEngine;
 
 const TOPIC: &str = "kv-events";
 const REPLICA: &str = "replica-a";
 const MODEL: &str = "m";
 const TENANT: &str = "t";
 
-type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
-
-/// A vLLM-like engine: PUB for live batches, ROUTER answering replays from
-/// a buffer.
-struct Engine {
-    publisher: PubSocket,
-    buffer: Buffer,
-    next_seq: u64,
-    pub_endpoint: String,
-    replay_endpoint: String,
-}
+/// A vLLM-like engine publishing map-form batches.
+struct Engine(FakeEngine);
 
 impl Engine {
     async fn start() -> Self {
-        let mut publisher = PubSocket::new();
-        let pub_endpoint = publisher
-            .bind("tcp://127.0.0.1:0")
-            .await
-            .unwrap()
-            .to_string();
-        let mut router = RouterSocket::new();
-        let replay_endpoint = router.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
-        let buffer: Buffer = Arc::default();
-        let buf = buffer.clone();
-        tokio::spawn(async move {
-            while let Ok(msg) = router.recv().await {
-                let frames = msg.into_vec();
-                if frames.len() != 3 || !frames[1].is_empty() {
-                    continue;
-                }
-                let start = u64::from_be_bytes(frames[2].as_ref().try_into().unwrap());
-                let id = frames[0].clone();
-                let items: Vec<(u64, Bytes)> = buf
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|(s, _)| *s >= start)
-                    .cloned()
-                    .collect();
-                for (seq, payload) in items {
-                    let reply = vec![
-                        id.clone(),
-                        Bytes::new(),
-                        Bytes::from_static(TOPIC.as_bytes()),
-                        Bytes::copy_from_slice(&seq.to_be_bytes()),
-                        payload,
-                    ];
-                    let _ = router.send(ZmqMessage::try_from(reply).unwrap()).await;
-                }
-                let end = vec![
-                    id,
-                    Bytes::new(),
-                    Bytes::new(),
-                    Bytes::copy_from_slice(&(-1i64).to_be_bytes()),
-                    Bytes::new(),
-                ];
-                let _ = router.send(ZmqMessage::try_from(end).unwrap()).await;
-            }
-        });
-        Self {
-            publisher,
-            buffer,
-            next_seq: 0,
-            pub_endpoint,
-            replay_endpoint,
-        }
+        Self(FakeEngine::start(TOPIC, true).await)
     }
 
     /// Publishes one batch; `delivered: false` drops it on the wire (it stays
@@ -103,29 +45,18 @@ impl Engine {
         self.publish_raw(Bytes::from(vllm_batch(1.0, events)), delivered)
             .await
     }
+}
 
-    async fn publish_raw(&mut self, payload: Bytes, delivered: bool) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.buffer.lock().unwrap().push((seq, payload.clone()));
-        if delivered {
-            let frames = vec![
-                Bytes::from_static(TOPIC.as_bytes()),
-                Bytes::copy_from_slice(&seq.to_be_bytes()),
-                payload,
-            ];
-            self.publisher
-                .send(ZmqMessage::try_from(frames).unwrap())
-                .await
-                .unwrap();
-        }
-        seq
+impl std::ops::Deref for Engine {
+    type Target = FakeEngine;
+    fn deref(&self) -> &FakeEngine {
+        &self.0
     }
+}
 
-    /// A new engine process: sequence back to 0, replay buffer empty.
-    fn restart(&mut self) {
-        self.next_seq = 0;
-        self.buffer.lock().unwrap().clear();
+impl std::ops::DerefMut for Engine {
+    fn deref_mut(&mut self) -> &mut FakeEngine {
+        &mut self.0
     }
 }
 

@@ -4,94 +4,36 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/engine.rs"]
+mod engine;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use engine::FakeEngine;
 use inferencecache_subscriber::{Delivery, TransportConfig, decode_batch, transport};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 
 const TOPIC: &str = "kv@pod@model";
 
-type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
-
-struct FakeEngine {
-    publisher: PubSocket,
-    buffer: Buffer,
-    next_seq: u64,
+/// The shared fake engine, publishing one numbered block per batch whose
+/// `ts` differs per engine process, as it does in real life.
+struct Engine {
+    inner: FakeEngine,
     epoch: u64,
-    pub_endpoint: String,
-    replay_endpoint: String,
 }
 
-impl FakeEngine {
+impl Engine {
     async fn start(answer_replays: bool) -> Self {
-        let mut publisher = PubSocket::new();
-        let pub_endpoint = publisher
-            .bind("tcp://127.0.0.1:0")
-            .await
-            .unwrap()
-            .to_string();
-        let mut router = RouterSocket::new();
-        let replay_endpoint = router.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
-        let buffer: Buffer = Arc::default();
-        let buf = buffer.clone();
-        tokio::spawn(async move {
-            while let Ok(msg) = router.recv().await {
-                let frames = msg.into_vec();
-                if !answer_replays || frames.len() != 3 || !frames[1].is_empty() {
-                    continue; // a malformed request gets no reply at all
-                }
-                let start = u64::from_be_bytes(frames[2].as_ref().try_into().unwrap());
-                let id = frames[0].clone();
-                let items: Vec<(u64, Bytes)> = buf
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|(s, _)| *s >= start)
-                    .cloned()
-                    .collect();
-                for (seq, payload) in items {
-                    let reply = vec![
-                        id.clone(),
-                        Bytes::new(),
-                        Bytes::from_static(TOPIC.as_bytes()),
-                        Bytes::copy_from_slice(&seq.to_be_bytes()),
-                        payload,
-                    ];
-                    router
-                        .send(ZmqMessage::try_from(reply).unwrap())
-                        .await
-                        .unwrap();
-                }
-                let end = vec![
-                    id,
-                    Bytes::new(),
-                    Bytes::new(),
-                    Bytes::copy_from_slice(&(-1i64).to_be_bytes()),
-                    Bytes::new(),
-                ];
-                router
-                    .send(ZmqMessage::try_from(end).unwrap())
-                    .await
-                    .unwrap();
-            }
-        });
         Self {
-            publisher,
-            buffer,
-            next_seq: 0,
+            inner: FakeEngine::start(TOPIC, answer_replays).await,
             epoch: 0,
-            pub_endpoint,
-            replay_endpoint,
         }
     }
 
     fn payload(&self, seq: u64) -> Bytes {
-        // ts differs per engine process, as it does in real life
         let ts = self.epoch as f64 * 1000.0 + seq as f64;
         let ev = common::vllm_stored(&[u64::MAX - seq], None, 0..16, 16);
         Bytes::from(common::vllm_batch(ts, vec![ev]))
@@ -99,36 +41,26 @@ impl FakeEngine {
 
     /// Publishes the next batch; `delivered: false` keeps it only in the replay buffer.
     async fn publish(&mut self, delivered: bool) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let payload = self.payload(seq);
-        self.buffer.lock().unwrap().push((seq, payload.clone()));
-        if delivered {
-            let frames = vec![
-                Bytes::from_static(TOPIC.as_bytes()),
-                Bytes::copy_from_slice(&seq.to_be_bytes()),
-                payload,
-            ];
-            self.publisher
-                .send(ZmqMessage::try_from(frames).unwrap())
-                .await
-                .unwrap();
-        }
-        seq
-    }
-
-    /// Drops the PUB socket (connections break) and binds a new one on the same port.
-    async fn rebind_publisher(&mut self) {
-        let old = std::mem::replace(&mut self.publisher, PubSocket::new());
-        let _ = old.close().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        self.publisher.bind(&self.pub_endpoint).await.unwrap();
+        let payload = self.payload(self.inner.next_seq());
+        self.inner.publish_raw(payload, delivered).await
     }
 
     fn restart(&mut self) {
         self.epoch += 1;
-        self.next_seq = 0;
-        self.buffer.lock().unwrap().clear();
+        self.inner.restart();
+    }
+}
+
+impl std::ops::Deref for Engine {
+    type Target = FakeEngine;
+    fn deref(&self) -> &FakeEngine {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for Engine {
+    fn deref_mut(&mut self) -> &mut FakeEngine {
+        &mut self.inner
     }
 }
 
@@ -165,7 +97,7 @@ async fn expect_apply(rx: &mut mpsc::Receiver<Delivery>, want: u64) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replays_gaps_and_restarts_over_real_sockets() {
-    let mut engine = FakeEngine::start(true).await;
+    let mut engine = Engine::start(true).await;
     for _ in 0..3 {
         engine.publish(true).await; // before anyone subscribed: only replay has them
     }
@@ -213,7 +145,7 @@ async fn replays_gaps_and_restarts_over_real_sockets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_replay_socket_times_out_and_live_flows() {
-    let mut engine = FakeEngine::start(false).await;
+    let mut engine = Engine::start(false).await;
     let (tx, mut rx) = mpsc::channel(64);
     let cancel = CancellationToken::new();
     let config = TransportConfig {
@@ -231,7 +163,7 @@ async fn a_silent_replay_socket_times_out_and_live_flows() {
 }
 
 async fn subscribed(
-    engine: &FakeEngine,
+    engine: &Engine,
 ) -> (
     mpsc::Receiver<Delivery>,
     CancellationToken,
@@ -253,7 +185,7 @@ async fn subscribed(
 /// same engine, and what was published meanwhile is recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_to_the_same_engine_recovers_the_blip() {
-    let mut engine = FakeEngine::start(true).await;
+    let mut engine = Engine::start(true).await;
     engine.publish(true).await;
     let (mut rx, cancel, task) = subscribed(&engine).await;
     expect_apply(&mut rx, 0).await;
@@ -273,7 +205,7 @@ async fn reconnect_to_the_same_engine_recovers_the_blip() {
 /// messages than L: the message at L is gone, so it is a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_to_a_restarted_engine_clears() {
-    let mut engine = FakeEngine::start(true).await;
+    let mut engine = Engine::start(true).await;
     for _ in 0..3 {
         engine.publish(true).await;
     }

@@ -1,0 +1,123 @@
+//! A fake engine speaking vLLM's ZMQ framing over real sockets: PUB
+//! `[topic, seq, payload]` for live batches, and a ROUTER answering replay
+//! requests `[b"", start_seq]` from its buffer with `[b"", topic, seq,
+//! payload]` frames, ended by `[b"", b"", -1, b""]`.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
+
+pub struct FakeEngine {
+    topic: &'static str,
+    publisher: PubSocket,
+    buffer: Buffer,
+    next_seq: u64,
+    pub pub_endpoint: String,
+    pub replay_endpoint: String,
+}
+
+impl FakeEngine {
+    /// Binds PUB and ROUTER on ephemeral loopback ports. With
+    /// `answer_replays: false` the ROUTER stays silent, as an engine does
+    /// for a request it cannot parse.
+    pub async fn start(topic: &'static str, answer_replays: bool) -> Self {
+        let mut publisher = PubSocket::new();
+        let pub_endpoint = publisher
+            .bind("tcp://127.0.0.1:0")
+            .await
+            .unwrap()
+            .to_string();
+        let mut router = RouterSocket::new();
+        let replay_endpoint = router.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
+        let buffer: Buffer = Arc::default();
+        let buf = buffer.clone();
+        tokio::spawn(async move {
+            while let Ok(msg) = router.recv().await {
+                let frames = msg.into_vec();
+                if !answer_replays || frames.len() != 3 || !frames[1].is_empty() {
+                    continue; // a malformed request gets no reply at all
+                }
+                let start = u64::from_be_bytes(frames[2].as_ref().try_into().unwrap());
+                let id = frames[0].clone();
+                let items: Vec<(u64, Bytes)> = buf
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(s, _)| *s >= start)
+                    .cloned()
+                    .collect();
+                for (seq, payload) in items {
+                    let reply = vec![
+                        id.clone(),
+                        Bytes::new(),
+                        Bytes::from_static(topic.as_bytes()),
+                        Bytes::copy_from_slice(&seq.to_be_bytes()),
+                        payload,
+                    ];
+                    let _ = router.send(ZmqMessage::try_from(reply).unwrap()).await;
+                }
+                let end = vec![
+                    id,
+                    Bytes::new(),
+                    Bytes::new(),
+                    Bytes::copy_from_slice(&(-1i64).to_be_bytes()),
+                    Bytes::new(),
+                ];
+                let _ = router.send(ZmqMessage::try_from(end).unwrap()).await;
+            }
+        });
+        Self {
+            topic,
+            publisher,
+            buffer,
+            next_seq: 0,
+            pub_endpoint,
+            replay_endpoint,
+        }
+    }
+
+    /// The sequence number the next publish gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Publishes one payload with the next sequence number; `delivered:
+    /// false` drops it on the wire (it stays replayable), like a message
+    /// lost to the high-water mark.
+    pub async fn publish_raw(&mut self, payload: Bytes, delivered: bool) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.buffer.lock().unwrap().push((seq, payload.clone()));
+        if delivered {
+            let frames = vec![
+                Bytes::from_static(self.topic.as_bytes()),
+                Bytes::copy_from_slice(&seq.to_be_bytes()),
+                payload,
+            ];
+            self.publisher
+                .send(ZmqMessage::try_from(frames).unwrap())
+                .await
+                .unwrap();
+        }
+        seq
+    }
+
+    /// Drops the PUB socket (connections break) and binds a new one on the same port.
+    pub async fn rebind_publisher(&mut self) {
+        let old = std::mem::replace(&mut self.publisher, PubSocket::new());
+        let _ = old.close().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.publisher.bind(&self.pub_endpoint).await.unwrap();
+    }
+
+    /// A new engine process: sequence back to 0, replay buffer empty.
+    pub fn restart(&mut self) {
+        self.next_seq = 0;
+        self.buffer.lock().unwrap().clear();
+    }
+}
