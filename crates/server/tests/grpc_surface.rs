@@ -209,9 +209,14 @@ async fn open_streams_end_on_shutdown() {
         .unwrap();
 }
 
-#[tokio::test]
-async fn open_report_stream_ends_unavailable_on_shutdown() {
-    let s = Running::start().await;
+/// A producer's ReportCacheState call with one update sent and the stream
+/// left open (the sender is returned alive).
+async fn open_report_stream(
+    s: &Running,
+) -> (
+    tokio::sync::mpsc::Sender<CacheStateUpdate>,
+    tokio::task::JoinHandle<Result<tonic::Response<Ack>, tonic::Status>>,
+) {
     let mut c = s.client().await;
     let (tx, rx) = tokio::sync::mpsc::channel::<CacheStateUpdate>(1);
     let call = tokio::spawn(async move {
@@ -219,6 +224,13 @@ async fn open_report_stream_ends_unavailable_on_shutdown() {
             .await
     });
     tx.send(CacheStateUpdate::default()).await.unwrap();
+    (tx, call)
+}
+
+#[tokio::test]
+async fn open_report_stream_ends_unavailable_on_shutdown() {
+    let s = Running::start().await;
+    let (tx, call) = open_report_stream(&s).await;
     // The producer keeps its stream open (tx stays alive), as a sidecar does.
     let stop = tokio::spawn(s.stop());
     let answer = tokio::time::timeout(STREAM_WAIT, call)
@@ -382,13 +394,7 @@ async fn garbage_request_bytes_get_a_status_not_a_crash() {
 #[tokio::test]
 async fn cancelled_report_stream_gets_no_ack_and_server_survives() {
     let s = Running::start().await;
-    let mut c = s.client().await;
-    let (tx, rx) = tokio::sync::mpsc::channel::<CacheStateUpdate>(1);
-    let call = tokio::spawn(async move {
-        c.report_cache_state(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-    });
-    tx.send(CacheStateUpdate::default()).await.unwrap();
+    let (tx, call) = open_report_stream(&s).await;
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     call.abort();
     let _ = call.await;
