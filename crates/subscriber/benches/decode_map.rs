@@ -1,8 +1,13 @@
-//! Decode + map throughput on vLLM 0.33-shaped batches.
-#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+//! Decode + map throughput on vLLM 0.33-shaped batches, with the tree
+//! decoder this crate used before (the test oracle) as the same-process
+//! baseline.
+#![allow(missing_docs, dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/decode_oracle/tree.rs"]
+mod tree;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use inferencecache_subscriber::{Mapping, MappingConfig, decode_batch};
+use inferencecache_subscriber::{DecodeOptions, Mapping, MappingConfig, decode_batch};
 use rmpv::Value;
 
 const BLOCKS_PER_EVENT: u64 = 8;
@@ -56,6 +61,28 @@ fn bench(c: &mut Criterion) {
             decode_batch(&payloads[i])
         })
     });
+    g.bench_function("baseline: tree decoder (32 blocks)", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % payloads.len();
+            tree::decode_batch_with(&payloads[i], DecodeOptions::default())
+        })
+    });
+    g.bench_function(
+        "baseline: tree decoder + Mapping::apply_all (32 blocks)",
+        |b| {
+            let mut m = Mapping::new(MappingConfig::default());
+            let mut out = Vec::new();
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) % payloads.len();
+                out.clear();
+                let batch = tree::decode_batch_with(&payloads[i], DecodeOptions::default());
+                m.apply_all(&batch.events, &mut out);
+                out.len()
+            })
+        },
+    );
     g.bench_function("decode_batch + Mapping::apply_all (32 blocks)", |b| {
         let mut m = Mapping::new(MappingConfig::default());
         let mut out = Vec::new();

@@ -9,7 +9,7 @@
 //!   │ Sequencer::live / replayed      (sequence.rs: gaps → replay, restarts →
 //!   ▼                                  EngineRestarted, order kept)
 //! Action::Apply { payload }
-//!   │ decode_batch            (decode.rs: never panics; a bad event is
+//!   │ decode_batch            (decode/: never panics; a bad event is
 //!   ▼                          skipped and reported, the rest still applies)
 //! DecodedBatch { ts, events: Vec<EngineEvent>, errors, data_parallel_rank }
 //!   │ Mapping::apply_all      (mapping.rs: engine hash → fingerprint, tier,
@@ -67,7 +67,7 @@
 //! 130–170 bytes each); past that it forgets the least recently stored block
 //! and emits an eviction for it. Held-back blocks (unknown parent) are bounded
 //! by `max_pending_blocks`. The decoder caps msgpack nesting and never
-//! preallocates from declared lengths.
+//! reserves more elements than the payload has bytes left.
 
 pub mod decode;
 pub mod error;

@@ -44,6 +44,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
 use inferencecache_fingerprint::{chain_step, content_hash, to_wire};
 
 use crate::event::{BlockRemoved, BlockStored, EngineEvent, Medium};
@@ -252,13 +253,13 @@ pub struct Mapping {
     max_pending: usize,
     ignore_block_removed: bool,
     adapters: AdapterResolver,
-    blocks: HashMap<BlockKey, Entry>,
+    blocks: HashMap<BlockKey, Entry, RandomState>,
     // Store order for the overflow policy; entries whose stamp no longer
     // matches the map are stale and skipped (lazy deletion).
     order: VecDeque<(BlockKey, u64)>,
     next_stamp: u64,
     // Held events by the parent they wait for, plus arrival order for the bound.
-    pending: HashMap<BlockKey, Vec<Pending>>,
+    pending: HashMap<BlockKey, Vec<Pending>, RandomState>,
     pending_order: VecDeque<(BlockKey, u64)>,
     pending_blocks: usize,
     next_pending_id: u64,
@@ -274,10 +275,10 @@ impl Mapping {
             max_pending: config.max_pending_blocks,
             ignore_block_removed: config.ignore_block_removed,
             adapters: AdapterResolver::new(config.lora_adapter_names),
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             order: VecDeque::new(),
             next_stamp: 0,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             pending_order: VecDeque::new(),
             pending_blocks: 0,
             next_pending_id: 0,
@@ -471,7 +472,10 @@ impl Mapping {
             self.order.push_back((key.clone(), stamp));
             self.stats.blocks_stored += 1;
             out.push(Update::Report(report));
-            newly_known.push(key);
+            // Only held events wait for keys; with none held, skip the work.
+            if !self.pending.is_empty() {
+                newly_known.push(key);
+            }
         }
         Ok(())
     }

@@ -1,95 +1,19 @@
-//! msgpack `EventBatch` payload → [`DecodedBatch`].
-//!
-//! Accepted forms (see `engine-wire-formats.md` §5):
-//! - batch: positional array `[ts, events, data_parallel_rank?, ...]` or a map
-//!   `{"ts", "events", "data_parallel_rank" | "attn_dp_rank"}`;
-//! - event: tagged tuple `["BlockStored", field1, ...]` (msgspec
-//!   `array_like=True`, trailing defaults may be omitted, extra trailing
-//!   elements ignored) or tagged map `{"type": "BlockStored", ...}` (unknown
-//!   keys ignored, omitted keys take their defaults);
-//! - block hash: uint (the full `u64` range), negative int, `bin`, or `str`.
-//!
-//! Fields that change what gets indexed (hashes, parent, tokens, block size,
-//! LoRA, medium, group) are validated strictly: a wrong type makes that one
-//! event an error. Purely informational fields with an unexpected type are
-//! dropped to `None` instead, so a cosmetic upstream change cannot blank out
-//! the cache view. An error never stops the rest of the batch.
+//! The decoder this crate shipped before the streaming one: it reads the
+//! payload into an `rmpv` value tree, then converts it. Kept verbatim (apart
+//! from imports) as the oracle the streaming decoder must agree with.
 
 use rmpv::ValueRef;
 use rmpv::decode::read_value_ref_with_max_depth;
 
-use crate::event::{BlockRemoved, BlockStored, EngineEvent, Medium};
-use crate::hash::EngineHash;
+use inferencecache_subscriber::{
+    BlockRemoved, BlockStored, DecodeError, DecodeOptions, DecodedBatch, EngineEvent, EngineHash,
+    Medium, TupleLayout,
+};
 
 /// Deepest nesting the decoder will follow. Real payloads need about 6
 /// (batch → events → event → extra_keys → per-block tuple → item); the cap
 /// bounds recursion on hostile input.
 const MAX_DEPTH: usize = 32;
-
-/// How positional (tuple) events are laid out beyond the fields the engines
-/// share. Maps are decoded by name and do not depend on this.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TupleLayout {
-    /// vLLM: `BlockStored[6..]` = medium, lora_name, extra_keys, group_idx,
-    /// kv_cache_spec_kind, kv_cache_spec_sliding_window; `BlockRemoved[2..]` =
-    /// medium, group_idx.
-    #[default]
-    Vllm,
-    /// SGLang: only the documented positions (`BlockStored` up to `medium`,
-    /// `BlockRemoved` up to `medium`) are read; later positions are ignored
-    /// because SGLang's tuple order there is not vLLM's.
-    Sglang,
-}
-
-/// Decoder options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DecodeOptions {
-    /// Layout of positional events.
-    pub tuple_layout: TupleLayout,
-}
-
-/// Why part of a payload could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    /// The payload is not one msgpack value.
-    #[error("payload is not valid msgpack: {0}")]
-    Msgpack(String),
-    /// The batch envelope is unusable; no event of it was decoded.
-    #[error("bad batch: {0}")]
-    Batch(String),
-    /// One event is unusable; the other events of the batch still apply.
-    #[error("bad event #{index} ({tag}): {reason}")]
-    Event {
-        /// Position of the event in the batch.
-        index: usize,
-        /// Its tag, or `"?"` when it had none.
-        tag: String,
-        /// What was wrong.
-        reason: String,
-    },
-}
-
-/// The result of decoding one payload: every good event, plus one error per
-/// bad one (or a single batch-level error).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct DecodedBatch {
-    /// Batch timestamp in Unix seconds; 0 when absent or not a finite number.
-    pub ts: f64,
-    /// Decoded events in wire order.
-    pub events: Vec<EngineEvent>,
-    /// Errors, in wire order.
-    pub errors: Vec<DecodeError>,
-    /// vLLM `data_parallel_rank` / SGLang `attn_dp_rank`, when sent.
-    pub data_parallel_rank: Option<i64>,
-    /// Events with a tag this decoder does not know (skipped, not errors).
-    pub unknown_events: usize,
-}
-
-/// Decodes one `EventBatch` payload with the default (vLLM) options. Never
-/// panics; see [`decode_batch_with`].
-pub fn decode_batch(payload: &[u8]) -> DecodedBatch {
-    decode_batch_with(payload, DecodeOptions::default())
-}
 
 /// Decodes one `EventBatch` payload. Never panics, whatever the input.
 pub fn decode_batch_with(payload: &[u8], options: DecodeOptions) -> DecodedBatch {
