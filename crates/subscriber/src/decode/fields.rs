@@ -7,7 +7,7 @@
 //! ids) are converted as they are read; everything else is kept as its
 //! header. Only the first occurrence of a field counts, and nil means absent.
 
-use super::reader::{Head, Malformed, Reader};
+use super::reader::{Head, MAX_LEVEL, Malformed, Reader};
 use super::{DecodeOptions, TupleLayout};
 use crate::event::{BlockRemoved, BlockStored, EngineEvent, Medium};
 use crate::hash::EngineHash;
@@ -410,11 +410,41 @@ fn read_tokens<'a>(
     head: Head<'a>,
     level: usize,
 ) -> Result<Converted<Vec<u32>>, Malformed> {
-    read_list(rd, head, level, |h| match *h {
+    let n = match head {
+        Head::Array(n) if level < MAX_LEVEL => n,
+        // Not a plain array within the depth limit: the general path.
+        _ => return read_list(rd, head, level, token),
+    };
+    let mut items = Vec::with_capacity(capacity(rd, n));
+    for i in 0..n {
+        match rd.small_uint() {
+            Some(t) => items.push(t),
+            None => {
+                // Anything else (wide, negative, not an integer) goes through
+                // the full reader, which also reports the error.
+                let h = rd.head(level + 1)?;
+                rd.skip_body(h, level + 1)?;
+                match token(&h) {
+                    Ok(t) => items.push(t),
+                    Err(e) => {
+                        for _ in i + 1..n {
+                            rd.skip(level + 1)?;
+                        }
+                        return Ok(Some(Err(format!("[{i}] {e}"))));
+                    }
+                }
+            }
+        }
+    }
+    Ok(Some(Ok(items)))
+}
+
+fn token(h: &Head<'_>) -> Result<u32, String> {
+    match *h {
         Head::Uint(n) => u32::try_from(n).map_err(|_| format!("{n} is not a u32 token id")),
         Head::Int(n) => Err(format!("{n} is not a u32 token id")),
         other => Err(format!("is {}", other.kind())),
-    })
+    }
 }
 
 /// `extra_keys` stay opaque values; anything but an array means none.

@@ -180,6 +180,23 @@ impl<'a> Reader<'a> {
         self.take(len).map(Head::Str)
     }
 
+    /// The next value when it is an unsigned integer in one of the encodings
+    /// token ids use (fixint, u8, u16, u32); otherwise `None` and nothing is
+    /// consumed. The common case of [`Self::head`], without its dispatch.
+    #[inline]
+    pub(super) fn small_uint(&mut self) -> Option<u32> {
+        let rest = self.buf.get(self.pos..)?;
+        let (v, len) = match *rest {
+            [b @ 0x00..=0x7f, ..] => (u32::from(b), 1),
+            [0xcc, b, ..] => (u32::from(b), 2),
+            [0xcd, a, b, ..] => (u32::from(u16::from_be_bytes([a, b])), 3),
+            [0xce, a, b, c, d, ..] => (u32::from_be_bytes([a, b, c, d]), 5),
+            _ => return None,
+        };
+        self.pos += len;
+        Some(v)
+    }
+
     /// Reads the header of the value at nesting `level`.
     pub(super) fn head(&mut self, level: usize) -> Result<Head<'a>, Malformed> {
         if level > MAX_LEVEL {
