@@ -4,10 +4,10 @@
 //! event loop, tonic's channel buffer worker and the HTTP/2 connection. On
 //! the process's multi-threaded runtime these hops land on different
 //! workers, so each call costs futex wake-ups and its own small `writev`.
-//! With the three on one thread the hops are plain queue pushes and the
-//! connection task writes many calls at once: on a 2-vCPU VM the client CPU
-//! per unary call halves (~29 → ~14 µs), which is what lets evictions keep up
-//! with a full cache's churn (BENCHMARKS.md, "churn"). The transports and the
+//! With the three on one thread the hops are plain queue pushes: on a
+//! 2-vCPU VM the client CPU per unary call halves (~29 → ~14 µs, against a
+//! server in another process), and a full cache's churn is one call per
+//! evicted block (BENCHMARKS.md, "Churn"). The transports and the
 //! HTTP endpoints stay on the caller's runtime; they talk to the loop over
 //! channels that work across runtimes.
 
