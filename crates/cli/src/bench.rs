@@ -47,8 +47,8 @@ enum BenchWhat {
     Visibility(visibility::VisibilityBenchArgs),
 }
 
-// Kept next to this file (src/bench_visibility.rs) so main.rs stays untouched.
-#[path = "bench_visibility.rs"]
+// Kept next to this file (src/bench_visibility/) so main.rs stays untouched.
+#[path = "bench_visibility/mod.rs"]
 mod visibility;
 
 /// Flags of `bench tokenize`.

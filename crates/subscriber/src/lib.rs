@@ -32,10 +32,10 @@
 //!
 //! [`sidecar::start`] runs it all under one cancellation token: a
 //! [`transport::run`] task per data-parallel rank, the event loop
-//! [`forward::run`] (owns the [`ReplicaState`] and the gRPC client; batches
-//! by `--window`, one long-lived `ReportCacheState` stream, evictions and
-//! clears as pipelined `PublishEvent`s, a full-state resync after every
-//! reconnect), the stats path [`stats::run`] (engine `/metrics` →
+//! [`forward::run`] on a thread of its own (owns the [`ReplicaState`] and the
+//! gRPC client; batches by `--window`, one long-lived `ReportCacheState`
+//! stream, evictions and clears as pipelined `PublishEvent`s, a full-state
+//! resync after every reconnect), the stats path [`stats::run`] (engine `/metrics` →
 //! `ReplicaStats`) and the endpoints [`http`] (`/metrics`, `/healthz`,
 //! `/readyz`). Proto types appear only in [`forward`].
 //!

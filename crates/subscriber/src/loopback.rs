@@ -23,30 +23,43 @@ pub struct Stored {
 
 /// Encodes one batch of `BlockStored` events (medium GPU, no LoRA).
 pub fn stored_batch(ts: f64, events: &[Stored], block_size: u32) -> Vec<u8> {
-    let events = events
-        .iter()
-        .map(|e| {
-            Value::Map(vec![
-                ("type".into(), "BlockStored".into()),
-                (
-                    "block_hashes".into(),
-                    Value::Array(e.hashes.iter().map(|&h| Value::from(h)).collect()),
-                ),
-                (
-                    "parent_block_hash".into(),
-                    e.parent.map_or(Value::Nil, Value::from),
-                ),
-                (
-                    "token_ids".into(),
-                    Value::Array(e.tokens.clone().map(Value::from).collect()),
-                ),
-                ("block_size".into(), Value::from(block_size)),
-                ("lora_id".into(), Value::Nil),
-                ("medium".into(), "GPU".into()),
-                ("lora_name".into(), Value::Nil),
-            ])
-        })
-        .collect();
+    churn_batch(ts, &[], events, block_size)
+}
+
+/// Encodes one batch that first removes `removed` from the GPU, one
+/// `BlockRemoved` per block in the given order (vLLM emits one per evicted
+/// block, a chain's tail first), then stores `stored` like [`stored_batch`]:
+/// a full engine cache frees blocks to make room for new ones.
+pub fn churn_batch(ts: f64, removed: &[u64], stored: &[Stored], block_size: u32) -> Vec<u8> {
+    let removals = removed.iter().map(|&h| {
+        Value::Map(vec![
+            ("type".into(), "BlockRemoved".into()),
+            ("block_hashes".into(), Value::Array(vec![Value::from(h)])),
+            ("medium".into(), "GPU".into()),
+        ])
+    });
+    let stores = stored.iter().map(|e| {
+        Value::Map(vec![
+            ("type".into(), "BlockStored".into()),
+            (
+                "block_hashes".into(),
+                Value::Array(e.hashes.iter().map(|&h| Value::from(h)).collect()),
+            ),
+            (
+                "parent_block_hash".into(),
+                e.parent.map_or(Value::Nil, Value::from),
+            ),
+            (
+                "token_ids".into(),
+                Value::Array(e.tokens.clone().map(Value::from).collect()),
+            ),
+            ("block_size".into(), Value::from(block_size)),
+            ("lora_id".into(), Value::Nil),
+            ("medium".into(), "GPU".into()),
+            ("lora_name".into(), Value::Nil),
+        ])
+    });
+    let events = removals.chain(stores).collect();
     let v = Value::Array(vec![Value::F64(ts), Value::Array(events), Value::from(0)]);
     let mut buf = Vec::new();
     // Writing into a Vec cannot fail.

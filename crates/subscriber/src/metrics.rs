@@ -51,6 +51,11 @@ pub struct SidecarMetrics {
     pub sent: Family<Label, Counter>,
     /// Time to send (and, where acknowledged, get the ack of) one message, by `rpc`.
     pub send_latency: Family<Label, Histogram, fn() -> Histogram>,
+    /// Evictions queued or in flight towards the server.
+    pub eviction_backlog: Gauge,
+    /// Queued evictions dropped before sending because the block was stored
+    /// again (or the replica cleared) meanwhile.
+    pub evictions_superseded: Counter,
     /// Engine blocks tracked, summed over ranks.
     pub tracked_blocks: Gauge,
     /// Blocks held back for an unknown parent, summed over ranks.
@@ -107,6 +112,8 @@ impl SidecarMetrics {
             rpc_errors: Family::default(),
             sent: Family::default(),
             send_latency: Family::new_with_constructor(latency_histogram),
+            eviction_backlog: Gauge::default(),
+            evictions_superseded: Counter::default(),
             tracked_blocks: Gauge::default(),
             pending_blocks: Gauge::default(),
             server_connected: Gauge::default(),
@@ -177,6 +184,16 @@ impl SidecarMetrics {
                 m.send_latency.clone(),
             );
             r.register(
+                "eviction_backlog",
+                "Evictions queued or in flight towards the server",
+                m.eviction_backlog.clone(),
+            );
+            r.register(
+                "evictions_superseded",
+                "Queued evictions not sent because the block was stored again (or the replica cleared) first",
+                m.evictions_superseded.clone(),
+            );
+            r.register(
                 "tracked_blocks",
                 "Engine blocks tracked (all ranks)",
                 m.tracked_blocks.clone(),
@@ -214,6 +231,15 @@ impl SidecarMetrics {
             }
         }
         out
+    }
+
+    /// Counts one message sent (acknowledged, where the RPC acknowledges)
+    /// and its latency.
+    pub fn record_sent(&self, rpc: &'static str, started: std::time::Instant) {
+        self.sent.get_or_create(&[("rpc", rpc)]).inc();
+        self.send_latency
+            .get_or_create(&[("rpc", rpc)])
+            .observe(started.elapsed().as_secs_f64());
     }
 
     /// Records whether the server is reachable (stream up, resync done).

@@ -1,6 +1,6 @@
 //! The whole sidecar: one transport task per data-parallel rank, the event
-//! loop ([`forward::run`]), the stats path and the HTTP endpoints, all owned
-//! by one [`CancellationToken`].
+//! loop ([`forward::run`], on a thread of its own: [`forward::thread`]), the
+//! stats path and the HTTP endpoints, all owned by one [`CancellationToken`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -127,9 +127,12 @@ pub async fn start(
         stats: srx,
         transports: statuses,
     };
-    let (m, c) = (Arc::clone(&metrics), cancel.clone());
     let fwd: ForwardConfig = config.forward.clone();
-    tasks.spawn(async move { forward::run(fwd, inputs, m, c).await });
+    let done = forward::thread::spawn(fwd, inputs, Arc::clone(&metrics), cancel.clone())?;
+    tasks.spawn(async move {
+        done.await
+            .map_err(|_| SidecarError::Task("forwarder thread panicked".into()))?
+    });
 
     Ok(Running {
         http_addr,

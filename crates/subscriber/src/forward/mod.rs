@@ -10,18 +10,26 @@
 //! stream could be ingested *after* a later eviction of the same key. Hence:
 //!
 //! - each `--window` is compacted first (last operation per key wins,
-//!   [`Outbox`]), so a window's evictions and reports name disjoint keys;
-//! - before an eviction or clear, if the stream carried reports that are not
-//!   acknowledged yet, the stream is closed and its `Ack` awaited (the only
-//!   proof of ingestion), then reopened for the next reports;
-//! - evictions are pipelined (at most `max_in_flight` at once) and all
-//!   acknowledged before the window's reports are sent;
-//! - a clear is acknowledged before anything after it is sent.
+//!   [`Outbox`]), so a window's evictions and reports name disjoint keys,
+//!   and its reports can go first;
+//! - before a window's evictions are queued, if the stream carried reports
+//!   that are not acknowledged yet, the stream is closed and its `Ack`
+//!   awaited (the only proof of ingestion), then reopened for the next
+//!   reports;
+//! - queued evictions are sent in the background, pipelined (at most
+//!   `max_in_flight` at once, [`evictions`]), while the loop goes on; a
+//!   later report of a key whose eviction is still queued drops that
+//!   eviction (the re-store supersedes it), and one whose eviction is in
+//!   flight waits for it;
+//! - a clear drops the queued evictions, waits for those in flight, and is
+//!   acknowledged before anything after it is sent.
 //!
 //! So the stream lives as long as the engine only stores, and is cut at
 //! window boundaries only when an eviction must not overtake a report; it is
 //! reopened at the next tick even when idle, because its failure is how a
 //! restarted server is noticed (HTTP/2 keepalive covers a vanished host).
+//! At most `max_evict_backlog` evictions wait; past that a flush waits for
+//! the server, and the loop stops reading engine events meanwhile.
 //!
 //! # Timestamps
 //!
@@ -47,16 +55,18 @@
 
 pub mod backoff;
 pub mod channel;
+mod config;
+mod evictions;
 pub mod messages;
 pub mod outbox;
 mod stream;
+pub mod thread;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use futures::StreamExt;
-use inferencecache_proto::v1alpha1::CacheEvent;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
+use inferencecache_proto::v1alpha1::{Ack, CacheEvent};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -69,58 +79,34 @@ use crate::stats::EngineStats;
 use crate::transport::{Delivery, TransportStatus};
 pub use backoff::Backoff;
 pub use channel::{ServerTls, connect_lazy, server_uri};
+pub use config::ForwardConfig;
+use evictions::Evictions;
 pub use messages::Identity;
 pub use outbox::{Flush, Outbox};
 use stream::ReportStream;
-
-/// Forwarding settings.
-#[derive(Debug, Clone)]
-pub struct ForwardConfig {
-    /// `--server`: `host:port` or a URI.
-    pub server: String,
-    /// TLS to the server, if any.
-    pub tls: Option<ServerTls>,
-    /// Fields every message carries.
-    pub identity: Identity,
-    /// `--window`: reports are batched this long.
-    pub window: Duration,
-    /// Distinct buffered keys that force an early flush; also the most
-    /// prefixes per `CacheStateUpdate`.
-    pub max_batch: usize,
-    /// `PublishEvent`s in flight at most.
-    pub max_in_flight: usize,
-    /// Timeout of every RPC (and of a stream send waiting for buffer space).
-    pub rpc_timeout: Duration,
-    /// First reconnect delay.
-    pub backoff_initial: Duration,
-    /// Longest reconnect delay.
-    pub backoff_max: Duration,
-    /// Messages buffered towards the report stream.
-    pub stream_buffer: usize,
-}
-
-impl Default for ForwardConfig {
-    fn default() -> Self {
-        Self {
-            server: "127.0.0.1:9090".to_owned(),
-            tls: None,
-            identity: Identity::default(),
-            window: Duration::from_millis(100),
-            max_batch: 4096,
-            max_in_flight: 64,
-            rpc_timeout: Duration::from_secs(5),
-            backoff_initial: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(10),
-            stream_buffer: 64,
-        }
-    }
-}
 
 /// Why a send did not go through (the server is then treated as unreachable).
 #[derive(Debug)]
 struct SendFailed {
     rpc: &'static str,
     reason: String,
+}
+
+/// A unary call's outcome, bounded by a timeout, as a send result.
+fn check_ack(
+    rpc: &'static str,
+    r: Result<Result<tonic::Response<Ack>, tonic::Status>, tokio::time::error::Elapsed>,
+) -> Result<(), SendFailed> {
+    let fail = |reason: String| SendFailed { rpc, reason };
+    let ack = r
+        .map_err(|_| fail("timed out".into()))?
+        .map_err(|s| fail(format!("{}: {}", s.code(), s.message())))?
+        .into_inner();
+    if ack.accepted {
+        Ok(())
+    } else {
+        Err(fail(format!("not accepted ({})", ack.reason_code)))
+    }
 }
 
 /// The event loop's inputs besides the configuration.
@@ -140,6 +126,7 @@ struct Forwarder {
     client: InferenceCacheClient<Channel>,
     metrics: Arc<SidecarMetrics>,
     outbox: Outbox,
+    evictions: Evictions,
     stream: Option<ReportStream>,
     /// Reports sent on the current stream and not yet acknowledged.
     dirty: bool,
@@ -164,12 +151,21 @@ pub async fn run(
         mut stats,
         transports,
     } = inputs;
+    let client = InferenceCacheClient::new(channel);
+    let evictions = Evictions::new(
+        client.clone(),
+        config.identity.clone(),
+        config.rpc_timeout,
+        config.max_in_flight,
+        Arc::clone(&metrics),
+    );
     let mut fw = Forwarder {
-        client: InferenceCacheClient::new(channel),
+        client,
         backoff: Backoff::new(config.backoff_initial, config.backoff_max),
         config,
         metrics,
         outbox: Outbox::default(),
+        evictions,
         stream: None,
         dirty: false,
         connected: false,
@@ -185,6 +181,11 @@ pub async fn run(
             _ = cancel.cancelled() => break,
             failure = stream::failed(&mut fw.stream) => {
                 fw.disconnect(SendFailed { rpc: "ReportCacheState", reason: failure });
+            }
+            done = fw.evictions.next() => {
+                if let Err(e) = done {
+                    fw.disconnect(e);
+                }
             }
             d = deliveries.recv() => {
                 let Some(d) = d else { break };
@@ -236,6 +237,13 @@ pub async fn run(
     }
     if fw.connected {
         fw.flush().await;
+        let timeout = fw.config.rpc_timeout;
+        let drained = tokio::time::timeout(timeout, fw.evictions.drain_all()).await;
+        if let Ok(Err(e)) = drained {
+            tracing::warn!(rpc = e.rpc, reason = %e.reason, "final evictions failed");
+        } else if drained.is_err() {
+            tracing::warn!(left = fw.evictions.backlog(), "final evictions timed out");
+        }
         if let Err(e) = fw.close_stream().await {
             tracing::warn!(rpc = e.rpc, reason = %e.reason, "final stream close failed");
         }
@@ -246,7 +254,7 @@ pub async fn run(
 
 impl Forwarder {
     fn disconnect(&mut self, why: SendFailed) {
-        let discarded = self.outbox.len() as u64;
+        let discarded = self.outbox.len() as u64 + self.evictions.discard();
         self.outbox.discard();
         self.stream = None;
         self.dirty = false;
@@ -271,6 +279,7 @@ impl Forwarder {
     /// `ALL_CLEARED`, then the full state; on success the server is up.
     async fn resync(&mut self, state: &ReplicaState) {
         self.outbox.discard();
+        self.evictions.discard();
         let result = async {
             self.publish(self.config.identity.all_cleared()).await?;
             let reports = state.current_reports();
@@ -296,40 +305,49 @@ impl Forwarder {
         }
     }
 
-    /// Sends the compacted window: clear → evictions → reports.
+    /// Sends the compacted window: clear → reports → evictions (queued).
     async fn flush(&mut self) {
         if self.outbox.is_empty() {
             return;
         }
         let f = self.outbox.take();
         let total = (f.evicts.len() + f.reports.len() + usize::from(f.clear)) as u64;
-        if let Err(e) = self.send_flush(&f).await {
+        if let Err(e) = self.send_flush(f).await {
             self.metrics.send_overflow.inc_by(total);
             self.disconnect(e);
         }
     }
 
-    async fn send_flush(&mut self, f: &Flush) -> Result<(), SendFailed> {
+    async fn send_flush(&mut self, f: Flush) -> Result<(), SendFailed> {
         if f.clear {
+            self.evictions.supersede_all();
+            self.evictions.drain_in_flight().await?;
             self.close_stream().await?;
             self.publish(self.config.identity.all_cleared()).await?;
         }
-        if !f.evicts.is_empty() {
-            if self.dirty {
-                self.close_stream().await?;
-            }
-            let identity = &self.config.identity;
-            let events: Vec<CacheEvent> = f.evicts.iter().map(|e| identity.evicted(e)).collect();
-            let mut results = futures::stream::iter(events)
-                .map(|ev| self.publish(ev))
-                .buffer_unordered(self.config.max_in_flight.max(1));
-            while let Some(r) = results.next().await {
-                r?;
-            }
+        let mut wait = false;
+        for r in &f.reports {
+            wait |= self
+                .evictions
+                .supersede(&(r.prefix_hash, r.adapter.clone()));
+        }
+        if wait {
+            self.evictions.drain_in_flight().await?;
         }
         for chunk in f.reports.chunks(self.config.max_batch.max(1)) {
             let msg = self.config.identity.update(chunk);
             self.send_report(msg).await?;
+        }
+        if f.evicts.is_empty() {
+            self.evictions.resume();
+            return Ok(());
+        }
+        if self.dirty {
+            self.close_stream().await?;
+        }
+        self.evictions.extend(f.evicts);
+        while self.evictions.backlog() > self.config.max_evict_backlog {
+            self.evictions.next().await?;
         }
         Ok(())
     }
@@ -337,21 +355,12 @@ impl Forwarder {
     async fn publish(&self, ev: CacheEvent) -> Result<(), SendFailed> {
         let started = Instant::now();
         let mut client = self.client.clone();
-        let fail = |reason: String| SendFailed {
-            rpc: "PublishEvent",
-            reason,
-        };
-        let ack = tokio::time::timeout(self.config.rpc_timeout, client.publish_event(ev))
-            .await
-            .map_err(|_| fail("timed out".into()))?
-            .map_err(|s| fail(format!("{}: {}", s.code(), s.message())))?
-            .into_inner();
-        self.record("PublishEvent", started);
-        if ack.accepted {
-            Ok(())
-        } else {
-            Err(fail(format!("not accepted ({})", ack.reason_code)))
-        }
+        check_ack(
+            "PublishEvent",
+            tokio::time::timeout(self.config.rpc_timeout, client.publish_event(ev)).await,
+        )?;
+        self.metrics.record_sent("PublishEvent", started);
+        Ok(())
     }
 
     async fn send_report(
@@ -373,7 +382,7 @@ impl Forwarder {
                 reason,
             })?;
         self.dirty = true;
-        self.record("ReportCacheState", started);
+        self.metrics.record_sent("ReportCacheState", started);
         Ok(())
     }
 
@@ -391,15 +400,7 @@ impl Forwarder {
                 reason,
             })?;
         self.dirty = false;
-        self.record("ReportCacheState_ack", started);
+        self.metrics.record_sent("ReportCacheState_ack", started);
         Ok(())
-    }
-
-    fn record(&self, rpc: &'static str, started: Instant) {
-        self.metrics.sent.get_or_create(&[("rpc", rpc)]).inc();
-        self.metrics
-            .send_latency
-            .get_or_create(&[("rpc", rpc)])
-            .observe(started.elapsed().as_secs_f64());
     }
 }

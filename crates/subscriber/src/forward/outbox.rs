@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::mapping::{PrefixEviction, PrefixReport, Update};
 
 /// One key at the server: the fingerprint within an adapter partition.
-type Key = (u64, Arc<str>);
+pub(crate) type Key = (u64, Arc<str>);
 
 #[derive(Debug)]
 enum Op {
