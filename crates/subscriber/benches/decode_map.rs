@@ -7,12 +7,16 @@
 mod tree;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use inferencecache_subscriber::{DecodeOptions, Mapping, MappingConfig, decode_batch};
+use inferencecache_subscriber::{
+    DecodeOptions, DecodedBatch, Mapping, MappingConfig, decode_batch,
+};
 use rmpv::Value;
 
 const BLOCKS_PER_EVENT: u64 = 8;
 const EVENTS_PER_BATCH: u64 = 4;
 const BLOCK_SIZE: u64 = 16;
+
+type Decoder = fn(&[u8]) -> DecodedBatch;
 
 /// One batch of `EVENTS_PER_BATCH` chained BlockStored events (map form),
 /// engine hashes offset by `base` so every batch stores new blocks.
@@ -54,47 +58,38 @@ fn bench(c: &mut Criterion) {
         .collect();
     let mut g = c.benchmark_group("subscriber");
     g.throughput(Throughput::Elements(BLOCKS_PER_EVENT * EVENTS_PER_BATCH));
-    g.bench_function("decode_batch (32 blocks, 512 tokens)", |b| {
-        let mut i = 0;
-        b.iter(|| {
-            i = (i + 1) % payloads.len();
-            decode_batch(&payloads[i])
-        })
-    });
-    g.bench_function("baseline: tree decoder (32 blocks)", |b| {
-        let mut i = 0;
-        b.iter(|| {
-            i = (i + 1) % payloads.len();
-            tree::decode_batch_with(&payloads[i], DecodeOptions::default())
-        })
-    });
-    g.bench_function(
-        "baseline: tree decoder + Mapping::apply_all (32 blocks)",
-        |b| {
+    let decoders: [(&str, &str, Decoder); 2] = [
+        (
+            "decode_batch (32 blocks, 512 tokens)",
+            "decode_batch + Mapping::apply_all (32 blocks)",
+            decode_batch,
+        ),
+        (
+            "baseline: tree decoder (32 blocks)",
+            "baseline: tree decoder + Mapping::apply_all (32 blocks)",
+            |p| tree::decode_batch_with(p, DecodeOptions::default()),
+        ),
+    ];
+    for (decode_name, map_name, decode) in decoders {
+        g.bench_function(decode_name, |b| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) % payloads.len();
+                decode(&payloads[i])
+            })
+        });
+        g.bench_function(map_name, |b| {
             let mut m = Mapping::new(MappingConfig::default());
             let mut out = Vec::new();
             let mut i = 0;
             b.iter(|| {
                 i = (i + 1) % payloads.len();
                 out.clear();
-                let batch = tree::decode_batch_with(&payloads[i], DecodeOptions::default());
-                m.apply_all(&batch.events, &mut out);
+                m.apply_all(&decode(&payloads[i]).events, &mut out);
                 out.len()
             })
-        },
-    );
-    g.bench_function("decode_batch + Mapping::apply_all (32 blocks)", |b| {
-        let mut m = Mapping::new(MappingConfig::default());
-        let mut out = Vec::new();
-        let mut i = 0;
-        b.iter(|| {
-            i = (i + 1) % payloads.len();
-            out.clear();
-            let batch = decode_batch(&payloads[i]);
-            m.apply_all(&batch.events, &mut out);
-            out.len()
-        })
-    });
+        });
+    }
     g.finish();
 }
 

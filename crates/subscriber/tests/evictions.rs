@@ -15,10 +15,8 @@ use bytes::Bytes;
 use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::{Server, ServerConfig};
-use inferencecache_subscriber::forward::{ForwardConfig, Identity};
 use inferencecache_subscriber::mapping::MappingConfig;
-use inferencecache_subscriber::sidecar::{self, SidecarConfig};
-use inferencecache_subscriber::{DecodeOptions, TransportConfig};
+use inferencecache_subscriber::sidecar;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
@@ -46,34 +44,10 @@ impl Rig {
         let grpc = server.grpc_addr();
         tokio::spawn(server.serve(server_cancel.clone()));
         let engine = FakeEngine::start(TOPIC, true).await;
-        let config = SidecarConfig {
-            transport: TransportConfig {
-                engine_endpoint: engine.pub_endpoint.clone(),
-                replay_endpoint: Some(engine.replay_endpoint.clone()),
-                topic: TOPIC.into(),
-                replay_timeout: Duration::from_secs(2),
-                retry_backoff: Duration::from_millis(100),
-                ..TransportConfig::default()
-            },
-            first_rank: 0,
-            ranks: 1,
-            mapping: MappingConfig::default(),
-            decode: DecodeOptions::default(),
-            forward: ForwardConfig {
-                server: grpc.to_string(),
-                identity: Identity {
-                    replica_id: REPLICA.into(),
-                    model_id: "m".into(),
-                    tenant_id: "t".into(),
-                    hash_scheme: "vllm".into(),
-                },
-                window: Duration::from_millis(20),
-                max_in_flight: 1,
-                ..ForwardConfig::default()
-            },
-            stats: None,
-            http_bind: None,
-        };
+        let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
+        // One call in flight makes the eviction backlog long.
+        config.forward.max_in_flight = 1;
+        config.http_bind = None;
         let cancel = CancellationToken::new();
         let running = sidecar::start(config, cancel.clone()).await.unwrap();
         let client = InferenceCacheClient::connect(format!("http://{grpc}"))

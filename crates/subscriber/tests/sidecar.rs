@@ -16,10 +16,8 @@ use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::config::ListenAddr;
 use inferencecache_server::{Server, ServerConfig};
-use inferencecache_subscriber::forward::{ForwardConfig, Identity};
 use inferencecache_subscriber::mapping::MappingConfig;
 use inferencecache_subscriber::sidecar::{self, SidecarConfig};
-use inferencecache_subscriber::{DecodeOptions, TransportConfig};
 use rmpv::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -109,35 +107,7 @@ struct Sidecar {
 }
 
 fn config(engine: &Engine, server: SocketAddr, mapping: MappingConfig) -> SidecarConfig {
-    SidecarConfig {
-        transport: TransportConfig {
-            engine_endpoint: engine.pub_endpoint.clone(),
-            replay_endpoint: Some(engine.replay_endpoint.clone()),
-            topic: TOPIC.into(),
-            replay_timeout: Duration::from_secs(2),
-            retry_backoff: Duration::from_millis(100),
-            ..TransportConfig::default()
-        },
-        first_rank: 0,
-        ranks: 1,
-        mapping,
-        decode: DecodeOptions::default(),
-        forward: ForwardConfig {
-            server: server.to_string(),
-            identity: Identity {
-                replica_id: REPLICA.into(),
-                model_id: MODEL.into(),
-                tenant_id: TENANT.into(),
-                hash_scheme: "vllm".into(),
-            },
-            window: Duration::from_millis(20),
-            backoff_initial: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(400),
-            ..ForwardConfig::default()
-        },
-        stats: None,
-        http_bind: Some("127.0.0.1:0".into()),
-    }
+    engine.sidecar_config(server, REPLICA, mapping)
 }
 
 impl Sidecar {

@@ -8,6 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use inferencecache_subscriber::forward::{ForwardConfig, Identity};
+use inferencecache_subscriber::mapping::MappingConfig;
+use inferencecache_subscriber::sidecar::SidecarConfig;
+use inferencecache_subscriber::{DecodeOptions, TransportConfig};
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
@@ -22,6 +26,46 @@ pub struct FakeEngine {
 }
 
 impl FakeEngine {
+    /// A one-rank sidecar reading this engine (live and replay) and reporting
+    /// to `server` as `replica` of model "m", tenant "t", with a short window
+    /// and fast reconnects, so tests wait milliseconds, not seconds.
+    pub fn sidecar_config(
+        &self,
+        server: std::net::SocketAddr,
+        replica: &str,
+        mapping: MappingConfig,
+    ) -> SidecarConfig {
+        SidecarConfig {
+            transport: TransportConfig {
+                engine_endpoint: self.pub_endpoint.clone(),
+                replay_endpoint: Some(self.replay_endpoint.clone()),
+                topic: self.topic.into(),
+                replay_timeout: Duration::from_secs(2),
+                retry_backoff: Duration::from_millis(100),
+                ..TransportConfig::default()
+            },
+            first_rank: 0,
+            ranks: 1,
+            mapping,
+            decode: DecodeOptions::default(),
+            forward: ForwardConfig {
+                server: server.to_string(),
+                identity: Identity {
+                    replica_id: replica.into(),
+                    model_id: "m".into(),
+                    tenant_id: "t".into(),
+                    hash_scheme: "vllm".into(),
+                },
+                window: Duration::from_millis(20),
+                backoff_initial: Duration::from_millis(50),
+                backoff_max: Duration::from_millis(400),
+                ..ForwardConfig::default()
+            },
+            stats: None,
+            http_bind: Some("127.0.0.1:0".into()),
+        }
+    }
+
     /// Binds PUB and ROUTER on ephemeral loopback ports. With
     /// `answer_replays: false` the ROUTER stays silent, as an engine does
     /// for a request it cannot parse.
