@@ -8,7 +8,7 @@ use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
 use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json};
 use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
-use crate::snapshot::SnapshotJson;
+use crate::snapshot::snapshot_json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -197,7 +197,7 @@ async fn snapshot(State(state): State<HttpState>, method: Method, headers: Heade
     let core = state.core.clone();
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();
-        serde_json::to_vec(&SnapshotJson::from(&snap))
+        serde_json::to_vec(&snapshot_json(&snap))
     })
     .await;
     match built {

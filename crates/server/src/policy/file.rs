@@ -5,7 +5,7 @@
 
 use super::resolved::PolicySet;
 use super::store::PolicyStore;
-use super::wire::{MAX_POLICY_BODY_BYTES, PolicySnapshot, decode_policy_json};
+use super::wire::{MAX_POLICY_BODY_BYTES, PolicySnapshot, decode_policy_json, into_policy_set};
 use crate::metrics::Metrics;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,9 +33,7 @@ pub fn load_policy_file(path: &Path) -> Result<PolicySet, String> {
         std::str::from_utf8(&bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
     let snapshot: PolicySnapshot = serde_saphyr::from_str(text)
         .map_err(|e| format!("{}: decode policy snapshot: {e}", path.display()))?;
-    snapshot
-        .into_policy_set()
-        .map_err(|e| format!("{}: {e}", path.display()))
+    into_policy_set(snapshot).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Polls a policy file and applies it to the store when it changes.

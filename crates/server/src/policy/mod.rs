@@ -16,5 +16,5 @@ pub use store::PolicyStore;
 pub use wire::{
     DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE, MAX_POLICY_BODY_BYTES,
     POLICY_MINIMUM_ACCEPTED_VERSION, POLICY_PROPAGATION_VERSION, PolicyError, PolicySnapshot,
-    ResolvedPolicy, ResolvedTenant, StrategyWire, decode_policy_json,
+    ResolvedPolicy, ResolvedTenant, StrategyWire, decode_policy_json, into_policy_set,
 };

@@ -2,112 +2,12 @@
 //! marshals them, and their decoding into a [`PolicySet`].
 
 use super::resolved::{EvictionAlgorithm, PolicySet, TenantPolicy};
-use serde::{Deserialize, Serialize};
+pub use inferencecache_control_api::policy::{
+    DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE, MAX_POLICY_BODY_BYTES,
+    POLICY_MINIMUM_ACCEPTED_VERSION, POLICY_PROPAGATION_VERSION, PolicySnapshot, ResolvedPolicy,
+    ResolvedTenant, StrategyWire,
+};
 use std::time::Duration;
-
-/// Version the controller writes today.
-pub const POLICY_PROPAGATION_VERSION: i64 = 7;
-/// Oldest version still accepted (and normalized).
-pub const POLICY_MINIMUM_ACCEPTED_VERSION: i64 = 3;
-/// Matched-tokens floor when a tenant has no policy (and for v3 bodies that leave it 0).
-pub const DEFAULT_MINIMUM_MATCHED_TOKENS: i32 = 64;
-/// Routing floor when a tenant has no policy or leaves it null.
-pub const DEFAULT_ROUTING_FLOOR_SCORE: f32 = 0.1;
-/// Largest accepted `/policy` body.
-pub const MAX_POLICY_BODY_BYTES: usize = 1 << 20;
-
-/// The pushed document.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicySnapshot {
-    /// Wire version, 3 to 7.
-    #[serde(default)]
-    pub version: i64,
-    /// One entry per CachePolicy namespace (== tenant_id).
-    #[serde(default)]
-    pub policies: Option<Vec<ResolvedPolicy>>,
-    /// CacheTenant quotas.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenants: Option<Vec<ResolvedTenant>>,
-}
-
-/// One namespace's policy. Every field is optional on the wire; `null` and
-/// absent mean the same.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ResolvedPolicy {
-    /// Namespace, matched against `tenant_id`. Empty entries are dropped.
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// Index TTL in nanoseconds (Go `time.Duration`); <= 0 keeps the default.
-    #[serde(default, rename = "evictionTTL", skip_serializing_if = "is_zero_opt")]
-    pub eviction_ttl: Option<i64>,
-    /// Prompts shorter than this get no prefix hint; <= 0 disables.
-    #[serde(default, skip_serializing_if = "is_zero_opt")]
-    pub minimum_prefix_tokens: Option<i32>,
-    /// Matches shorter than this are not hints; 0 opts out (v4+).
-    #[serde(default, skip_serializing_if = "is_zero_opt")]
-    pub minimum_matched_tokens: Option<i32>,
-    /// Top scores below this are not hints; null = 0.1, 0 opts out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub routing_floor_score: Option<f32>,
-    /// Per-lookup budget in milliseconds; <= 0 = none.
-    #[serde(default, skip_serializing_if = "is_zero_opt")]
-    pub lookup_timeout_ms: Option<i32>,
-    /// AFFINITY_HINT fallback; null = on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity_routing: Option<bool>,
-    /// Cap victim order: "lfu" (any case) or LRU.
-    #[serde(default, skip_serializing_if = "is_empty_opt")]
-    pub eviction: Option<String>,
-    /// Matching strategy switches.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<StrategyWire>,
-}
-
-/// `strategy` object; each switch null = its default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct StrategyWire {
-    /// Default true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable_chain_matching: Option<bool>,
-    /// Default false.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub require_chain: Option<bool>,
-    /// Default true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable_tenant_hot: Option<bool>,
-}
-
-/// One CacheTenant quota.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResolvedTenant {
-    /// Tenant id; empty entries are dropped.
-    #[serde(default, rename = "tenantID")]
-    pub tenant_id: Option<String>,
-    /// Budget of distinct prefixes; negative is clamped to 0.
-    #[serde(default, rename = "maxIndexEntries")]
-    pub max_index_entries: Option<i64>,
-    /// Carried, unused (only Fairness exists).
-    #[serde(
-        default,
-        rename = "isolationMode",
-        skip_serializing_if = "is_empty_opt"
-    )]
-    pub isolation_mode: Option<String>,
-}
-
-#[allow(clippy::ref_option)] // serde's skip_serializing_if passes &Option<T>
-fn is_zero_opt<T: Default + PartialEq>(v: &Option<T>) -> bool {
-    v.as_ref().is_none_or(|x| *x == T::default())
-}
-
-#[allow(clippy::ref_option)]
-fn is_empty_opt(v: &Option<String>) -> bool {
-    v.as_ref().is_none_or(String::is_empty)
-}
 
 /// Why a policy document was refused.
 #[derive(Debug, thiserror::Error)]
@@ -132,75 +32,71 @@ pub fn decode_policy_json(body: &[u8]) -> Result<PolicySet, PolicyError> {
         Some(Err(e)) => return Err(PolicyError::Decode(e.to_string())),
         None => return Err(PolicyError::Decode("EOF".into())),
     };
-    snapshot.into_policy_set()
+    into_policy_set(snapshot)
 }
 
-impl PolicySnapshot {
-    /// Checks the version, normalizes older bodies and resolves defaults.
-    pub fn into_policy_set(self) -> Result<PolicySet, PolicyError> {
-        let v = self.version;
-        if !(POLICY_MINIMUM_ACCEPTED_VERSION..=POLICY_PROPAGATION_VERSION).contains(&v) {
-            return Err(PolicyError::Version(v));
-        }
-        let mut set = PolicySet {
-            version: v,
-            ..PolicySet::default()
-        };
-        for p in self.policies.unwrap_or_default() {
-            let Some(ns) = p.namespace.clone().filter(|n| !n.is_empty()) else {
-                continue;
-            };
-            // Later duplicates win, as in the reference.
-            set.policies.insert(ns, p.resolve(v));
-        }
-        for t in self.tenants.unwrap_or_default() {
-            let Some(id) = t.tenant_id.filter(|n| !n.is_empty()) else {
-                continue;
-            };
-            set.quotas
-                .insert(id, t.max_index_entries.unwrap_or(0).max(0));
-        }
-        Ok(set)
+/// Checks the version, normalizes older bodies and resolves defaults.
+pub fn into_policy_set(snapshot: PolicySnapshot) -> Result<PolicySet, PolicyError> {
+    let v = snapshot.version;
+    if !(POLICY_MINIMUM_ACCEPTED_VERSION..=POLICY_PROPAGATION_VERSION).contains(&v) {
+        return Err(PolicyError::Version(v));
     }
+    let mut set = PolicySet {
+        version: v,
+        ..PolicySet::default()
+    };
+    for p in snapshot.policies.unwrap_or_default() {
+        let Some(ns) = p.namespace.clone().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        // Later duplicates win, as in the reference.
+        set.policies.insert(ns, resolve(&p, v));
+    }
+    for t in snapshot.tenants.unwrap_or_default() {
+        let Some(id) = t.tenant_id.filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        set.quotas
+            .insert(id, t.max_index_entries.unwrap_or(0).max(0));
+    }
+    Ok(set)
 }
 
-impl ResolvedPolicy {
-    /// Resolves one entry of a body of `version` into the values the server
-    /// uses. v<4: a 0 matched-tokens floor means "unset" → 64. Null floor,
-    /// affinity and strategy switches take their defaults in every version,
-    /// which is what v<5/v<6/v<7 normalization produces.
-    fn resolve(&self, version: i64) -> TenantPolicy {
-        let defaults = TenantPolicy::default();
-        let mut matched = self.minimum_matched_tokens.unwrap_or(0);
-        if version < 4 && matched == 0 {
-            matched = DEFAULT_MINIMUM_MATCHED_TOKENS;
-        }
-        let strategy = self.strategy.unwrap_or_default();
-        TenantPolicy {
-            eviction_ttl: self
-                .eviction_ttl
-                .filter(|&ns| ns > 0)
-                .map(|ns| Duration::from_nanos(ns.unsigned_abs())),
-            minimum_prefix_tokens: self.minimum_prefix_tokens.unwrap_or(0).max(0),
-            minimum_matched_tokens: matched.max(0),
-            routing_floor_score: self
-                .routing_floor_score
-                .map_or(DEFAULT_ROUTING_FLOOR_SCORE, |f| f.max(0.0)),
-            lookup_timeout: self
-                .lookup_timeout_ms
-                .filter(|&ms| ms > 0)
-                .map(|ms| Duration::from_millis(u64::from(ms.unsigned_abs()))),
-            affinity_routing: self.affinity_routing.unwrap_or(defaults.affinity_routing),
-            eviction: EvictionAlgorithm::from_policy_str(self.eviction.as_deref().unwrap_or("")),
-            enable_chain_matching: strategy
-                .enable_chain_matching
-                .unwrap_or(defaults.enable_chain_matching),
-            require_chain: strategy.require_chain.unwrap_or(defaults.require_chain),
-            enable_tenant_hot: strategy
-                .enable_tenant_hot
-                .unwrap_or(defaults.enable_tenant_hot),
-            has_policy: true,
-        }
+/// Resolves one entry of a body of `version` into the values the server
+/// uses. v<4: a 0 matched-tokens floor means "unset" → 64. Null floor,
+/// affinity and strategy switches take their defaults in every version,
+/// which is what v<5/v<6/v<7 normalization produces.
+fn resolve(p: &ResolvedPolicy, version: i64) -> TenantPolicy {
+    let defaults = TenantPolicy::default();
+    let mut matched = p.minimum_matched_tokens.unwrap_or(0);
+    if version < 4 && matched == 0 {
+        matched = DEFAULT_MINIMUM_MATCHED_TOKENS;
+    }
+    let strategy = p.strategy.unwrap_or_default();
+    TenantPolicy {
+        eviction_ttl: p
+            .eviction_ttl
+            .filter(|&ns| ns > 0)
+            .map(|ns| Duration::from_nanos(ns.unsigned_abs())),
+        minimum_prefix_tokens: p.minimum_prefix_tokens.unwrap_or(0).max(0),
+        minimum_matched_tokens: matched.max(0),
+        routing_floor_score: p
+            .routing_floor_score
+            .map_or(DEFAULT_ROUTING_FLOOR_SCORE, |f| f.max(0.0)),
+        lookup_timeout: p
+            .lookup_timeout_ms
+            .filter(|&ms| ms > 0)
+            .map(|ms| Duration::from_millis(u64::from(ms.unsigned_abs()))),
+        affinity_routing: p.affinity_routing.unwrap_or(defaults.affinity_routing),
+        eviction: EvictionAlgorithm::from_policy_str(p.eviction.as_deref().unwrap_or("")),
+        enable_chain_matching: strategy
+            .enable_chain_matching
+            .unwrap_or(defaults.enable_chain_matching),
+        require_chain: strategy.require_chain.unwrap_or(defaults.require_chain),
+        enable_tenant_hot: strategy
+            .enable_tenant_hot
+            .unwrap_or(defaults.enable_tenant_hot),
+        has_policy: true,
     }
 }
 
