@@ -98,6 +98,9 @@ pub struct ReplicaJson {
     t2_query_tokens: i64,
     #[serde(skip_serializing_if = "String::is_empty")]
     client_version: String,
+    /// Approximate-mode holdings (additive key, omitted when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    tentative_count: i64,
 }
 
 /// One tenant row.
@@ -120,6 +123,9 @@ pub struct SnapshotJson {
     tenants: Vec<TenantJson>,
     total_prefixes: i64,
     hot_prefixes: i64,
+    /// Approximate-mode holdings, all tenants (additive key, omitted when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    tentative_entries: i64,
 }
 
 fn replica(r: &SnapshotReplica) -> ReplicaJson {
@@ -136,6 +142,7 @@ fn replica(r: &SnapshotReplica) -> ReplicaJson {
         t2_hit_tokens: r.t2_hit_tokens,
         t2_query_tokens: r.t2_query_tokens,
         client_version: r.client_version.to_string(),
+        tentative_count: r.tentative_count,
     }
 }
 
@@ -156,6 +163,7 @@ impl From<&Snapshot> for SnapshotJson {
             tenants: s.tenants.iter().map(tenant).collect(),
             total_prefixes: s.total_prefixes,
             hot_prefixes: s.hot_prefixes,
+            tentative_entries: s.tentative_entries,
         }
     }
 }
@@ -209,6 +217,7 @@ mod tests {
             tenants: vec![SnapshotTenant::default()],
             total_prefixes: 0,
             hot_prefixes: 0,
+            ..Default::default()
         };
         let v = serde_json::to_value(SnapshotJson::from(&snap)).unwrap();
         let keys = |o: &serde_json::Value| {

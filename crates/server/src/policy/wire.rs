@@ -2,11 +2,12 @@
 //! marshals them, and their decoding into a [`PolicySet`].
 
 use super::resolved::{EvictionAlgorithm, PolicySet, TenantPolicy};
+use super::routing::RoutingWire;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Version the controller writes today.
-pub const POLICY_PROPAGATION_VERSION: i64 = 7;
+/// Newest version accepted (8 adds the `routing` object, see `routing.rs`).
+pub const POLICY_PROPAGATION_VERSION: i64 = 8;
 /// Oldest version still accepted (and normalized).
 pub const POLICY_MINIMUM_ACCEPTED_VERSION: i64 = 3;
 /// Matched-tokens floor when a tenant has no policy (and for v3 bodies that leave it 0).
@@ -63,6 +64,9 @@ pub struct ResolvedPolicy {
     /// Matching strategy switches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<StrategyWire>,
+    /// Ranking mode and estimated-TTFT weights (v8; ignored before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingWire>,
 }
 
 /// `strategy` object; each switch null = its default.
@@ -115,7 +119,7 @@ pub enum PolicyError {
     /// Not JSON, unknown field, wrong type, or too large.
     #[error("decode policy snapshot: {0}")]
     Decode(String),
-    /// Version outside [3, 7].
+    /// Version outside [3, 8].
     #[error("unsupported policy snapshot version")]
     Version(i64),
 }
@@ -151,7 +155,7 @@ impl PolicySnapshot {
                 continue;
             };
             // Later duplicates win, as in the reference.
-            set.policies.insert(ns, p.resolve(v));
+            set.policies.insert(ns, p.resolve(v)?);
         }
         for t in self.tenants.unwrap_or_default() {
             let Some(id) = t.tenant_id.filter(|n| !n.is_empty()) else {
@@ -169,14 +173,20 @@ impl ResolvedPolicy {
     /// uses. v<4: a 0 matched-tokens floor means "unset" → 64. Null floor,
     /// affinity and strategy switches take their defaults in every version,
     /// which is what v<5/v<6/v<7 normalization produces.
-    fn resolve(&self, version: i64) -> TenantPolicy {
+    fn resolve(&self, version: i64) -> Result<TenantPolicy, PolicyError> {
         let defaults = TenantPolicy::default();
+        let (ranking, ttft) = match (&self.routing, version >= 8) {
+            (Some(r), true) => r
+                .resolve()
+                .map_err(|e| PolicyError::Decode(e.to_string()))?,
+            _ => (defaults.ranking, defaults.ttft),
+        };
         let mut matched = self.minimum_matched_tokens.unwrap_or(0);
         if version < 4 && matched == 0 {
             matched = DEFAULT_MINIMUM_MATCHED_TOKENS;
         }
         let strategy = self.strategy.unwrap_or_default();
-        TenantPolicy {
+        Ok(TenantPolicy {
             eviction_ttl: self
                 .eviction_ttl
                 .filter(|&ns| ns > 0)
@@ -200,7 +210,9 @@ impl ResolvedPolicy {
                 .enable_tenant_hot
                 .unwrap_or(defaults.enable_tenant_hot),
             has_policy: true,
-        }
+            ranking,
+            ttft,
+        })
     }
 }
 
@@ -213,8 +225,39 @@ mod tests {
     }
 
     #[test]
-    fn version_constant_is_seven() {
-        assert_eq!(POLICY_PROPAGATION_VERSION, 7);
+    fn version_constant_is_eight() {
+        assert_eq!(POLICY_PROPAGATION_VERSION, 8);
+    }
+
+    #[test]
+    fn v8_routing_is_resolved_and_ignored_before_v8() {
+        use inferencecache_index::{RankingMode, TtftWeights};
+        let body = |v: i64| {
+            format!(
+                r#"{{"version":{v},"policies":[{{"namespace":"a","routing":{{"ranking":"contract","prefillMicrosPerToken":80,"t2ReloadCost":2,"pressureMicros":-1,"tentativeTTLSeconds":0}}}}]}}"#
+            )
+        };
+        let p = decode(&body(8)).unwrap().policies["a"];
+        assert_eq!(p.ranking, Some(RankingMode::Contract));
+        assert_eq!(p.ttft.prefill_us_per_token, 80.0);
+        assert_eq!(p.ttft.t2_reload, 1.0, "clamped to [0, 1]");
+        assert_eq!(p.ttft.pressure_us, 0.0, "negative clamped to 0");
+        assert!(p.ttft.tentative_ttl.is_zero());
+        let old = decode(&body(7)).unwrap().policies["a"];
+        assert_eq!(old.ranking, None);
+        assert_eq!(old.ttft, TtftWeights::default());
+        let e =
+            decode(r#"{"version":8,"policies":[{"namespace":"a","routing":{"ranking":"best"}}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.starts_with("decode policy snapshot: routing.ranking"),
+            "{e}"
+        );
+        let e = decode(r#"{"version":8,"policies":[{"namespace":"a","routing":{"bogus":1}}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus"), "{e}");
     }
 
     #[test]
@@ -285,7 +328,7 @@ mod tests {
 
     #[test]
     fn versions_outside_the_window_are_rejected() {
-        for v in ["2", "8", "0"] {
+        for v in ["2", "9", "0"] {
             let e = decode(&format!(r#"{{"version":{v}}}"#)).unwrap_err();
             assert_eq!(e.to_string(), "unsupported policy snapshot version");
         }
