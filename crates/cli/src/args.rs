@@ -162,6 +162,13 @@ pub struct ServeArgs {
           value_parser = parse_duration)]
     pub index_sweep_interval: std::time::Duration,
 
+    /// Ranking of tenants whose CachePolicy does not choose one: `ttft`
+    /// (estimated time to first token over every live replica, load- and
+    /// tier-aware, with approximate mode) or `contract` (the reference's
+    /// ranking and affinity, exactly).
+    #[arg(long, env = "INFERENCECACHE_RANKING", default_value = "ttft", value_parser = parse_ranking)]
+    pub ranking: inferencecache_server::core::RankingMode,
+
     /// Period of StreamMetrics samples (e.g. 1s).
     #[arg(long, env = "INFERENCECACHE_STREAM_METRICS_INTERVAL", default_value = "1s",
           value_parser = parse_duration)]
@@ -209,6 +216,12 @@ fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
 
 /// Parses a Go-style duration: one or more `<number><unit>` parts with units
 /// ms, s, m, h (e.g. `90s`, `1h30m`). Zero is refused.
+/// `--ranking` values.
+fn parse_ranking(s: &str) -> Result<inferencecache_server::core::RankingMode, String> {
+    inferencecache_server::core::RankingMode::parse(s)
+        .ok_or_else(|| format!("unknown ranking {s:?}; expected ttft or contract"))
+}
+
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let bad = || format!("{s:?} is not a duration; use e.g. 500ms, 90s, 30m or 1h30m");
     let mut total = std::time::Duration::ZERO;

@@ -88,6 +88,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             max_entries: args.index_max_entries,
             default_ttl: args.index_ttl,
             sweep_interval: args.index_sweep_interval,
+            ranking: args.ranking,
         },
         stream_metrics_interval: args.stream_metrics_interval,
     })

@@ -19,12 +19,16 @@ hash_ids) against N simulated engine replicas, each with an LRU KV cache, a FIFO
 batched decode, and routes every request with each policy in turn, on fresh server state:\n\n\
   rr                 round-robin, blind to caches and load\n\
   least-loaded       fewest requests in flight\n\
-  hints              LookupRoute hint (real server, real gateway client; round-robin on no hint)\n\
-  hints-no-affinity  as hints, with the CachePolicy knob affinityRouting=false\n\
-  oracle             longest cached prefix on any replica under the load bound\n\n\
-The replicas publish vLLM-format KV events through the real subscriber mapping and report \
-pressure = queue depth / --max-queue, so the server's pressure factor sees load. Time is simulated: \
-an hour of trace takes minutes, and a --seed gives the same decisions on every run.\n\n\
+  hints              LookupRoute hint with the server's defaults (estimated-TTFT ranking, approximate \
+mode; real server, real gateway client; round-robin on no hint)\n\
+  hints-contract     as hints, from a server started with --ranking contract (the reference)\n\
+  hints-approx       as hints, with no KV events at all (stats reports and tentative holdings only)\n\
+  hints-no-affinity  contract ranking with the CachePolicy knob affinityRouting=false\n\
+  oracle             longest cached prefix on any replica under the load bound; it sees every cache \
+and queue exactly at routing time, which the server cannot\n\n\
+The replicas publish vLLM-format KV events through the real subscriber mapping --event-delay after \
+each prefill, and report stats (pressure = queue depth / --max-queue) every --stats-interval. Time \
+is simulated: an hour of trace takes minutes, and a --seed gives the same decisions on every run.\n\n\
 Prints per policy: cache hit rate (cached prompt tokens / prompt tokens), TTFT p50/p99, \
 requests per replica as max/mean (1.0 = even), lookup latency p50/p99 and the hint mix.",
     after_help = "Examples:\n  \
@@ -50,7 +54,7 @@ pub struct SimulateArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rr,least-loaded,hints,hints-no-affinity,oracle"
+        default_value = "rr,least-loaded,hints,hints-contract,hints-approx,oracle"
     )]
     pub policies: Vec<PolicyKind>,
     /// Use a running server's gRPC endpoint instead of a fresh in-process one
@@ -84,6 +88,13 @@ pub struct SimulateArgs {
     /// Decode time per output token, µs.
     #[arg(long, default_value_t = ServiceModel::default().decode_us_per_token)]
     pub decode_us_per_token: f64,
+    /// Delay between a replica's prefill finishing and its KV events reaching
+    /// the server (the sidecar's batching window), ms.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub event_delay: u64,
+    /// How often replicas report stats (the sidecar's scrape interval), s.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub stats_interval: f64,
     /// Time buckets of the over-time series.
     #[arg(long, default_value_t = 60)]
     pub buckets: usize,
@@ -144,6 +155,12 @@ fn run_inner(args: SimulateArgs) -> Result<(), String> {
         },
         server: args.server.clone(),
         buckets: args.buckets,
+        event_delay_ms: args.event_delay,
+        stats_interval_ms: if args.stats_interval.is_finite() && args.stats_interval > 0.0 {
+            (args.stats_interval * 1000.0).round() as u64
+        } else {
+            0
+        },
         ..Settings::default()
     };
     settings.validate().map_err(|e| e.to_string())?;
@@ -161,14 +178,6 @@ fn run_inner(args: SimulateArgs) -> Result<(), String> {
     let report = runtime
         .block_on(simulate(&config, &workload))
         .map_err(|e| e.to_string())?;
-    println!(
-        "{} requests over {:.0} s of trace, {} replicas × {} blocks, seed {}",
-        report.requests,
-        report.trace_seconds,
-        report.settings.replicas,
-        report.settings.cache_blocks,
-        report.settings.seed
-    );
     if args.markdown {
         print!("{}", report.markdown());
     } else {

@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Version the controller writes today.
-pub const POLICY_PROPAGATION_VERSION: i64 = 7;
+/// Newest version accepted (8 adds the `routing` object; the reference
+/// controller writes 7).
+pub const POLICY_PROPAGATION_VERSION: i64 = 8;
 /// Oldest version still accepted (and normalized).
 pub const POLICY_MINIMUM_ACCEPTED_VERSION: i64 = 3;
 /// Matched-tokens floor when a tenant has no policy (and for v3 bodies that leave it 0).
@@ -20,7 +21,7 @@ pub const MAX_POLICY_BODY_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySnapshot {
-    /// Wire version, 3 to 7.
+    /// Wire version, 3 to 8.
     #[serde(default)]
     pub version: i64,
     /// One entry per CachePolicy namespace (== tenant_id).
@@ -63,6 +64,9 @@ pub struct ResolvedPolicy {
     /// Matching strategy switches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<StrategyWire>,
+    /// Ranking mode and estimated-TTFT weights (v8; ignored before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingWire>,
 }
 
 /// `strategy` object; each switch null = its default.
@@ -107,4 +111,38 @@ fn is_zero_opt<T: Default + PartialEq>(v: &Option<T>) -> bool {
 #[allow(clippy::ref_option)]
 fn is_empty_opt(v: &Option<String>) -> bool {
     v.as_ref().is_none_or(String::is_empty)
+}
+
+/// The `routing` object of a v8 policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RoutingWire {
+    /// `ttft` or `contract`; null = the server's `--ranking`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranking: Option<String>,
+    /// µs per uncached prompt token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_micros_per_token: Option<f64>,
+    /// µs of fixed cost per prefill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_overhead_micros: Option<f64>,
+    /// µs of queued work per unit of reported pressure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure_micros: Option<f64>,
+    /// Reload cost of a T2 match, as a fraction of recomputing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t2_reload_cost: Option<f64>,
+    /// Reload cost of a T3 match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t3_reload_cost: Option<f64>,
+    /// Pressure at or above which a replica without a match is skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_max_pressure: Option<f32>,
+    /// Lifetime of tentative holdings, seconds; 0 turns approximate mode off.
+    #[serde(
+        default,
+        rename = "tentativeTTLSeconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tentative_ttl_seconds: Option<f64>,
 }

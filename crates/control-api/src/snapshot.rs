@@ -111,6 +111,9 @@ pub struct ReplicaJson {
     /// Sidecar version string (ours; omitted when empty).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub client_version: String,
+    /// Approximate-mode holdings (ours, additive; omitted when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tentative_count: i64,
 }
 
 /// One tenant row.
@@ -142,4 +145,7 @@ pub struct SnapshotJson {
     pub total_prefixes: i64,
     /// Prefixes with delivered hits.
     pub hot_prefixes: i64,
+    /// Approximate-mode holdings, all tenants (ours, additive; omitted when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tentative_entries: i64,
 }

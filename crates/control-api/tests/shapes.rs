@@ -49,6 +49,7 @@ fn snapshot_round_trips_and_omits_optional_keys() {
         }],
         total_prefixes: 3,
         hot_prefixes: 0,
+        ..Default::default()
     };
     let text = serde_json::to_string(&snap).unwrap();
     assert!(!text.contains("statsReported") && !text.contains("clientVersion"));

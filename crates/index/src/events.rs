@@ -2,7 +2,7 @@
 
 use crate::clock::wire_us_to_ns;
 use crate::index::Index;
-use crate::key::KeyRef;
+use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::shard::{read, write};
 use crate::types::{CacheEvent, EventKind, EventOutcome};
@@ -63,6 +63,13 @@ impl Index {
         let wanted = parts
             .iter()
             .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id);
+        if self.tentative.active() {
+            let keys: Vec<(u32, u64)> = wanted
+                .clone()
+                .map(|p| (p.id, key_hash(p.id, &ev.prefix_hash)))
+                .collect();
+            out.tentative_removed += self.tentative.remove_many(replica, &keys);
+        }
         for p in wanted {
             let key = KeyRef::new(p.id, &ev.prefix_hash);
             let mut shard = self.shards.write(key.shard());
@@ -114,6 +121,12 @@ impl Index {
         let Some((tm, replica, name, is_part, scopes, parts, tenant, model)) = found else {
             return;
         };
+        if self.tentative.active() {
+            let ids: Vec<u32> = (0..is_part.len() as u32)
+                .filter(|&p| is_part[p as usize])
+                .collect();
+            out.tentative_removed += self.tentative.clear(&ids, replica);
+        }
         // How many entries the replica holds under (tenant, model): stop the walk early.
         let mut expected: u64 = {
             let c = read(&self.counters);

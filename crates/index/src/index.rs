@@ -50,6 +50,10 @@ pub struct Index {
     pub(crate) quota: crate::quota::QuotaReserves,
     /// Model ids reported non-zero by the last `entry_counts_by_model`.
     pub(crate) gauge: Mutex<Vec<bool>>,
+    /// Delivered-hint window (estimated-TTFT ranking).
+    pub(crate) load: crate::load::LoadTracker,
+    /// Tentative holdings (approximate mode).
+    pub(crate) tentative: crate::tentative::Tentative,
 }
 
 impl std::fmt::Debug for Index {
@@ -93,6 +97,13 @@ impl Index {
             reserve: crate::cap::CapReserve::new(),
             quota: crate::quota::QuotaReserves::new(),
             gauge: Mutex::new(Vec::new()),
+            load: crate::load::LoadTracker::default(),
+            // As many tentative holdings as real entries at most.
+            tentative: crate::tentative::Tentative::new(if cfg.max_entries > 0 {
+                usize::try_from(cfg.max_entries).unwrap_or(usize::MAX)
+            } else {
+                crate::config::DEFAULT_MAX_ENTRIES as usize
+            }),
         }
     }
 

@@ -4,7 +4,7 @@ use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::holder::{Holder, Holders};
 use crate::index::{Index, StatsEntry};
-use crate::key::KeyRef;
+use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
 use crate::shard::write;
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
@@ -42,6 +42,9 @@ impl Index {
             };
             // Partition cache: entries of one update almost always share an adapter.
             let mut cached: Option<Arc<Partition>> = None;
+            // Real entries replace tentative holdings (checked once per update).
+            let track = self.tentative.active();
+            let mut confirmed: Vec<(u32, u64)> = Vec::new();
             for e in &u.prefixes {
                 let adapter: &str = if !e.adapter_id.is_empty() {
                     &e.adapter_id
@@ -79,12 +82,18 @@ impl Index {
                             out.dropped_empty_hash += 1;
                             continue;
                         }
+                        if track {
+                            confirmed.push((part.id, key_hash(part.id, h)));
+                        }
                         self.upsert(&part, h, cumulative, tier, &w, &mut out, &mut notes);
                     }
                 }
                 // The legacy key: the whole entry in legacy form (its empty
                 // hash was dropped above), or co-set beside a chain.
                 if !e.prefix_hash.is_empty() {
+                    if track {
+                        confirmed.push((part.id, key_hash(part.id, &e.prefix_hash)));
+                    }
                     self.upsert(
                         &part,
                         &e.prefix_hash,
@@ -96,6 +105,7 @@ impl Index {
                     );
                 }
             }
+            out.tentative_confirmed = self.tentative.confirm(replica, &confirmed);
         }
 
         if let Some(s) = &u.stats {

@@ -46,6 +46,20 @@
 //! - the observer is told about new entries (not refreshes), removals with a
 //!   reason, `ALL_CLEARED` and `REPLICA_UPDATED`.
 //!
+//! # Rankings
+//!
+//! Two rankings share the storage:
+//! - the **contract** ranking ([`Index::lookup_route`], [`Index::affinity_hint`]):
+//!   the reference's formulas bit for bit (§2.6);
+//! - the **estimated-TTFT** ranking ([`Index::route_ttft`], the server's
+//!   default): every live replica scored by `queued + overhead + per-token ×
+//!   uncached tokens (tier-weighted) + pressure cost`, ties by the affinity
+//!   seed rule; delivered hints are reported back with
+//!   [`Index::record_delivery`], which feeds the per-replica queue estimate
+//!   (the delivered-hint window) and approximate mode's tentative holdings.
+//!   See the `routing`, `load` and `tentative` modules. Policy values come in
+//!   as [`RouteParams`] per lookup.
+//!
 //! # Example
 //!
 //! ```
@@ -140,13 +154,16 @@ mod holder;
 mod index;
 mod ingest;
 mod key;
+mod load;
 mod lookup;
 mod observer;
 mod policy;
 mod quota;
 mod ranking;
+mod routing;
 mod shard;
 mod snapshot;
+mod tentative;
 mod types;
 
 pub use affinity::{affinity_index, affinity_seed_value, chain_seed};
@@ -161,6 +178,9 @@ pub use observer::{IndexObserver, PrefixChange, RemovalReason};
 pub use policy::{EvictionAlgorithm, NoPolicy, PolicyResolver};
 pub use ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
+};
+pub use routing::{
+    Delivery, DeliveryOutcome, Estimate, RankingMode, RouteParams, TtftRoute, TtftWeights,
 };
 pub use types::{
     Aggregate, CacheEvent, CacheState, CacheUpdate, EventKind, EventOutcome, EvictionCounts,

@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 /// A matched replica before names and stats are attached.
-struct Raw {
-    replica: u32,
-    tokens: i32,
-    fresh: f32,
-    tier: Tier,
+pub(crate) struct Raw {
+    pub(crate) replica: u32,
+    pub(crate) tokens: i32,
+    pub(crate) fresh: f32,
+    pub(crate) tier: Tier,
     /// Chain: number of leading blocks in the run (LFU capture).
-    blocks: u32,
+    pub(crate) blocks: u32,
 }
 
 struct Ctx {
@@ -116,25 +116,7 @@ impl Index {
             return LookupRouteResult::default();
         };
         let key = KeyRef::new(ctx.part.id, req.prefix_hash);
-        let mut raws = Vec::new();
-        {
-            let shard = self.shards.read(key.shard());
-            if let Some(holders) = shard.get(&key) {
-                raws.reserve_exact(holders.len());
-                for h in holders.iter() {
-                    let fresh = freshness(ctx.now, h.last_seen, ctx.ttl);
-                    if fresh > 0.0 {
-                        raws.push(Raw {
-                            replica: h.replica,
-                            tokens: h.tokens,
-                            fresh,
-                            tier: h.tier,
-                            blocks: 1,
-                        });
-                    }
-                }
-            }
-        }
+        let raws = self.exact_raws(ctx.part.id, req.prefix_hash, ctx.now, ctx.ttl);
         if raws.is_empty() {
             return LookupRouteResult::default();
         }
@@ -172,30 +154,7 @@ impl Index {
         let Some(ctx) = self.ctx(req) else {
             return LookupRouteResult::default();
         };
-        let raws: Vec<Raw> = walk(
-            &self.shards,
-            ctx.part.id,
-            req.block_hashes,
-            req.block_token_counts,
-            ctx.now,
-            ctx.ttl,
-            |runs: &[Run]| {
-                let mut raws = Vec::with_capacity(runs.len());
-                for r in runs.iter().filter(|r| r.matched > 0) {
-                    let fresh = freshness(ctx.now, r.oldest, ctx.ttl);
-                    if fresh > 0.0 {
-                        raws.push(Raw {
-                            replica: r.replica,
-                            tokens: r.matched,
-                            fresh,
-                            tier: r.tier,
-                            blocks: r.blocks,
-                        });
-                    }
-                }
-                raws
-            },
-        );
+        let raws = self.chain_raws(ctx.part.id, req, ctx.now, ctx.ttl, |r| r.matched > 0);
         if raws.is_empty() {
             return LookupRouteResult::default();
         }
@@ -247,6 +206,64 @@ impl Index {
             scores,
             hits,
         }
+    }
+
+    /// The fresh holders of one exact key.
+    pub(crate) fn exact_raws(&self, part: u32, hash: &[u8], now: i64, ttl: i64) -> Vec<Raw> {
+        let key = KeyRef::new(part, hash);
+        let shard = self.shards.read(key.shard());
+        let Some(holders) = shard.get(&key) else {
+            return Vec::new();
+        };
+        holders
+            .iter()
+            .filter_map(|h| {
+                let fresh = freshness(now, h.last_seen, ttl);
+                (fresh > 0.0).then_some(Raw {
+                    replica: h.replica,
+                    tokens: h.tokens,
+                    fresh,
+                    tier: h.tier,
+                    blocks: 1,
+                })
+            })
+            .collect()
+    }
+
+    /// Every replica's leading run over the request's chain (weakest-link
+    /// freshness), in replica-id order, keeping the runs `keep` accepts.
+    pub(crate) fn chain_raws<H: AsRef<[u8]>>(
+        &self,
+        part: u32,
+        req: &LookupRequest<'_, H>,
+        now: i64,
+        ttl: i64,
+        keep: impl Fn(&Run) -> bool,
+    ) -> Vec<Raw> {
+        walk(
+            &self.shards,
+            part,
+            req.block_hashes,
+            req.block_token_counts,
+            now,
+            ttl,
+            |runs: &[Run]| {
+                let mut raws = Vec::with_capacity(runs.len());
+                for r in runs.iter().filter(|r| keep(r)) {
+                    let fresh = freshness(now, r.oldest, ttl);
+                    if fresh > 0.0 {
+                        raws.push(Raw {
+                            replica: r.replica,
+                            tokens: r.matched,
+                            fresh,
+                            tier: r.tier,
+                            blocks: r.blocks,
+                        });
+                    }
+                }
+                raws
+            },
+        )
     }
 
     /// Attach names, stats pressure (gated by stats freshness under the tenant

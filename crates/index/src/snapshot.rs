@@ -90,6 +90,16 @@ impl Index {
             .collect();
         keys.sort_unstable();
         keys.dedup();
+        // Tentative side: (tenant id, replica) → unexpired holdings.
+        let parts = self.partitions();
+        let mut tentative: HashMap<(u32, u32), i64> = HashMap::new();
+        let mut tentative_total = 0i64;
+        for (p, r, n) in self.tentative.counts(self.now()) {
+            if let Some(part) = parts.get(p as usize).filter(|x| !x.reserved) {
+                *tentative.entry((part.tenant_id, r)).or_default() += n as i64;
+                tentative_total += n as i64;
+            }
+        }
         let mut replicas: Vec<SnapshotReplica> = keys
             .iter()
             .map(|&(t, r)| {
@@ -99,6 +109,7 @@ impl Index {
                     client_version: Arc::from(""),
                     ..SnapshotReplica::default()
                 };
+                row.tentative_count = tentative.get(&(t, r)).copied().unwrap_or(0);
                 if let Some(&(n, last)) = prefix_side.get(&(t, r)) {
                     row.prefix_count = n;
                     row.last_event_at_ns = Some(last);
@@ -156,6 +167,7 @@ impl Index {
             tenants: tenants.into_values().collect(),
             total_prefixes: agg.total,
             hot_prefixes: hot,
+            tentative_entries: tentative_total,
         }
     }
 }

@@ -440,6 +440,8 @@ pub struct SnapshotReplica {
     pub t2_query_tokens: i64,
     /// Client version (`""` without stats).
     pub client_version: Arc<str>,
+    /// Unexpired tentative holdings (approximate mode), not in `prefix_count`.
+    pub tentative_count: i64,
 }
 
 /// One `/snapshot` tenant row.
@@ -468,6 +470,8 @@ pub struct Snapshot {
     pub total_prefixes: i64,
     /// Hot distinct prefixes across all (non-reserved) tenants.
     pub hot_prefixes: i64,
+    /// Unexpired tentative holdings (approximate mode), all tenants.
+    pub tentative_entries: i64,
 }
 
 /// Eviction counters for metrics.
@@ -528,6 +532,8 @@ pub struct IngestOutcome {
     pub stats_stored: bool,
     /// Quota and cap evictions.
     pub evictions: EvictionCounts,
+    /// Tentative holdings replaced by these real entries.
+    pub tentative_confirmed: u64,
 }
 
 /// What one event did.
@@ -537,6 +543,8 @@ pub struct EventOutcome {
     pub entries_removed: u64,
     /// Stats entries touched (refreshed or removed).
     pub stats_touched: u64,
+    /// Tentative holdings removed with the real ones.
+    pub tentative_removed: u64,
 }
 
 /// What one sweep did.
@@ -546,4 +554,6 @@ pub struct SweepOutcome {
     pub stats_removed: u64,
     /// TTL and cap evictions.
     pub evictions: EvictionCounts,
+    /// Tentative holdings expired.
+    pub tentative_expired: u64,
 }

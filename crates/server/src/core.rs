@@ -6,8 +6,9 @@ use crate::events::EventHub;
 use crate::metrics::{Metrics, ModelLabel};
 use crate::policy::PolicyStore;
 use crate::route::LookupPipeline;
+pub use inferencecache_index::RankingMode;
 use inferencecache_index::{
-    CacheEvent, CacheUpdate, EvictionCounts, Index, IndexConfig, PROBE_TENANT, SystemClock,
+    CacheEvent, CacheUpdate, Clock, EvictionCounts, Index, IndexConfig, PROBE_TENANT, SystemClock,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,8 @@ pub struct IndexSettings {
     pub default_ttl: Duration,
     /// How often the TTL + cap sweep runs.
     pub sweep_interval: Duration,
+    /// `--ranking`: the ranking of tenants whose policy does not choose one.
+    pub ranking: RankingMode,
 }
 
 impl Default for IndexSettings {
@@ -29,6 +32,7 @@ impl Default for IndexSettings {
             max_entries: inferencecache_index::DEFAULT_MAX_ENTRIES,
             default_ttl: inferencecache_index::DEFAULT_TTL,
             sweep_interval: inferencecache_index::DEFAULT_SWEEP_INTERVAL,
+            ranking: RankingMode::default(),
         }
     }
 }
@@ -64,13 +68,34 @@ impl Core {
         metrics: Arc<Metrics>,
         tokenizers: crate::tokenize::Tokenizers,
     ) -> Self {
+        Self::with_clock(
+            settings,
+            block_size,
+            policies,
+            metrics,
+            tokenizers,
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// As [`Core::new`] on another clock (the simulator drives the index on
+    /// simulated time, so freshness, the delivered-hint window and tentative
+    /// holdings follow the simulation, not the wall clock).
+    pub fn with_clock(
+        settings: IndexSettings,
+        block_size: u32,
+        policies: PolicyStore,
+        metrics: Arc<Metrics>,
+        tokenizers: crate::tokenize::Tokenizers,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let events = EventHub::new();
         let index = Arc::new(
             IndexConfig::new()
                 .max_entries(settings.max_entries)
                 .default_ttl(settings.default_ttl)
                 .reserved_tenants([PROBE_TENANT])
-                .clock(Arc::new(SystemClock))
+                .clock(clock)
                 .policy(Arc::new(policies.clone()))
                 .observer(Arc::new(events.clone()))
                 .build(),
@@ -82,7 +107,8 @@ impl Core {
             Arc::clone(&metrics),
             block_size,
             tokenizers,
-        );
+        )
+        .with_ranking(settings.ranking);
         Self {
             index,
             policies,
@@ -102,12 +128,16 @@ impl Core {
         m.add_ingest_dropped("mismatched_chain", out.dropped_mismatched_chain);
         m.add_ingest_dropped("empty_hash", out.dropped_empty_hash);
         self.record_evictions(&out.evictions);
+        m.routing.tentative("confirmed", out.tentative_confirmed);
         self.refresh_gauges();
     }
 
     /// Applies one event.
     pub fn apply_event(&self, event: &CacheEvent) {
-        self.index.apply_event(event);
+        let out = self.index.apply_event(event);
+        self.metrics
+            .routing
+            .tentative("removed", out.tentative_removed);
         self.refresh_gauges();
     }
 
@@ -115,6 +145,9 @@ impl Core {
     pub fn sweep(&self) {
         let out = self.index.sweep();
         self.record_evictions(&out.evictions);
+        self.metrics
+            .routing
+            .tentative("expired", out.tentative_expired);
         self.refresh_gauges();
     }
 
@@ -141,5 +174,9 @@ impl Core {
         self.metrics
             .index_replica_entries
             .set(i64::try_from(self.index.total_entries()).unwrap_or(i64::MAX));
+        self.metrics
+            .routing
+            .tentative_holdings
+            .set(i64::try_from(self.index.tentative_entries()).unwrap_or(i64::MAX));
     }
 }

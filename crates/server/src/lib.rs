@@ -29,6 +29,7 @@ pub mod policy;
 pub mod probe;
 pub mod reason;
 pub mod route;
+pub mod routing_metrics;
 mod sampler;
 mod serve;
 pub mod service;

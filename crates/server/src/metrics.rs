@@ -142,6 +142,8 @@ pub struct Metrics {
     pub policy_auth: Family<crate::auth::ResultLabel, Counter>,
     /// /probe authentication outcomes.
     pub probe_auth: Family<crate::auth::ResultLabel, Counter>,
+    /// Estimated-TTFT ranking and approximate mode.
+    pub routing: crate::routing_metrics::RoutingMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -282,7 +284,9 @@ impl Metrics {
                 family.clone(),
             );
         }
+        let routing = crate::routing_metrics::RoutingMetrics::register(&mut registry);
         Self {
+            routing,
             registry,
             snapshot_auth,
             policy_auth,

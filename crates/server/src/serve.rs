@@ -70,6 +70,15 @@ impl Server {
     /// Loads TLS material and binds every listener; fails before serving
     /// anything if a file is unreadable or a port is taken.
     pub async fn bind(config: &ServerConfig) -> Result<Self, ServeError> {
+        Self::bind_with_clock(config, Arc::new(inferencecache_index::SystemClock)).await
+    }
+
+    /// As [`Server::bind`], with the index on another clock (the simulator's
+    /// simulated time).
+    pub async fn bind_with_clock(
+        config: &ServerConfig,
+        clock: Arc<dyn inferencecache_index::Clock>,
+    ) -> Result<Self, ServeError> {
         let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
         let metrics = Arc::new(Metrics::new());
         metrics.grpc_tls_enabled.set(i64::from(tls.is_some()));
@@ -81,7 +90,7 @@ impl Server {
             ),
             None => None,
         };
-        let core = Core::new(
+        let core = Core::with_clock(
             config.index,
             config.engine_block_size,
             policies.clone(),
@@ -90,6 +99,7 @@ impl Server {
                 crate::tokenize::Tokenizers::none,
                 crate::tokenize::Tokenizers::load_dir,
             ),
+            clock,
         );
         let auth = match &config.control_auth {
             ControlAuth::TokenReview {

@@ -23,6 +23,7 @@ fn replica(r: &SnapshotReplica) -> ReplicaJson {
         t2_hit_tokens: r.t2_hit_tokens,
         t2_query_tokens: r.t2_query_tokens,
         client_version: r.client_version.to_string(),
+        tentative_count: r.tentative_count,
     }
 }
 
@@ -43,6 +44,7 @@ pub fn snapshot_json(s: &Snapshot) -> SnapshotJson {
         tenants: s.tenants.iter().map(tenant).collect(),
         total_prefixes: s.total_prefixes,
         hot_prefixes: s.hot_prefixes,
+        tentative_entries: s.tentative_entries,
     }
 }
 
@@ -95,6 +97,7 @@ mod tests {
             tenants: vec![SnapshotTenant::default()],
             total_prefixes: 0,
             hot_prefixes: 0,
+            ..Default::default()
         };
         let v = serde_json::to_value(snapshot_json(&snap)).unwrap();
         let keys = |o: &serde_json::Value| {

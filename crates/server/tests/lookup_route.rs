@@ -1,6 +1,7 @@
 //! LookupRoute end to end over real gRPC: reason codes, precedence, floors,
 //! affinity, deadlines, dual input, adapters, tiers, LFU credit
-//! (`server.md` §3 and the server part of §13).
+//! (`server.md` §3 and the server part of §13), under `--ranking contract`
+//! (the reference's ranking; the default ranking is tested in `ranking.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -82,7 +83,7 @@ const NO_AFFINITY: &str = r#"{"version":7,"policies":[{"namespace":"t","affinity
 
 #[tokio::test]
 async fn report_then_lookup_is_a_prefix_match() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     report(&mut c, vec![update("r1", vec![entry(h(1), 128)])]).await;
     let r = lookup(&mut c, exact(h(1), 128)).await;
@@ -102,7 +103,7 @@ async fn report_then_lookup_is_a_prefix_match() {
 
 #[tokio::test]
 async fn chain_lookup_reports_the_longest_leading_run_per_replica() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     let chain = |n: usize| PrefixEntry {
         block_hashes: (1..=n as u8).map(h).collect(),
@@ -138,7 +139,7 @@ async fn chain_lookup_reports_the_longest_leading_run_per_replica() {
 
 #[tokio::test]
 async fn unknown_tenant_model_and_scheme_are_diagnosed_and_cold_start_is_no_hint() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     // Cold start: empty index → NO_HINT, never UNKNOWN_*.
     assert_eq!(
@@ -173,7 +174,7 @@ async fn unknown_tenant_model_and_scheme_are_diagnosed_and_cold_start_is_no_hint
 
 #[tokio::test]
 async fn a_novel_prefix_in_a_known_domain_gets_a_stable_affinity_hint() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     report(
         &mut c,
@@ -215,7 +216,7 @@ async fn a_novel_prefix_in_a_known_domain_gets_a_stable_affinity_hint() {
 #[tokio::test]
 async fn affinity_pick_matches_the_cross_check_vector() {
     // Seed of the two_block_chain chain → u64 13380606229280301753; mod 2 = 1.
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     report(
         &mut c,
@@ -245,7 +246,7 @@ async fn affinity_pick_matches_the_cross_check_vector() {
 
 #[tokio::test]
 async fn matched_tokens_floor_defaults_to_64() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(
         &s,
@@ -278,7 +279,7 @@ async fn matched_tokens_floor_defaults_to_64() {
 
 #[tokio::test]
 async fn routing_floor_downgrades_a_prefix_every_replica_holds() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(&s, NO_AFFINITY).await;
     report(
@@ -304,7 +305,7 @@ async fn routing_floor_downgrades_a_prefix_every_replica_holds() {
 
 #[tokio::test]
 async fn require_chain_refuses_requests_without_a_chain() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(
         &s,
@@ -329,7 +330,7 @@ async fn require_chain_refuses_requests_without_a_chain() {
 
 #[tokio::test]
 async fn min_prefix_gate_is_no_hint_without_affinity_and_affinity_with_it() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     report(&mut c, vec![update("r1", vec![entry(h(1), 128)])]).await;
     policy(&s, r#"{"version":7,"policies":[{"namespace":"t","minimumPrefixTokens":256,"affinityRouting":false}]}"#).await;
@@ -352,7 +353,7 @@ async fn min_prefix_gate_is_no_hint_without_affinity_and_affinity_with_it() {
 
 #[tokio::test]
 async fn tenant_hot_answers_novel_prefixes_for_hot_replicas() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(&s, NO_AFFINITY).await;
     let mut u = update("hot", vec![entry(h(1), 128)]);
@@ -376,7 +377,7 @@ async fn tenant_hot_answers_novel_prefixes_for_hot_replicas() {
 
 #[tokio::test]
 async fn caller_deadline_already_breached_is_timeout_or_deadline_status() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     let mut request = tonic::Request::new(exact(h(1), 128));
     request.set_timeout(std::time::Duration::from_nanos(1));
@@ -397,7 +398,7 @@ async fn caller_deadline_already_breached_is_timeout_or_deadline_status() {
 
 #[tokio::test]
 async fn token_ids_are_fingerprinted_like_an_explicit_chain() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(&s, NO_AFFINITY).await;
     let tokens: Vec<u32> = (0..80).collect();
@@ -440,7 +441,7 @@ async fn token_ids_are_fingerprinted_like_an_explicit_chain() {
 
 #[tokio::test]
 async fn adapter_partitions_do_not_alias_and_are_echoed() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(&s, NO_AFFINITY).await;
     let mut u = update("r1", vec![entry(h(1), 128)]);
@@ -478,7 +479,7 @@ async fn adapter_partitions_do_not_alias_and_are_echoed() {
 
 #[tokio::test]
 async fn tiers_travel_end_to_end() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     let mut e = entry(h(1), 128);
     e.tier = CacheTier::T2 as i32;
@@ -490,7 +491,7 @@ async fn tiers_travel_end_to_end() {
 
 #[tokio::test]
 async fn evicted_prefix_stops_matching() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(&s, NO_AFFINITY).await;
     report(&mut c, vec![update("r1", vec![entry(h(1), 128)])]).await;
@@ -513,7 +514,7 @@ async fn evicted_prefix_stops_matching() {
 
 #[tokio::test]
 async fn probe_tenant_is_unreachable_through_the_public_contract() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     let probe = "inferencecache.io/probe";
     let mut u = update("r1", vec![entry(h(1), 128)]);
@@ -546,7 +547,7 @@ async fn probe_tenant_is_unreachable_through_the_public_contract() {
 
 #[tokio::test]
 async fn get_cache_state_aggregates_stats_prefixes_and_lfu_hot_prefixes() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(
         &s,
@@ -595,7 +596,7 @@ async fn get_cache_state_aggregates_stats_prefixes_and_lfu_hot_prefixes() {
 
 #[tokio::test]
 async fn lookup_metrics_carry_reason_and_hint_used() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     report(&mut c, vec![update("r1", vec![entry(h(1), 128)])]).await;
     lookup(&mut c, exact(h(1), 128)).await;
@@ -619,7 +620,7 @@ async fn lookup_metrics_carry_reason_and_hint_used() {
 
 #[tokio::test]
 async fn policy_budget_breached_during_resolution_is_timeout() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     policy(
         &s,
@@ -657,7 +658,7 @@ async fn policy_budget_breached_during_resolution_is_timeout() {
 
 #[tokio::test]
 async fn oversized_token_ids_fail_open() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     report(&mut c, vec![update("r1", vec![entry(h(1), 128)])]).await;
     let r = lookup(
@@ -677,7 +678,7 @@ async fn oversized_token_ids_fail_open() {
 
 #[tokio::test]
 async fn largest_contract_request_reaches_the_handler() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await.max_encoding_message_size(16 << 20);
     // 1 Mi token ids of 5 varint bytes each: over gRPC's 4 MiB default.
     let r = lookup(
@@ -694,7 +695,7 @@ async fn largest_contract_request_reaches_the_handler() {
 
 #[tokio::test]
 async fn slow_index_lookup_over_the_budget_is_timeout() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let mut c = s.client().await;
     // One replica holds a 20,000-block chain: walking it takes far longer
     // than a 1 ms budget (the explicit chain needs no resolution time, so

@@ -85,7 +85,7 @@ async fn bad_bodies_get_400_with_the_reason_and_keep_the_old_set() {
             "unsupported policy snapshot version\n",
         ),
         (
-            r#"{"version":8}"#.to_owned(),
+            r#"{"version":9}"#.to_owned(),
             "unsupported policy snapshot version\n",
         ),
         ("not json".to_owned(), "decode policy snapshot: "),

@@ -5,12 +5,16 @@
 //!
 //! # Time
 //!
-//! The simulation runs on a virtual clock, but the server judges freshness by
-//! its wall clock (linear decay over the TTL). Reports therefore carry the
-//! virtual time shifted one day into the future: the server treats any
-//! timestamp not in its past as fully fresh (`freshness = 1`), so scores are
-//! exactly reproducible whatever the machine's speed, and the TTL sweep never
-//! drops an entry during a run. The engines' own LRU evictions remove
+//! The in-process server's index runs on the simulation's clock
+//! ([`inferencecache_index::ManualClock`], set to the virtual time before
+//! every message and lookup), so the delivered-hint window drains and
+//! tentative holdings expire in simulated time. Reports carry the virtual
+//! time shifted one day into the future: the server treats any timestamp not
+//! in its past as fully fresh (`freshness = 1`), so scores are exactly
+//! reproducible whatever the machine's speed, and the TTL sweep never drops
+//! an entry during a run. (Against `--server` the index runs on its wall
+//! clock, which moves much slower than simulated time: the load window and
+//! the tentative TTL then see time compressed, and figures differ.) The engines' own LRU evictions remove
 //! entries instead, as in production. Timestamps still grow with virtual
 //! time, so the server's cap ordering follows the simulation. Every replica
 //! is cleared (`ALL_CLEARED`) at the start and end of a run, so a shared
@@ -20,11 +24,14 @@ use crate::config::{LookupInput, Settings};
 use crate::error::SimError;
 use crate::policy::PolicyKind;
 use inferencecache_client::{Client, ClientConfig, RouteInput, RouteQuery};
+use inferencecache_index::ManualClock;
 use inferencecache_proto::v1alpha1::{
     CacheEvent, CacheStateUpdate, PrefixEntry, ReplicaStats, cache_event,
 };
+use inferencecache_server::core::RankingMode;
 use inferencecache_server::{Server, ServerConfig};
 use inferencecache_subscriber::Update;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -66,16 +73,18 @@ pub struct Backend {
         CancellationToken,
         JoinHandle<Result<(), inferencecache_server::ServeError>>,
     )>,
-    /// Unix µs that virtual time 0 maps to.
+    /// Unix µs that virtual time 0 maps to in report timestamps.
     epoch_us: i64,
+    /// The in-process index's clock and the Unix ns virtual time 0 maps to.
+    clock: Option<(Arc<ManualClock>, i64)>,
 }
 
 /// The CachePolicy pushed for [`PolicyKind::HintsNoAffinity`]: the defaults,
-/// spelled out (a v7 body that omits `minimumMatchedTokens` would turn that
-/// floor off), with `affinityRouting: false`.
+/// spelled out (a body that omits `minimumMatchedTokens` would turn that
+/// floor off), the contract ranking, and `affinityRouting: false`.
 pub fn no_affinity_policy_json(tenant: &str) -> String {
     format!(
-        r#"{{"version":7,"policies":[{{"namespace":"{tenant}","minimumMatchedTokens":64,"routingFloorScore":0.1,"affinityRouting":false}}]}}"#
+        r#"{{"version":8,"policies":[{{"namespace":"{tenant}","minimumMatchedTokens":64,"routingFloorScore":0.1,"affinityRouting":false,"routing":{{"ranking":"contract"}}}}]}}"#
     )
 }
 
@@ -124,11 +133,13 @@ fn inferencecache_server_max_request() -> usize {
     8 << 20
 }
 
-/// Why `hints-no-affinity` cannot run against `--server`, and what to do.
+/// Why `hints-contract` / `hints-no-affinity` cannot run against
+/// `--server`, and what to do.
 pub fn remote_knob_error() -> SimError {
     SimError::Config(format!(
-        "hints-no-affinity sets a CachePolicy knob, which needs the in-process server; \
-         with --server, push {} to the server's /policy and run `hints`",
+        "hints-contract and hints-no-affinity set server options (--ranking contract, a \
+         CachePolicy), which needs the in-process server; with --server, start it with \
+         --ranking contract and run `hints`, or push {} to its /policy and run `hints`",
         no_affinity_policy_json(&format!("simulate-{}", PolicyKind::Hints.name()))
     ))
 }
@@ -142,9 +153,13 @@ impl Backend {
         replica_ids: &[String],
     ) -> Result<Self, SimError> {
         let tenant = format!("simulate-{}", policy.name());
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let mut clock = None;
         let (endpoint, in_process) = match &settings.server {
             Some(addr) => {
-                if policy == PolicyKind::HintsNoAffinity {
+                if policy.needs_in_process() {
                     return Err(remote_knob_error());
                 }
                 let endpoint = if addr.contains("://") {
@@ -158,7 +173,13 @@ impl Backend {
                 let mut config = ServerConfig::ephemeral();
                 config.engine_block_size = u32::try_from(settings.block_size)
                     .map_err(|_| SimError::Config("--block-size too large".into()))?;
-                let server = Server::bind(&config)
+                if policy == PolicyKind::HintsContract {
+                    config.index.ranking = RankingMode::Contract;
+                }
+                let base_ns = now_us.saturating_mul(1_000);
+                let manual = Arc::new(ManualClock::new(base_ns));
+                clock = Some((Arc::clone(&manual), base_ns));
+                let server = Server::bind_with_clock(&config, manual)
                     .await
                     .map_err(|e| SimError::Server(e.to_string()))?;
                 if policy == PolicyKind::HintsNoAffinity {
@@ -183,9 +204,6 @@ impl Backend {
         )
         .await
         .map_err(|e| rpc_err(e.to_string()))?;
-        let now_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
         let backend = Self {
             client,
             endpoint,
@@ -195,6 +213,7 @@ impl Backend {
             round_robin: inferencecache_client::RoundRobin::new(),
             in_process,
             epoch_us: now_us + 86_400_000_000,
+            clock,
         };
         backend.clear(replica_ids).await?;
         Ok(backend)
@@ -203,6 +222,18 @@ impl Backend {
     /// Tenant id the run reports and looks up under.
     pub fn tenant(&self) -> &str {
         &self.tenant
+    }
+
+    /// Moves the in-process index's clock to a virtual instant (time only
+    /// moves forward).
+    pub fn set_time(&self, virtual_us: u64) {
+        if let Some((clock, base_ns)) = &self.clock {
+            let t = base_ns.saturating_add((virtual_us as i64).saturating_mul(1_000));
+            use inferencecache_index::Clock as _;
+            if t > clock.now_ns() {
+                clock.set_ns(t);
+            }
+        }
     }
 
     /// Wire timestamp of a virtual instant.
@@ -287,14 +318,13 @@ impl Backend {
         Ok(())
     }
 
-    /// Turns one engine batch's subscriber updates into ops, each report
-    /// carrying the replica's current stats.
+    /// Turns one engine batch's subscriber updates into ops (stats travel
+    /// separately, at the scrape interval).
     pub fn ops_for(
         &self,
         replica_id: &str,
         at_virtual_us: u64,
         updates: Vec<Update>,
-        stats: &ReplicaStats,
         out: &mut Vec<Op>,
     ) {
         let timestamp_us = self.timestamp_us(at_virtual_us);
@@ -305,7 +335,7 @@ impl Backend {
                     replica_id,
                     timestamp_us,
                     std::mem::take(entries),
-                    stats,
+                    None,
                 )));
             }
         };
@@ -354,7 +384,7 @@ impl Backend {
         replica_id: &str,
         timestamp_us: i64,
         prefixes: Vec<PrefixEntry>,
-        stats: &ReplicaStats,
+        stats: Option<&ReplicaStats>,
     ) -> CacheStateUpdate {
         CacheStateUpdate {
             replica_id: replica_id.to_owned(),
@@ -363,7 +393,7 @@ impl Backend {
             hash_scheme: HASH_SCHEME.into(),
             timestamp_us,
             prefixes,
-            stats: Some(stats.clone()),
+            stats: stats.cloned(),
             adapter_id: String::new(),
         }
     }

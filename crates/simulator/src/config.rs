@@ -44,6 +44,22 @@ pub struct Settings {
     /// Client deadline of each lookup, ms. Generous on purpose: a fail-open
     /// timeout would make a run depend on machine speed.
     pub lookup_deadline_ms: u64,
+    /// How long a replica's KV events take to reach the server after its
+    /// prefill finishes (the sidecar's batching window), ms.
+    #[serde(default = "default_event_delay_ms")]
+    pub event_delay_ms: u64,
+    /// How often replicas report stats (pressure, hit rate): the sidecar's
+    /// scrape interval, ms.
+    #[serde(default = "default_stats_interval_ms")]
+    pub stats_interval_ms: u64,
+}
+
+fn default_event_delay_ms() -> u64 {
+    100
+}
+
+fn default_stats_interval_ms() -> u64 {
+    10_000
 }
 
 impl Default for Settings {
@@ -60,6 +76,8 @@ impl Default for Settings {
             server: None,
             buckets: 60,
             lookup_deadline_ms: 5_000,
+            event_delay_ms: default_event_delay_ms(),
+            stats_interval_ms: default_stats_interval_ms(),
         }
     }
 }
@@ -82,6 +100,9 @@ impl Settings {
         }
         if self.max_queue == 0 {
             return bad("--max-queue must be at least 1");
+        }
+        if self.stats_interval_ms == 0 {
+            return bad("--stats-interval must be positive");
         }
         let s = &self.service;
         if [
@@ -119,7 +140,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         Self {
             settings: Settings::default(),
-            policies: PolicyKind::ALL.to_vec(),
+            policies: PolicyKind::DEFAULT.to_vec(),
             progress: false,
         }
     }

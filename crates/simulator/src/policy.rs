@@ -11,27 +11,50 @@ pub enum PolicyKind {
     /// `least-loaded`: the replica with the fewest requests in flight (ties in
     /// round-robin order).
     LeastLoaded,
-    /// `hints`: the server's LookupRoute hint under the contract's defaults,
+    /// `hints`: the server's LookupRoute hint with the server's defaults
+    /// (estimated-TTFT ranking, approximate mode on top of the KV events),
     /// round-robin when there is none.
     Hints,
-    /// `hints-no-affinity`: as `hints`, with the tenant's CachePolicy knob
-    /// `affinityRouting: false`, so a miss falls back to the gateway's
-    /// round-robin instead of an AFFINITY_HINT among the replicas that
-    /// already hold something.
+    /// `hints-contract`: the hint from a server started with
+    /// `--ranking contract` (the reference's ranking and affinity).
+    HintsContract,
+    /// `hints-approx`: the defaults with no KV events at all (an engine that
+    /// publishes none): only stats reports and the server's own tentative
+    /// holdings.
+    HintsApprox,
+    /// `hints-no-affinity`: the contract ranking with the tenant's
+    /// CachePolicy knob `affinityRouting: false`, so a miss falls back to
+    /// the gateway's round-robin.
     HintsNoAffinity,
     /// `oracle`: perfect knowledge of every cache: the longest cached prefix
     /// among replicas under the load bound (see [`oracle_pick`]; ties: least
-    /// loaded, then round-robin order).
+    /// loaded, then round-robin order). What it knows that the server cannot:
+    /// every replica's cache exactly at the moment of routing (no event
+    /// delay, no engine hash translation), the true number of requests in
+    /// flight on each replica (no stats interval), and every request routed
+    /// so far, including ones the server never hinted.
     Oracle,
 }
 
 impl PolicyKind {
     /// Every policy, in table order.
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 7] = [
         PolicyKind::RoundRobin,
         PolicyKind::LeastLoaded,
         PolicyKind::Hints,
+        PolicyKind::HintsContract,
+        PolicyKind::HintsApprox,
         PolicyKind::HintsNoAffinity,
+        PolicyKind::Oracle,
+    ];
+
+    /// The policies a run compares unless told otherwise.
+    pub const DEFAULT: [PolicyKind; 6] = [
+        PolicyKind::RoundRobin,
+        PolicyKind::LeastLoaded,
+        PolicyKind::Hints,
+        PolicyKind::HintsContract,
+        PolicyKind::HintsApprox,
         PolicyKind::Oracle,
     ];
 
@@ -41,6 +64,8 @@ impl PolicyKind {
             PolicyKind::RoundRobin => "rr",
             PolicyKind::LeastLoaded => "least-loaded",
             PolicyKind::Hints => "hints",
+            PolicyKind::HintsContract => "hints-contract",
+            PolicyKind::HintsApprox => "hints-approx",
             PolicyKind::HintsNoAffinity => "hints-no-affinity",
             PolicyKind::Oracle => "oracle",
         }
@@ -48,7 +73,27 @@ impl PolicyKind {
 
     /// True when the policy asks the inference-cache server.
     pub fn uses_server(self) -> bool {
-        matches!(self, PolicyKind::Hints | PolicyKind::HintsNoAffinity)
+        matches!(
+            self,
+            PolicyKind::Hints
+                | PolicyKind::HintsContract
+                | PolicyKind::HintsApprox
+                | PolicyKind::HintsNoAffinity
+        )
+    }
+
+    /// True when the replicas publish KV events to the server.
+    pub fn publishes_events(self) -> bool {
+        self.uses_server() && self != PolicyKind::HintsApprox
+    }
+
+    /// True when the run needs a server setting only the in-process server
+    /// can take (`--ranking contract`, a pushed CachePolicy).
+    pub fn needs_in_process(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::HintsContract | PolicyKind::HintsNoAffinity
+        )
     }
 }
 

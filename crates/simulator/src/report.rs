@@ -208,9 +208,28 @@ fn fmt_opt(v: Option<f64>) -> String {
 }
 
 impl SimReport {
+    /// One line naming the run's shape, including the production delays the
+    /// figures assume (every table starts with it).
+    pub fn header(&self) -> String {
+        let s = &self.settings;
+        format!(
+            "{} requests over {:.0} s of trace, {} replicas × {} blocks, speedup {}, \
+             event delay {} ms, stats interval {} s, seed {}",
+            self.requests,
+            self.trace_seconds,
+            s.replicas,
+            s.cache_blocks,
+            s.speedup,
+            s.event_delay_ms,
+            s.stats_interval_ms as f64 / 1000.0,
+            s.seed
+        )
+    }
+
     /// A plain-text table, one row per policy.
     pub fn table(&self) -> String {
-        let mut out = String::new();
+        let mut out = self.header();
+        out.push('\n');
         let _ = writeln!(
             out,
             "{:<18} {:>8} {:>10} {:>10} {:>9} {:>14}  hint mix",
@@ -249,7 +268,8 @@ impl SimReport {
 
     /// A Markdown table (for BENCHMARKS.md).
     pub fn markdown(&self) -> String {
-        let mut out = String::from(
+        let mut out = format!("{}\n\n", self.header());
+        out.push_str(
             "| policy | hit rate | TTFT p50 | TTFT p99 | requests/replica max/mean | lookup p50 / p99 | hint mix |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
         );
         for p in &self.policies {

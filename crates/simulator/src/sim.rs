@@ -3,10 +3,11 @@
 //!
 //! Time is virtual (µs since the first arrival, after `--speedup`), so an
 //! hour of trace runs as fast as the lookups allow. At each arrival the loop
-//! first publishes, in time order, every engine batch whose prefill finished
-//! by then (through the real subscriber mapping to the server) and every
-//! pressure change, waits for the acknowledgements, then routes. Nothing
-//! depends on wall-clock time, so a seed gives the same decisions every run.
+//! first publishes, in time order, every engine batch that became visible by
+//! then (its prefill finished `--event-delay` ago; through the real subscriber
+//! mapping to the server) and every stats scrape due (`--stats-interval`),
+//! waits for the acknowledgements, then routes. Nothing depends on
+//! wall-clock time, so a seed gives the same decisions every run.
 
 use crate::backend::{Backend, Op};
 use crate::config::{Settings, SimConfig};
@@ -82,7 +83,7 @@ pub async fn simulate(config: &SimConfig, workload: &Workload) -> Result<SimRepo
     if config.policies.is_empty() {
         return Err(SimError::Config("no policy to run".into()));
     }
-    if config.settings.server.is_some() && config.policies.contains(&PolicyKind::HintsNoAffinity) {
+    if config.settings.server.is_some() && config.policies.iter().any(|p| p.needs_in_process()) {
         return Err(crate::backend::remote_knob_error());
     }
     let total = (workload.len() * config.policies.len()) as u64;
@@ -122,7 +123,8 @@ struct Reporting {
     mappings: Vec<ReplicaState>,
     pending: Pending,
     seq: u64,
-    reported_pressure: Vec<Option<f32>>,
+    /// Virtual time of the next stats scrape.
+    next_stats_us: u64,
 }
 
 fn replica_stats(
@@ -182,7 +184,7 @@ async fn run_policy(
                 .collect(),
             pending: Pending::new(),
             seq: 0,
-            reported_pressure: vec![None; n],
+            next_stats_us: 0,
         })
     } else {
         None
@@ -193,6 +195,10 @@ async fn run_policy(
     for (i, req) in workload.requests.iter().enumerate() {
         let now = workload.arrivals_us[i];
         let chain = &workload.chains[i];
+        // Scrapes read queue depths at their own instants: before `now`'s.
+        if let Some(rep) = reporting.as_mut() {
+            publish_due(rep, now, &ids, settings, &replica_tokens, &mut replicas).await?;
+        }
         for (r, replica) in replicas.iter_mut().enumerate() {
             depth[r] = replica.queue_depth(now);
         }
@@ -209,11 +215,14 @@ async fn run_policy(
                 let routed: Vec<u64> = replicas.iter().map(Replica::requests).collect();
                 oracle_pick(&mut cursor, &cached, &depth, &routed, settings.max_queue)
             }
-            PolicyKind::Hints | PolicyKind::HintsNoAffinity => {
+            PolicyKind::Hints
+            | PolicyKind::HintsContract
+            | PolicyKind::HintsApprox
+            | PolicyKind::HintsNoAffinity => {
                 let rep = reporting
                     .as_mut()
                     .ok_or_else(|| SimError::Config("hint policy without a backend".into()))?;
-                publish_due(rep, now, &ids, &depth, settings, &replica_tokens, &replicas).await?;
+                rep.backend.set_time(now);
                 let lookup = rep
                     .backend
                     .lookup(
@@ -241,11 +250,12 @@ async fn run_policy(
         );
         replica_tokens[chosen].0 += u64::from(placed.cached_tokens);
         replica_tokens[chosen].1 += u64::from(req.input_length);
-        if let Some(rep) = reporting.as_mut() {
+        if let Some(rep) = reporting.as_mut().filter(|_| policy.publishes_events()) {
             let payload = engine_batch(workload, i, chain, &placed, salts[chosen], settings);
             rep.seq += 1;
-            rep.pending
-                .insert((placed.prefill_done_us, rep.seq), (chosen, payload));
+            // The sidecar forwards the batch after its window.
+            let visible = placed.prefill_done_us + settings.event_delay_ms * 1_000;
+            rep.pending.insert((visible, rep.seq), (chosen, payload));
         }
         records.push(RequestRecord {
             arrival_us: now,
@@ -310,52 +320,56 @@ fn engine_batch(
     encode_batch(placed.prefill_done_us as f64 / 1e6, events)
 }
 
-/// Publishes every engine batch due by `now` and every pressure change.
+/// Publishes, in time order, every engine batch visible by `now` and every
+/// stats scrape due by then (all replicas, every `stats_interval_ms`, with
+/// the queue depth at the scrape's instant).
 async fn publish_due(
     rep: &mut Reporting,
     now: u64,
     ids: &[String],
-    depth: &[usize],
     settings: &Settings,
     replica_tokens: &[(u64, u64)],
-    replicas: &[Replica],
+    replicas: &mut [Replica],
 ) -> Result<(), SimError> {
     let mut ops: Vec<Op> = Vec::new();
-    let stats = |r: usize| {
-        replica_stats(
-            &ids[r],
-            depth[r],
-            settings,
-            replica_tokens[r].0,
-            replica_tokens[r].1,
-            replicas[r].cache().len(),
-        )
-    };
-    while let Some(entry) = rep.pending.first_entry() {
-        let (at, seq) = *entry.key();
-        if at > now {
+    let interval = settings.stats_interval_ms.max(1) * 1_000;
+    loop {
+        let tick = rep.next_stats_us;
+        let event_due = rep
+            .pending
+            .first_key_value()
+            .is_some_and(|(&(at, _), _)| at <= now && at <= tick);
+        if event_due {
+            let Some(((at, seq), (r, payload))) = rep.pending.pop_first() else {
+                break;
+            };
+            let mut updates = Vec::new();
+            rep.mappings[r].handle(
+                &Delivery::Apply {
+                    rank: 0,
+                    seq,
+                    payload: Bytes::from(payload),
+                },
+                &mut updates,
+            );
+            rep.backend.ops_for(&ids[r], at, updates, &mut ops);
+        } else if tick <= now {
+            let ts = rep.backend.timestamp_us(tick);
+            for (r, id) in ids.iter().enumerate() {
+                let depth = replicas[r].queue_depth(tick);
+                let s = replica_stats(
+                    id,
+                    depth,
+                    settings,
+                    replica_tokens[r].0,
+                    replica_tokens[r].1,
+                    replicas[r].cache().len(),
+                );
+                ops.push(Op::Report(rep.backend.update(id, ts, Vec::new(), Some(&s))));
+            }
+            rep.next_stats_us += interval;
+        } else {
             break;
-        }
-        let (r, payload) = entry.remove();
-        let mut updates = Vec::new();
-        rep.mappings[r].handle(
-            &Delivery::Apply {
-                rank: 0,
-                seq,
-                payload: Bytes::from(payload),
-            },
-            &mut updates,
-        );
-        let s = stats(r);
-        rep.reported_pressure[r] = Some(s.pressure);
-        rep.backend.ops_for(&ids[r], at, updates, &s, &mut ops);
-    }
-    for (r, id) in ids.iter().enumerate() {
-        let s = stats(r);
-        if rep.reported_pressure[r] != Some(s.pressure) {
-            rep.reported_pressure[r] = Some(s.pressure);
-            let ts = rep.backend.timestamp_us(now);
-            ops.push(Op::Report(rep.backend.update(id, ts, Vec::new(), &s)));
         }
     }
     rep.backend.send(ops).await

@@ -25,6 +25,7 @@ fn config(input: LookupInput) -> SimConfig {
     config.settings.replicas = 2;
     config.settings.input = input;
     config.settings.buckets = 4;
+    config.policies = PolicyKind::ALL.to_vec();
     config
 }
 
@@ -54,16 +55,29 @@ async fn known_hit_rates() {
         let oracle = policy(&report, "oracle");
         assert_eq!(oracle.hit_rate, 7.0 / 16.0);
         assert_eq!(oracle.requests_per_replica, vec![4, 0]);
-        // hints: A1 is a cold start (NO_HINT → round-robin, sim-00); then the
-        // server knows sim-00 holds block 0, and every later request gets a
-        // PREFIX_MATCH there: the oracle's 7/16.
-        for name in ["hints", "hints-no-affinity"] {
+        // The contract ranking: A1 is a cold start (NO_HINT → round-robin,
+        // sim-00); then the server knows sim-00 holds block 0, and every
+        // later request gets a PREFIX_MATCH there: the oracle's 7/16.
+        for name in ["hints-contract", "hints-no-affinity"] {
             let p = policy(&report, name);
             assert_eq!(p.hit_rate, 7.0 / 16.0, "{name} ({input:?})");
             assert_eq!(p.requests_per_replica, vec![4, 0], "{name}");
             assert_eq!(p.hint_mix.get("NO_HINT"), Some(&1), "{name}");
             assert_eq!(p.hint_mix.get("PREFIX_MATCH"), Some(&3), "{name}");
             assert_eq!(p.lookups, 4);
+        }
+        // The default ranking knows both replicas from their first stats
+        // scrape (t = 0): A1 is an AFFINITY_HINT, and the rest follow block 0
+        // (from the KV events, or only from the tentative holdings when the
+        // replicas publish none): the oracle's 7/16 as well.
+        for name in ["hints", "hints-approx"] {
+            let p = policy(&report, name);
+            assert_eq!(p.hit_rate, 7.0 / 16.0, "{name} ({input:?})");
+            assert_eq!(p.hint_mix.get("AFFINITY_HINT"), Some(&1), "{name}");
+            assert_eq!(p.hint_mix.get("PREFIX_MATCH"), Some(&3), "{name}");
+            let mut per = p.requests_per_replica.clone();
+            per.sort_unstable();
+            assert_eq!(per, vec![0, 4], "{name}");
         }
         assert!(policy(&report, "rr").hint_mix.is_empty());
         // Idle replicas: TTFT is the prefill of the uncached tokens alone

@@ -19,6 +19,8 @@ pub enum Medium {
     CpuTier2,
     /// `"DISK"` (any case).
     Disk,
+    /// `"EXTERNAL"`: SGLang's shared or remote pool (T3).
+    External,
     /// Any other medium name, verbatim.
     Other(String),
 }
@@ -36,6 +38,8 @@ impl Medium {
             Self::CpuTier2
         } else if s.eq_ignore_ascii_case("disk") {
             Self::Disk
+        } else if s.eq_ignore_ascii_case("external") {
+            Self::External
         } else {
             Self::Other(s.to_owned())
         }

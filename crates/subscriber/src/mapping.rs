@@ -17,8 +17,9 @@
 //!   the bound.
 //! - **Tiers come from `medium`.** A block in GPU memory is T1; a block held
 //!   only in a colder medium (CPU, CPU_TIER1/2, disk, or any other named
-//!   medium) is T2. Removing the GPU copy of a block still held elsewhere
-//!   re-reports it at T2 instead of evicting it. When the engine sends no
+//!   medium) is T2; a block held only in SGLang's `EXTERNAL` medium (a
+//!   shared or remote pool) is T3. Removing the GPU copy of a block still
+//!   held elsewhere re-reports it at its colder tier instead of evicting it. When the engine sends no
 //!   medium, `ignore_block_removed` selects the reference's two behaviours
 //!   (evict, or re-report at T2 and forget).
 //! - **Bounded.** At most `max_tracked_blocks` engine blocks are tracked.
@@ -66,6 +67,8 @@ pub enum Tier {
     T1,
     /// Held in a colder medium, reloadable (proto `T2 = 2`).
     T2,
+    /// Held only in a shared or remote pool (SGLang `EXTERNAL`; proto `T3 = 3`).
+    T3,
 }
 
 impl Tier {
@@ -74,6 +77,7 @@ impl Tier {
         match self {
             Tier::T1 => 1,
             Tier::T2 => 2,
+            Tier::T3 => 3,
         }
     }
 }
@@ -198,14 +202,19 @@ fn medium_bit(m: Option<&Medium>) -> u8 {
         Some(Medium::CpuTier2) => 1 << 3,
         Some(Medium::Disk) => 1 << 4,
         Some(Medium::Other(_)) => 1 << 5,
+        Some(Medium::External) => EXTERNAL,
     }
 }
+
+const EXTERNAL: u8 = 1 << 6;
 
 fn tier_of(residency: u8) -> Tier {
     if residency & GPU != 0 {
         Tier::T1
-    } else {
+    } else if residency & !EXTERNAL != 0 {
         Tier::T2
+    } else {
+        Tier::T3
     }
 }
 
@@ -599,7 +608,7 @@ impl Mapping {
                     entry.residency &= !medium_bit(Some(m));
                     if entry.residency == 0 {
                         self.evict(&key, out);
-                    } else if before == Tier::T1 && tier_of(entry.residency) == Tier::T2 {
+                    } else if tier_of(entry.residency) != before {
                         let report = report_of(entry);
                         self.stats.blocks_downgraded += 1;
                         out.push(Update::Report(report));

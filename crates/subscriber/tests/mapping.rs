@@ -356,6 +356,32 @@ fn residency_only_store_without_tokens() {
     assert_eq!(m.stats().dropped_token_mismatch, 1);
 }
 
+/// SGLang's `EXTERNAL` medium (a shared or remote pool) is T3; a block held
+/// on the host and in the pool goes T2 → T3 when the host copy goes.
+#[test]
+fn external_pool_is_t3() {
+    assert_eq!(Medium::parse("external"), Medium::External);
+    let mut m = mapping();
+    let out = apply(
+        &mut m,
+        stored_ev(&[1], None, (0..16).collect(), 16, Some(Medium::External)),
+    );
+    assert_eq!(reports(&out)[0].tier, Tier::T3);
+    assert_eq!(Tier::T3.as_proto(), 3);
+    let mut m = mapping();
+    apply(
+        &mut m,
+        stored_ev(&[1], None, (0..16).collect(), 16, Some(Medium::CpuTier1)),
+    );
+    apply(
+        &mut m,
+        stored_ev(&[1], None, vec![], 16, Some(Medium::External)),
+    );
+    let out = apply(&mut m, removed_ev(&[1], Some(Medium::CpuTier1)));
+    assert_eq!(reports(&out)[0].tier, Tier::T3);
+    assert_eq!(m.tracked_blocks(), 1);
+}
+
 #[test]
 fn cold_only_store_is_t2() {
     for medium in [

@@ -1,4 +1,4 @@
-//! Tenant policies: the `/policy` push format (versions 3–7), normalization of
+//! Tenant policies: the `/policy` push format (versions 3–8), normalization of
 //! older bodies, and the store the handlers and the index read from.
 //!
 //! The controller pushes the complete policy set about every 30 s
@@ -7,11 +7,13 @@
 
 mod file;
 mod resolved;
+mod routing;
 mod store;
 mod wire;
 
 pub use file::{PolicyFileWatcher, load_policy_file};
 pub use resolved::{EvictionAlgorithm, PolicySet, TenantPolicy};
+pub use routing::{BadRanking, RoutingWire, resolve_routing};
 pub use store::PolicyStore;
 pub use wire::{
     DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE, MAX_POLICY_BODY_BYTES,

@@ -3,6 +3,7 @@
 
 use super::wire::{DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE};
 pub use inferencecache_index::EvictionAlgorithm;
+use inferencecache_index::{RankingMode, TtftWeights};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ pub struct TenantPolicy {
     pub enable_tenant_hot: bool,
     /// True when the tenant has a pushed policy (affects nothing but reporting).
     pub has_policy: bool,
+    /// Ranking override (v8 `routing.ranking`); `None` = the server's `--ranking`.
+    pub ranking: Option<RankingMode>,
+    /// Estimated-TTFT weights (v8 `routing`).
+    pub ttft: TtftWeights,
 }
 
 impl Default for TenantPolicy {
@@ -47,6 +52,8 @@ impl Default for TenantPolicy {
             require_chain: false,
             enable_tenant_hot: true,
             has_policy: false,
+            ranking: None,
+            ttft: TtftWeights::default(),
         }
     }
 }

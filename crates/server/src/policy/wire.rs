@@ -2,6 +2,7 @@
 //! marshals them, and their decoding into a [`PolicySet`].
 
 use super::resolved::{EvictionAlgorithm, PolicySet, TenantPolicy};
+use super::routing::resolve_routing;
 pub use inferencecache_control_api::policy::{
     DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE, MAX_POLICY_BODY_BYTES,
     POLICY_MINIMUM_ACCEPTED_VERSION, POLICY_PROPAGATION_VERSION, PolicySnapshot, ResolvedPolicy,
@@ -50,7 +51,7 @@ pub fn into_policy_set(snapshot: PolicySnapshot) -> Result<PolicySet, PolicyErro
             continue;
         };
         // Later duplicates win, as in the reference.
-        set.policies.insert(ns, resolve(&p, v));
+        set.policies.insert(ns, resolve(&p, v)?);
     }
     for t in snapshot.tenants.unwrap_or_default() {
         let Some(id) = t.tenant_id.filter(|n| !n.is_empty()) else {
@@ -66,14 +67,18 @@ pub fn into_policy_set(snapshot: PolicySnapshot) -> Result<PolicySet, PolicyErro
 /// uses. v<4: a 0 matched-tokens floor means "unset" → 64. Null floor,
 /// affinity and strategy switches take their defaults in every version,
 /// which is what v<5/v<6/v<7 normalization produces.
-fn resolve(p: &ResolvedPolicy, version: i64) -> TenantPolicy {
+fn resolve(p: &ResolvedPolicy, version: i64) -> Result<TenantPolicy, PolicyError> {
     let defaults = TenantPolicy::default();
+    let (ranking, ttft) = match (&p.routing, version >= 8) {
+        (Some(r), true) => resolve_routing(r).map_err(|e| PolicyError::Decode(e.to_string()))?,
+        _ => (defaults.ranking, defaults.ttft),
+    };
     let mut matched = p.minimum_matched_tokens.unwrap_or(0);
     if version < 4 && matched == 0 {
         matched = DEFAULT_MINIMUM_MATCHED_TOKENS;
     }
     let strategy = p.strategy.unwrap_or_default();
-    TenantPolicy {
+    Ok(TenantPolicy {
         eviction_ttl: p
             .eviction_ttl
             .filter(|&ns| ns > 0)
@@ -97,7 +102,9 @@ fn resolve(p: &ResolvedPolicy, version: i64) -> TenantPolicy {
             .enable_tenant_hot
             .unwrap_or(defaults.enable_tenant_hot),
         has_policy: true,
-    }
+        ranking,
+        ttft,
+    })
 }
 
 #[cfg(test)]
@@ -109,8 +116,39 @@ mod tests {
     }
 
     #[test]
-    fn version_constant_is_seven() {
-        assert_eq!(POLICY_PROPAGATION_VERSION, 7);
+    fn version_constant_is_eight() {
+        assert_eq!(POLICY_PROPAGATION_VERSION, 8);
+    }
+
+    #[test]
+    fn v8_routing_is_resolved_and_ignored_before_v8() {
+        use inferencecache_index::{RankingMode, TtftWeights};
+        let body = |v: i64| {
+            format!(
+                r#"{{"version":{v},"policies":[{{"namespace":"a","routing":{{"ranking":"contract","prefillMicrosPerToken":80,"t2ReloadCost":2,"pressureMicros":-1,"tentativeTTLSeconds":0}}}}]}}"#
+            )
+        };
+        let p = decode(&body(8)).unwrap().policies["a"];
+        assert_eq!(p.ranking, Some(RankingMode::Contract));
+        assert_eq!(p.ttft.prefill_us_per_token, 80.0);
+        assert_eq!(p.ttft.t2_reload, 1.0, "clamped to [0, 1]");
+        assert_eq!(p.ttft.pressure_us, 0.0, "negative clamped to 0");
+        assert!(p.ttft.tentative_ttl.is_zero());
+        let old = decode(&body(7)).unwrap().policies["a"];
+        assert_eq!(old.ranking, None);
+        assert_eq!(old.ttft, TtftWeights::default());
+        let e =
+            decode(r#"{"version":8,"policies":[{"namespace":"a","routing":{"ranking":"best"}}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.starts_with("decode policy snapshot: routing.ranking"),
+            "{e}"
+        );
+        let e = decode(r#"{"version":8,"policies":[{"namespace":"a","routing":{"bogus":1}}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus"), "{e}");
     }
 
     #[test]
@@ -181,7 +219,7 @@ mod tests {
 
     #[test]
     fn versions_outside_the_window_are_rejected() {
-        for v in ["2", "8", "0"] {
+        for v in ["2", "9", "0"] {
             let e = decode(&format!(r#"{{"version":{v}}}"#)).unwrap_err();
             assert_eq!(e.to_string(), "unsupported policy snapshot version");
         }

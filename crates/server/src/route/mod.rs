@@ -8,6 +8,7 @@
 
 mod deadline;
 mod resolve;
+mod ttft;
 
 pub use deadline::parse_grpc_timeout;
 pub use resolve::{MAX_LOOKUP_TOKENS, MAX_PROMPT_TEXT_BYTES};
@@ -17,7 +18,9 @@ use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, TenantPolicy};
 use crate::reason;
 use crate::tokenize::Tokenizers;
-use inferencecache_index::{Index, LookupRequest, LookupRouteResult, PROBE_TENANT, Strategy};
+use inferencecache_index::{
+    Index, LookupRequest, LookupRouteResult, PROBE_TENANT, RankingMode, Strategy,
+};
 use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse};
 use resolve::{ChainHashes, Input, Resolved};
 use std::sync::Arc;
@@ -38,6 +41,7 @@ pub struct LookupPipeline {
     block_size: u32,
     tokenizers: Tokenizers,
     tokenize_slots: Arc<tokio::sync::Semaphore>,
+    ranking: RankingMode,
 }
 
 impl std::fmt::Debug for LookupPipeline {
@@ -90,7 +94,15 @@ impl LookupPipeline {
             block_size,
             tokenizers,
             tokenize_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_TOKENIZE)),
+            ranking: RankingMode::default(),
         }
+    }
+
+    /// The ranking of tenants whose policy does not choose one (`--ranking`).
+    #[must_use]
+    pub fn with_ranking(mut self, ranking: RankingMode) -> Self {
+        self.ranking = ranking;
+        self
     }
 
     /// Answers one LookupRoute. `caller_timeout` is the gRPC deadline.
@@ -174,6 +186,11 @@ impl LookupPipeline {
         if !chain_enabled {
             resolved.clear_chain();
         }
+        let ranking = policy.ranking.unwrap_or(self.ranking);
+        self.metrics.routing.ranked(ranking.name());
+        if ranking == RankingMode::Ttft {
+            return self.run_ttft(req, &policy, resolved, below_min_prefix, start, deadline);
+        }
         // Step 11.
         let lookup_start = Instant::now();
         let mut result = self.index_lookup(req, &resolved);
@@ -229,21 +246,9 @@ impl LookupPipeline {
     }
 
     fn index_lookup(&self, req: &LookupRouteRequest, r: &Resolved<'_>) -> LookupRouteResult {
-        /// The index request over a chain of either hash container.
-        fn build<'a, H>(
-            req: &'a LookupRouteRequest,
-            r: &'a Resolved<'_>,
-            hashes: &'a [H],
-        ) -> LookupRequest<'a, H> {
-            LookupRequest::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
-                .adapter(&req.adapter_id)
-                .exact(r.exact_hash.as_bytes(), r.exact_count)
-                .chain(hashes, r.counts.as_slice())
-                .slo_ttft_ms(req.slo.map_or(0, |s| s.ttft_ms))
-        }
         match &r.chain {
-            ChainHashes::Request(h) => self.index.lookup_route(&build(req, r, h)),
-            ChainHashes::Computed(h) => self.index.lookup_route(&build(req, r, h)),
+            ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, r, h)),
+            ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, r, h)),
         }
     }
 
@@ -306,23 +311,46 @@ impl LookupPipeline {
         policy: &TenantPolicy,
         resolved: &Resolved<'_>,
     ) -> Option<Arc<str>> {
-        if !policy.affinity_routing
-            || req.tenant_id.is_empty()
-            || req.model_id.is_empty()
-            || req.hash_scheme.is_empty()
-        {
+        if !affinity_allowed(req, policy) {
             return None;
         }
-        let raw_chain = !req.block_hashes.is_empty() || !req.block_token_counts.is_empty();
-        if raw_chain && req.block_hashes.len() != req.block_token_counts.len() {
-            return None;
-        }
-        let seed = match &resolved.chain {
-            ChainHashes::Request(h) if !h.is_empty() => inferencecache_index::chain_seed(h),
-            ChainHashes::Computed(h) if !h.is_empty() => inferencecache_index::chain_seed(h),
-            _ => resolved.exact_hash.as_bytes().to_vec(),
-        };
+        let seed = affinity_seed(resolved);
         self.index
             .affinity_hint(&req.tenant_id, &req.model_id, &req.hash_scheme, &seed)
     }
+}
+
+/// §3.4's conditions on the request and policy for an AFFINITY_HINT.
+fn affinity_allowed(req: &LookupRouteRequest, policy: &TenantPolicy) -> bool {
+    if !policy.affinity_routing
+        || req.tenant_id.is_empty()
+        || req.model_id.is_empty()
+        || req.hash_scheme.is_empty()
+    {
+        return false;
+    }
+    let raw_chain = !req.block_hashes.is_empty() || !req.block_token_counts.is_empty();
+    !raw_chain || req.block_hashes.len() == req.block_token_counts.len()
+}
+
+/// §3.4's canonical seed: the chain seed, else the exact key.
+fn affinity_seed(resolved: &Resolved<'_>) -> Vec<u8> {
+    match &resolved.chain {
+        ChainHashes::Request(h) if !h.is_empty() => inferencecache_index::chain_seed(h),
+        ChainHashes::Computed(h) if !h.is_empty() => inferencecache_index::chain_seed(h),
+        _ => resolved.exact_hash.as_bytes().to_vec(),
+    }
+}
+
+/// The index request over a chain of either hash container.
+fn index_request<'a, H>(
+    req: &'a LookupRouteRequest,
+    r: &'a Resolved<'_>,
+    hashes: &'a [H],
+) -> LookupRequest<'a, H> {
+    LookupRequest::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
+        .adapter(&req.adapter_id)
+        .exact(r.exact_hash.as_bytes(), r.exact_count)
+        .chain(hashes, r.counts.as_slice())
+        .slo_ttft_ms(req.slo.map_or(0, |s| s.ttft_ms))
 }

@@ -23,6 +23,14 @@ impl Running {
         Self::start_with(ServerConfig::ephemeral()).await
     }
 
+    /// A server started with `--ranking contract`: the reference's ranking
+    /// and affinity, for the tests that pin them.
+    pub async fn start_contract() -> Self {
+        let mut config = ServerConfig::ephemeral();
+        config.index.ranking = inferencecache_server::core::RankingMode::Contract;
+        Self::start_with(config).await
+    }
+
     pub async fn start_with(config: ServerConfig) -> Self {
         let server = Server::bind(&config).await.expect("bind");
         let (grpc, http, control) = (

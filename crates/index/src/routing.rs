@@ -1,0 +1,567 @@
+//! The estimated-TTFT ranking (the server's default; `--ranking contract` and
+//! the CachePolicy v8 field `routing.ranking: contract` restore the
+//! reference's ranking, [`crate::Index::lookup_route`] and
+//! [`crate::Index::affinity_hint`], exactly).
+//!
+//! # The score
+//!
+//! For every **live** replica of (tenant, model) — fresh stats, or any
+//! holding in the request's (tenant, model, scheme) scope — the index
+//! estimates the time to first token of this request there, in µs:
+//!
+//! ```text
+//! credited(r) = matched(r) × credit(tier(r)) × freshness(r)
+//! uncached(r) = max(1, prompt − credited(r))
+//! work(r)     = request_overhead + prefill_per_token × uncached(r)
+//! ttft(r)     = queued(r) + work(r) + pressure_cost × pressure(r)
+//! ```
+//!
+//! - `prompt` = the chain's token count (Σ `block_token_counts`), or the
+//!   exact key's count;
+//! - `matched(r)` = the replica's leading run over the chain (real holdings,
+//!   then tentative ones, see `tentative.rs`); `credit` = 1 for T1 (GPU),
+//!   `1 − t2_reload` for T2 (host), `1 − t3_reload` for T3 (disk / remote /
+//!   SGLang `EXTERNAL`), 0 for unknown tiers: an offload-tier match costs a
+//!   reload, not a recompute;
+//! - `queued(r)` = the delivered-hint window (`load.rs`): the work of the
+//!   hints this server delivered to the replica that has not drained yet;
+//! - `pressure(r)` = the replica's last reported pressure (fresh stats only).
+//!
+//! The pick: drop replicas reporting pressure ≥ `affinity_max_pressure`
+//! unless they hold a match (or nothing else is left); among the rest, the
+//! replicas with the lowest estimate tie, and the tie goes to the
+//! AFFINITY_HINT seed rule (SHA-256 of the chain seed mod the byte-sorted
+//! tied set), so identical prompts still co-locate and an idle fleet is
+//! spread by the prompt's hash. If the pick holds a match of at least
+//! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
+//! matches after it by estimate); otherwise it is a miss whose pick the
+//! server returns as AFFINITY_HINT. A long match on a busy replica therefore
+//! loses to a shorter match or a cold idle replica exactly when the estimate
+//! says that is faster.
+//!
+//! Response scores are `1e6 / (1e6 + ttft_us)`: in (0, 1], descending in the
+//! estimate, 0.5 at one second.
+//!
+//! Differences from the contract ranking (all deliberate, recorded in
+//! docs/decisions.md): no distinguishing power (the estimate already sees
+//! that a block every replica holds saves the same everywhere), no routing
+//! floor on the score (a score is a time, not a match strength), no
+//! TENANT_HOT (the fleet pick sees more), and UNKNOWN_* only when no replica
+//! is live (approximate mode may know replicas that hold nothing real yet).
+
+use crate::affinity::affinity_index;
+use crate::index::Index;
+use crate::key::{EntryKey, key_hash};
+use crate::lookup::Raw;
+use crate::policy::EvictionAlgorithm;
+use crate::ranking::freshness;
+use crate::shard::read;
+use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which ranking a tenant gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RankingMode {
+    /// The reference's ranking and affinity, bit for bit.
+    Contract,
+    /// Estimated time to first token (this module). The default.
+    #[default]
+    Ttft,
+}
+
+impl RankingMode {
+    /// `contract` or `ttft`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Contract => "contract",
+            Self::Ttft => "ttft",
+        }
+    }
+
+    /// Parses `contract` / `ttft` (case-insensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.eq_ignore_ascii_case("contract") {
+            Some(Self::Contract)
+        } else if s.eq_ignore_ascii_case("ttft") {
+            Some(Self::Ttft)
+        } else {
+            None
+        }
+    }
+}
+
+/// The estimate's weights (CachePolicy v8 `routing`). Defaults: an 8B-class
+/// model on one H100-class GPU (about 20 k prefill tokens/s), the peers'
+/// offload credits, approximate mode on for 120 s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TtftWeights {
+    /// Prefill cost per uncached prompt token, µs (50).
+    pub prefill_us_per_token: f64,
+    /// Fixed cost of every request's prefill, µs (5,000).
+    pub request_overhead_us: f64,
+    /// Queued work one unit of reported pressure stands for, µs (50,000).
+    pub pressure_us: f64,
+    /// Reload cost of a T2 (host memory) match as a fraction of recomputing
+    /// it (0.25: credit 0.75, Dynamo's host weight).
+    pub t2_reload: f64,
+    /// Reload cost of a T3 (disk, remote, shared pool) match (0.75: credit
+    /// 0.25, Dynamo's disk weight).
+    pub t3_reload: f64,
+    /// Replicas reporting at least this pressure are skipped unless they hold
+    /// a match (1.0).
+    pub affinity_max_pressure: f32,
+    /// Lifetime of a tentative holding; zero turns approximate mode off (120 s).
+    pub tentative_ttl: Duration,
+}
+
+impl Default for TtftWeights {
+    fn default() -> Self {
+        Self {
+            prefill_us_per_token: 50.0,
+            request_overhead_us: 5_000.0,
+            pressure_us: 50_000.0,
+            t2_reload: 0.25,
+            t3_reload: 0.75,
+            affinity_max_pressure: 1.0,
+            tentative_ttl: Duration::from_secs(120),
+        }
+    }
+}
+
+impl TtftWeights {
+    /// Share of a match's tokens that is free on `tier`.
+    pub fn credit(&self, tier: Tier) -> f64 {
+        match tier {
+            Tier::T1 => 1.0,
+            Tier::T2 => (1.0 - self.t2_reload).clamp(0.0, 1.0),
+            Tier::T3 => (1.0 - self.t3_reload).clamp(0.0, 1.0),
+            _ => 0.0,
+        }
+    }
+
+    /// Prefill work of `uncached` tokens, µs.
+    pub fn work_us(&self, uncached: f64) -> f64 {
+        self.request_overhead_us.max(0.0) + self.prefill_us_per_token.max(0.0) * uncached.max(1.0)
+    }
+}
+
+/// Per-lookup inputs of [`Index::route_ttft`], resolved by the caller from
+/// policy.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteParams<'a> {
+    /// Estimate weights.
+    pub weights: TtftWeights,
+    /// Shortest match that counts as a PREFIX_MATCH (policy
+    /// `minimumMatchedTokens`).
+    pub min_matched_tokens: i32,
+    /// Ignore every match (the minimum-prefix gate demoted the request).
+    pub ignore_matches: bool,
+    /// Affinity seed (chain seed or exact key); empty → the first tied replica.
+    pub seed: &'a [u8],
+}
+
+/// One live replica's estimate (diagnostics and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Replica.
+    pub replica_id: Arc<str>,
+    /// Leading run, tokens (real + tentative).
+    pub matched_tokens: i32,
+    /// Of which from tentative holdings.
+    pub tentative_tokens: i32,
+    /// Delivered-hint window, µs.
+    pub queued_us: f64,
+    /// Reported pressure used.
+    pub pressure: f32,
+    /// This request's prefill work there, µs.
+    pub work_us: f64,
+    /// Estimated time to first token, µs.
+    pub ttft_us: f64,
+}
+
+/// The outcome of [`Index::route_ttft`].
+#[derive(Debug, Clone, Default)]
+pub struct TtftRoute {
+    /// PREFIX_MATCH (the pick first) or a miss (`None` / `Unknown*`).
+    pub result: LookupRouteResult,
+    /// A miss's pick, for AFFINITY_HINT (`None` when no replica is live).
+    pub pick: Option<Arc<str>>,
+    /// What delivering the pick means, for [`Index::record_delivery`]
+    /// (`None` when no replica is live).
+    pub delivery: Option<Delivery>,
+    /// Every live replica's estimate, best first.
+    pub estimates: Vec<Estimate>,
+}
+
+/// The pick of [`Index::route_ttft`], as [`Index::record_delivery`] needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// The replica.
+    pub replica_id: Arc<str>,
+    /// The request's estimated prefill work there, µs.
+    pub work_us: f64,
+    /// Leading blocks it already holds for real (no tentative holding needed).
+    pub real_blocks: usize,
+}
+
+/// What [`Index::record_delivery`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryOutcome {
+    /// Tentative holdings written (new or renewed).
+    pub tentative_stored: u64,
+    /// Tentative holdings refused at the overlay's bound.
+    pub tentative_dropped: u64,
+}
+
+/// A fleet member while ranking.
+struct Cand {
+    replica: u32,
+    raw: Option<usize>,
+    tentative_tokens: i32,
+    matched: i32,
+    queued: f64,
+    pressure: f32,
+    work: f64,
+    est: f64,
+}
+
+fn score_of(est_us: f64) -> f32 {
+    (1e6 / (1e6 + est_us.max(0.0))) as f32
+}
+
+impl Index {
+    /// Estimated-TTFT ranking of one request (module docs). Never mutates the
+    /// index: the caller reports a delivered hint with
+    /// [`Index::record_delivery`].
+    pub fn route_ttft<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+    ) -> TtftRoute {
+        let mut out = TtftRoute::default();
+        if req.tenant.is_empty() || req.model.is_empty() || req.hash_scheme.is_empty() {
+            return out;
+        }
+        let chain = req.is_chain_bearing();
+        if chain && req.block_hashes.len() != req.block_token_counts.len() {
+            return out;
+        }
+        if !chain && req.prefix_hash.is_empty() {
+            return out;
+        }
+        let now = self.now();
+        let ttl = self.tenant_ttl_ns(req.tenant);
+        let (tm, scope, part) = {
+            let c = read(&self.catalog);
+            (
+                c.find_tm(req.tenant, req.model),
+                c.find_scope(req.tenant, req.model, req.hash_scheme),
+                c.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter)
+                    .cloned(),
+            )
+        };
+        let Some(tm) = tm else {
+            out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
+            return out;
+        };
+
+        // Matches: real runs, then tentative extensions.
+        let mut raws: Vec<Raw> = Vec::new();
+        let mut tentative: Vec<(u32, i32)> = Vec::new();
+        if let (Some(pt), false) = (&part, p.ignore_matches) {
+            raws = if chain {
+                self.chain_raws(pt.id, req, now, ttl, |_| true)
+            } else {
+                self.exact_raws(pt.id, req.prefix_hash, now, ttl)
+            };
+            if chain && self.tentative.active() {
+                tentative = self.tentative_runs(pt.id, req, &raws, now);
+            }
+        }
+
+        // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
+        let mut fleet: Vec<(u32, f32)> = Vec::new();
+        {
+            let stats = read(&self.stats);
+            if let Some(m) = stats.get(&tm) {
+                for (&r, s) in m {
+                    if freshness(now, s.last_seen, ttl) > 0.0 {
+                        let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
+                        fleet.push((r, if fresh_stats { s.pressure } else { 0.0 }));
+                    }
+                }
+            }
+        }
+        if let Some(scope) = scope {
+            let c = read(&self.counters);
+            if let Some(sc) = c.scope(scope) {
+                fleet.extend(sc.replicas().map(|r| (r, 0.0)));
+            }
+        }
+        fleet.extend(raws.iter().map(|r| (r.replica, 0.0)));
+        fleet.extend(tentative.iter().map(|&(r, _)| (r, 0.0)));
+        // Keep the stats pressure where a replica appears twice.
+        fleet.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        fleet.dedup_by_key(|x| x.0);
+        if fleet.is_empty() {
+            out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
+            return out;
+        }
+
+        let prompt: f64 = if chain {
+            req.block_token_counts
+                .iter()
+                .map(|&c| f64::from(c.max(0)))
+                .sum()
+        } else {
+            let stored = raws.iter().map(|r| r.tokens).max().unwrap_or(0);
+            f64::from(req.prefix_token_count.max(stored).max(0))
+        };
+        let w = &p.weights;
+        let cands: Vec<Cand> = fleet
+            .iter()
+            .map(|&(r, pressure)| {
+                let raw = raws.iter().position(|x| x.replica == r);
+                let ext = tentative.iter().find(|x| x.0 == r).map_or(0, |x| x.1);
+                let (real, fresh, tier) = raw.map_or((0, 1.0, Tier::T1), |i| {
+                    (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
+                });
+                let matched = real.saturating_add(ext);
+                let credited = f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
+                let work = w.work_us(prompt - credited);
+                let queued = self.load.queued_us(r, now);
+                let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
+                Cand {
+                    replica: r,
+                    raw,
+                    tentative_tokens: ext,
+                    matched,
+                    queued,
+                    pressure,
+                    work,
+                    est,
+                }
+            })
+            .collect();
+        let floor = p.min_matched_tokens.max(1);
+        let is_match = |c: &Cand| c.matched >= floor;
+
+        // Candidates: busy replicas without a match are skipped.
+        let eligible: Vec<usize> = {
+            let ok: Vec<usize> = (0..cands.len())
+                .filter(|&i| is_match(&cands[i]) || cands[i].pressure < w.affinity_max_pressure)
+                .collect();
+            if ok.is_empty() {
+                (0..cands.len()).collect()
+            } else {
+                ok
+            }
+        };
+        let best = eligible
+            .iter()
+            .map(|&i| cands[i].est)
+            .fold(f64::INFINITY, f64::min);
+        let catalog = read(&self.catalog);
+        let mut tied: Vec<(Arc<str>, usize)> = eligible
+            .iter()
+            .filter(|&&i| cands[i].est <= best)
+            .map(|&i| (catalog.replica_name(cands[i].replica), i))
+            .collect();
+        tied.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let k = if p.seed.is_empty() {
+            0
+        } else {
+            affinity_index(p.seed, tied.len())
+        };
+        let Some((pick_name, pick)) = tied.get(k).cloned() else {
+            return out;
+        };
+        out.delivery = Some(Delivery {
+            replica_id: pick_name.clone(),
+            work_us: cands[pick].work,
+            real_blocks: cands[pick]
+                .raw
+                .filter(|_| chain)
+                .map_or(0, |j| raws[j].blocks as usize),
+        });
+
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| {
+            (a != pick)
+                .cmp(&(b != pick))
+                .then(cands[a].est.total_cmp(&cands[b].est))
+                .then(cands[a].replica.cmp(&cands[b].replica))
+        });
+        out.estimates = order
+            .iter()
+            .map(|&i| {
+                let c = &cands[i];
+                Estimate {
+                    replica_id: catalog.replica_name(c.replica),
+                    matched_tokens: c.matched,
+                    tentative_tokens: c.tentative_tokens,
+                    queued_us: c.queued,
+                    pressure: c.pressure,
+                    work_us: c.work,
+                    ttft_us: c.est,
+                }
+            })
+            .collect();
+        if !is_match(&cands[pick]) {
+            out.pick = Some(pick_name);
+            return out;
+        }
+        let matched: Vec<usize> = order.into_iter().filter(|&i| is_match(&cands[i])).collect();
+        out.result.scores = matched
+            .iter()
+            .map(|&i| {
+                let c = &cands[i];
+                let raw = c.raw.map(|j| &raws[j]);
+                ReplicaScore {
+                    replica_id: catalog.replica_name(c.replica),
+                    score: score_of(c.est),
+                    matched_tokens: c.matched,
+                    estimated_cache_hit_prob: raw.map_or(1.0, |r| r.fresh),
+                    tier: raw.map_or(Tier::T1, |r| r.tier),
+                }
+            })
+            .collect();
+        drop(catalog);
+        out.result.strategy = Strategy::PrefixMatch;
+        if self.algorithm(req.tenant) == EvictionAlgorithm::Lfu {
+            if let Some(pt) = &part {
+                out.result.hits = lfu_hits(pt.id, req, &raws, &matched, &cands, &out.result.scores);
+            }
+        }
+        out
+    }
+
+    /// Each replica's tentative extension of its real run: (replica, tokens).
+    fn tentative_runs<H: AsRef<[u8]>>(
+        &self,
+        part: u32,
+        req: &LookupRequest<'_, H>,
+        raws: &[Raw],
+        now: i64,
+    ) -> Vec<(u32, i32)> {
+        let who = self.tentative.replicas(part);
+        if who.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<u64> = req
+            .block_hashes
+            .iter()
+            .map(|h| key_hash(part, h.as_ref()))
+            .collect();
+        who.into_iter()
+            .filter_map(|r| {
+                let start = raws
+                    .iter()
+                    .find(|x| x.replica == r)
+                    .map_or(0, |x| x.blocks as usize);
+                let n = self.tentative.run_from(part, r, &keys, start, now);
+                let tokens: i32 = req
+                    .block_token_counts
+                    .iter()
+                    .skip(start)
+                    .take(n)
+                    .fold(0i32, |a, &c| a.saturating_add(c.max(0)));
+                (tokens > 0).then_some((r, tokens))
+            })
+            .collect()
+    }
+
+    /// Reports a delivered hint: the pick's prefill work joins its queue
+    /// (`load.rs`) and, when `tentative_ttl` is non-zero and the request
+    /// carries a chain, the blocks past the replica's real run become its
+    /// tentative holdings (`tentative.rs`).
+    pub fn record_delivery<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        delivery: &Delivery,
+        tentative_ttl: Duration,
+    ) -> DeliveryOutcome {
+        let now = self.now();
+        let (replica, _) = self.intern_replica(&delivery.replica_id);
+        self.load.add(replica, delivery.work_us, now);
+        let mut out = DeliveryOutcome::default();
+        let chain_ok =
+            !req.block_hashes.is_empty() && req.block_hashes.len() == req.block_token_counts.len();
+        if tentative_ttl.is_zero() || !chain_ok || req.hash_scheme.is_empty() {
+            return out;
+        }
+        let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
+        let keys: Vec<u64> = req
+            .block_hashes
+            .iter()
+            .skip(delivery.real_blocks)
+            .map(AsRef::as_ref)
+            .filter(|h| !h.is_empty())
+            .map(|h| key_hash(part.id, h))
+            .collect();
+        if keys.is_empty() {
+            return out;
+        }
+        let expires = now.saturating_add(crate::clock::duration_ns(tentative_ttl));
+        let (stored, dropped) = self.tentative.insert(part.id, replica, &keys, expires);
+        out.tentative_stored = stored;
+        out.tentative_dropped = dropped;
+        out
+    }
+
+    /// Hints delivered to a replica so far (all tenants).
+    pub fn delivered_hints(&self, replica_id: &str) -> u64 {
+        read(&self.catalog)
+            .find_replica(replica_id)
+            .map_or(0, |r| self.load.delivered(r))
+    }
+
+    /// Tentative holdings stored (expired ones until the next sweep).
+    pub fn tentative_entries(&self) -> u64 {
+        self.tentative.len() as u64
+    }
+}
+
+/// LFU hits of the delivered matches: their real runs only (a tentative
+/// holding has no entry to credit).
+fn lfu_hits<H: AsRef<[u8]>>(
+    part: u32,
+    req: &LookupRequest<'_, H>,
+    raws: &[Raw],
+    matched: &[usize],
+    cands: &[Cand],
+    scores: &[ReplicaScore],
+) -> Vec<LfuHit> {
+    let real: Vec<(&Raw, &ReplicaScore)> = matched
+        .iter()
+        .zip(scores)
+        .filter_map(|(&i, s)| cands[i].raw.map(|j| (&raws[j], s)))
+        .filter(|(r, _)| r.tokens > 0)
+        .collect();
+    if real.is_empty() {
+        return Vec::new();
+    }
+    let keys: Arc<[EntryKey]> = if req.is_chain_bearing() {
+        let depth = real
+            .iter()
+            .map(|(r, _)| r.blocks as usize)
+            .max()
+            .unwrap_or(0);
+        req.block_hashes
+            .iter()
+            .take(depth)
+            .map(|h| EntryKey::new(part, h.as_ref()))
+            .collect()
+    } else {
+        Arc::from([EntryKey::new(part, req.prefix_hash)])
+    };
+    real.into_iter()
+        .map(|(r, s)| LfuHit {
+            keys: keys.clone(),
+            blocks: r.blocks,
+            replica: r.replica,
+            replica_id: s.replica_id.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,327 @@
+//! The estimated-TTFT ranking: fleet-wide candidates, the pressure skip,
+//! load-aware order, tier weights, and tentative holdings (approximate mode).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use inferencecache_index::*;
+use std::time::Duration;
+
+const T: &str = "t";
+const M: &str = "m";
+const S: &str = "vllm";
+
+fn hashes(ids: &[u64]) -> Vec<Vec<u8>> {
+    ids.iter().map(|&x| h(x)).collect()
+}
+
+fn route(env: &Env, ids: &[u64], w: TtftWeights) -> TtftRoute {
+    let hs = hashes(ids);
+    let counts = vec![16; ids.len()];
+    let seed = chain_seed(&hs);
+    env.idx.route_ttft(
+        &LookupRequest::new(T, M, S).chain(&hs, &counts),
+        &RouteParams {
+            weights: w,
+            min_matched_tokens: 16,
+            ignore_matches: false,
+            seed: &seed,
+        },
+    )
+}
+
+fn top(r: &TtftRoute) -> String {
+    match r.result.strategy {
+        Strategy::PrefixMatch => r.result.scores[0].replica_id.to_string(),
+        _ => r.pick.as_deref().unwrap_or("-").to_string(),
+    }
+}
+
+/// Delivers `ids` to `replica` the way the server does after a hint.
+fn deliver(env: &Env, ids: &[u64], replica: &str, work_us: f64, ttl: Duration) -> DeliveryOutcome {
+    let hs = hashes(ids);
+    let counts = vec![16; ids.len()];
+    let d = Delivery {
+        replica_id: replica.into(),
+        work_us,
+        real_blocks: 0,
+    };
+    env.idx
+        .record_delivery(&LookupRequest::new(T, M, S).chain(&hs, &counts), &d, ttl)
+}
+
+fn plain() -> TtftWeights {
+    TtftWeights {
+        tentative_ttl: Duration::ZERO,
+        ..TtftWeights::default()
+    }
+}
+
+#[test]
+fn fleet_set_includes_replicas_with_fresh_stats_and_nothing_cached() {
+    let env = Env::new();
+    // Nobody known: no pick, and the classifier's answer (cold start = None).
+    let r = route(&env, &[1, 2], plain());
+    assert_eq!((r.result.strategy, r.pick.clone()), (Strategy::None, None));
+    // Only "b" holds something; "a" and "c" only report stats.
+    env.put_chain(T, M, S, "b", &[9], &[16]);
+    env.stats(T, M, "a", 0.0, 0.0);
+    env.stats(T, M, "c", 0.0, 0.0);
+    let r = route(&env, &[1, 2], plain());
+    let live: Vec<&str> = r.estimates.iter().map(|e| &*e.replica_id).collect();
+    let mut sorted = live.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["a", "b", "c"], "every live replica is a candidate");
+    // The contract picker only knows "b".
+    assert_eq!(
+        env.idx
+            .affinity_hint(T, M, S, &chain_seed(&hashes(&[1, 2])))
+            .as_deref(),
+        Some("b")
+    );
+    // Picks over many seeds reach the stats-only replicas too.
+    let picks: std::collections::BTreeSet<String> = (100..140)
+        .map(|k| top(&route(&env, &[k, k + 1], plain())))
+        .collect();
+    assert!(picks.contains("a") && picks.contains("c"), "{picks:?}");
+    // Stats older than the TTL drop out of the fleet.
+    env.advance(Duration::from_secs(31 * 60));
+    env.put_chain(T, M, S, "b", &[9], &[16]);
+    let r = route(&env, &[1, 2], plain());
+    assert_eq!(r.estimates.len(), 1);
+    assert_eq!(top(&r), "b");
+}
+
+#[test]
+fn pressure_at_or_above_the_threshold_skips_a_replica_without_a_match() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 1.0);
+    env.stats(T, M, "b", 0.0, 0.5);
+    let w = TtftWeights {
+        pressure_us: 0.0, // only the skip can keep "a" out
+        ..plain()
+    };
+    for k in 0..20 {
+        let r = route(&env, &[1000 + k], w);
+        assert_eq!(top(&r), "b", "seed {k}");
+        assert_eq!(r.result.strategy, Strategy::None);
+    }
+    // Everyone at the threshold: nobody is skipped.
+    env.stats(T, M, "b", 0.0, 1.0);
+    let picks: std::collections::BTreeSet<String> =
+        (0..20).map(|k| top(&route(&env, &[2000 + k], w))).collect();
+    assert_eq!(picks.len(), 2);
+    // A busy replica that holds a match is not skipped.
+    env.stats(T, M, "b", 0.0, 0.0);
+    env.put_chain(T, M, S, "a", &[1, 2, 3], &[16, 16, 16]);
+    let r = route(&env, &[1, 2, 3, 4], w);
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::PrefixMatch, "a".into())
+    );
+}
+
+#[test]
+fn a_long_match_on_a_loaded_replica_loses_when_that_is_faster() {
+    let env = Env::new();
+    // "long" holds 10 blocks of the prompt, "short" holds 4, "cold" nothing.
+    let prompt: Vec<u64> = (1..=12).collect();
+    env.put_chain(T, M, S, "long", &prompt[..10], &[16; 10]);
+    env.put_chain(T, M, S, "short", &prompt[..4], &[16; 4]);
+    env.stats(T, M, "cold", 0.0, 0.0);
+    let w = plain();
+    let r = route(&env, &prompt, w);
+    assert_eq!(r.result.strategy, Strategy::PrefixMatch);
+    let order: Vec<&str> = r.result.scores.iter().map(|s| &*s.replica_id).collect();
+    assert_eq!(
+        order,
+        ["long", "short"],
+        "idle fleet: the longest match first"
+    );
+    assert!(r.result.scores[0].score > r.result.scores[1].score);
+
+    // 6 blocks × 16 tokens × 50 µs = 4.8 ms is what "long" saves over
+    // "short": queue 10 ms of work on it and "short" is faster.
+    deliver(&env, &[77], "long", 10_000.0, Duration::ZERO);
+    let r = route(&env, &prompt, w);
+    assert_eq!(top(&r), "short");
+    assert_eq!(r.result.scores[1].replica_id.as_ref(), "long");
+    // Load "short" too: the cold idle replica wins (a miss → its pick).
+    deliver(&env, &[78], "short", 10_000.0, Duration::ZERO);
+    let r = route(&env, &prompt, w);
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::None, "cold".into())
+    );
+    // The queued work drains in real time: 10 ms later "long" wins again.
+    env.advance(Duration::from_millis(10));
+    assert_eq!(top(&route(&env, &prompt, w)), "long");
+    assert_eq!(env.idx.delivered_hints("long"), 1);
+}
+
+#[test]
+fn an_offload_tier_match_costs_a_reload() {
+    let env = Env::new();
+    let prompt: Vec<u64> = (1..=12).collect();
+    let tiered = |replica: &str, n: usize, tier: Tier| {
+        let mut e = chain(&prompt[..n], &vec![16; n]);
+        e.tier = tier;
+        env.idx.ingest(&upd(T, M, S, replica, vec![e]));
+    };
+    tiered("gpu", 6, Tier::T1);
+    tiered("host", 10, Tier::T2);
+    tiered("disk", 12, Tier::T3);
+    let w = plain();
+    let r = route(&env, &prompt, w);
+    let est = |id: &str| {
+        r.estimates
+            .iter()
+            .find(|e| &*e.replica_id == id)
+            .map(|e| e.work_us)
+            .unwrap()
+    };
+    // Uncached-equivalent tokens: gpu 192 − 96 = 96; host 192 − 160 × 0.75
+    // = 72; disk 192 − 192 × 0.25 = 144.
+    assert_eq!(est("gpu"), 5_000.0 + 96.0 * 50.0);
+    assert_eq!(est("host"), 5_000.0 + 72.0 * 50.0);
+    assert_eq!(est("disk"), 5_000.0 + 144.0 * 50.0);
+    assert_eq!(top(&r), "host");
+    assert_eq!(r.result.scores[0].tier, Tier::T2);
+    // Recompute-priced tiers: the longest match wins whatever its tier.
+    let free = TtftWeights {
+        t2_reload: 0.0,
+        t3_reload: 0.0,
+        ..w
+    };
+    assert_eq!(top(&route(&env, &prompt, free)), "disk");
+    // Reload as dear as a recompute: only the GPU match saves anything.
+    let dear = TtftWeights {
+        t2_reload: 1.0,
+        t3_reload: 1.0,
+        ..w
+    };
+    assert_eq!(top(&route(&env, &prompt, dear)), "gpu");
+}
+
+#[test]
+fn an_idle_fleet_is_spread_by_the_seed_and_a_repeat_lands_on_the_same_replica() {
+    let env = Env::new();
+    for r in ["a", "b", "c", "d"] {
+        env.stats(T, M, r, 0.0, 0.0);
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for k in 0..200u64 {
+        let r = route(&env, &[k * 7 + 1, k * 7 + 2], plain());
+        assert_eq!(r.result.strategy, Strategy::None);
+        assert_eq!(top(&route(&env, &[k * 7 + 1, k * 7 + 2], plain())), top(&r));
+        *seen.entry(top(&r)).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 4);
+    assert!(seen.values().all(|&n| n > 25), "{seen:?}");
+}
+
+#[test]
+fn tentative_holdings_route_a_follow_up_before_the_events() {
+    let env = Env::new();
+    for r in ["a", "b", "c", "d"] {
+        env.stats(T, M, r, 0.0, 0.0);
+    }
+    let w = TtftWeights::default();
+    let first = route(&env, &[1, 2, 3], w);
+    let pick = top(&first);
+    let d = first.delivery.clone().unwrap();
+    assert_eq!((&*d.replica_id, d.real_blocks), (pick.as_str(), 0));
+    let out = deliver(&env, &[1, 2, 3], &pick, d.work_us, w.tentative_ttl);
+    assert_eq!(out.tentative_stored, 3);
+    // The first turn's prefill has long finished when the user answers; no
+    // KV event has arrived: the follow-up turn still finds the replica.
+    env.advance(Duration::from_secs(1));
+    let follow = route(&env, &[1, 2, 3, 4, 5], w);
+    assert_eq!(follow.result.strategy, Strategy::PrefixMatch);
+    assert_eq!(top(&follow), pick);
+    assert_eq!(follow.result.scores[0].matched_tokens, 48);
+    assert_eq!(follow.estimates[0].tentative_tokens, 48);
+    // Counted separately: not an index entry, shown in the snapshot.
+    assert_eq!(env.idx.total_entries(), 0);
+    assert_eq!(env.idx.tentative_entries(), 3);
+    let snap = env.idx.snapshot();
+    assert_eq!(snap.tentative_entries, 3);
+    let row = snap
+        .replicas
+        .iter()
+        .find(|r| *r.replica_id == *pick)
+        .unwrap();
+    assert_eq!((row.tentative_count, row.prefix_count), (3, 0));
+    // The contract ranking never sees them.
+    assert_eq!(
+        env.chain(T, M, S, &[1, 2, 3], &[16; 3]).strategy,
+        Strategy::None
+    );
+}
+
+#[test]
+fn tentative_holdings_expire() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 0.0);
+    env.stats(T, M, "b", 0.0, 0.0);
+    let ttl = Duration::from_secs(120);
+    deliver(&env, &[1, 2], "b", 0.0, ttl);
+    env.advance(Duration::from_secs(119));
+    assert_eq!(top(&route(&env, &[1, 2, 3], TtftWeights::default())), "b");
+    env.advance(Duration::from_secs(1));
+    let r = route(&env, &[1, 2, 3], TtftWeights::default());
+    assert_eq!(r.result.strategy, Strategy::None, "expired on read");
+    assert_eq!(env.idx.snapshot().tentative_entries, 0);
+    assert_eq!(env.idx.tentative_entries(), 2, "stored until the sweep");
+    assert_eq!(env.idx.sweep().tentative_expired, 2);
+    assert_eq!(env.idx.tentative_entries(), 0);
+}
+
+#[test]
+fn tentative_holdings_are_replaced_by_real_events() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 0.0);
+    deliver(&env, &[1, 2, 3], "a", 0.0, Duration::from_secs(120));
+    // The engine's report lands for the first two blocks (host memory).
+    let mut e = chain(&[1, 2], &[16, 16]);
+    e.tier = Tier::T2;
+    let out = env.idx.ingest(&upd(T, M, S, "a", vec![e]));
+    assert_eq!(out.tentative_confirmed, 2);
+    assert_eq!(env.idx.tentative_entries(), 1);
+    // Real run (2 blocks, T2) + the tentative third block.
+    let r = route(&env, &[1, 2, 3, 4], TtftWeights::default());
+    assert_eq!(r.result.scores[0].matched_tokens, 48);
+    assert_eq!(r.result.scores[0].tier, Tier::T2, "the real entry's tier");
+    assert_eq!(r.estimates[0].tentative_tokens, 16);
+}
+
+#[test]
+fn tentative_holdings_never_outlive_a_real_removal_or_a_clear() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 0.0);
+    let ttl = Duration::from_secs(120);
+    deliver(&env, &[1, 2, 3], "a", 0.0, ttl);
+    // The engine evicts block 2: the run stops at block 1.
+    let out = env.event(EventKind::PrefixEvicted, T, M, "a", Some(2), "");
+    assert_eq!(out.tentative_removed, 1);
+    let r = route(&env, &[1, 2, 3], TtftWeights::default());
+    assert_eq!(r.result.scores[0].matched_tokens, 16);
+    // ALL_CLEARED removes the rest.
+    deliver(&env, &[5, 6], "a", 0.0, ttl);
+    let out = env.event(EventKind::AllCleared, T, M, "a", None, "");
+    assert_eq!(out.tentative_removed, 4, "blocks 1, 3, 5 and 6");
+    assert_eq!(env.idx.tentative_entries(), 0);
+    assert_eq!(env.idx.snapshot().tentative_entries, 0);
+}
+
+#[test]
+fn approximate_mode_off_records_load_but_no_holdings() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 0.0);
+    let out = deliver(&env, &[1, 2], "a", 1_000.0, Duration::ZERO);
+    assert_eq!(out, DeliveryOutcome::default());
+    assert_eq!(env.idx.tentative_entries(), 0);
+    let r = route(&env, &[1, 2], plain());
+    assert_eq!(r.estimates[0].queued_us, 1_000.0);
+}

@@ -1,0 +1,153 @@
+//! Steps 11–13 under the estimated-TTFT ranking (the default; see
+//! `inferencecache_index::routing` for the formula). Steps 1–10 (probe,
+//! budget, TIMEOUT, POLICY_REQUIRES_CHAIN, dual-input resolution, the
+//! minimum-prefix gate) are shared with the contract ranking.
+//!
+//! The index ranks every live replica of (tenant, model) by estimated time to
+//! first token. The handler then:
+//! - answers PREFIX_MATCH (the pick first) when the pick holds a match of at
+//!   least `minimumMatchedTokens`, crediting LFU hits;
+//! - otherwise answers AFFINITY_HINT with the pick when the tenant's
+//!   `affinityRouting` allows it, and the index's miss reason (NO_HINT or
+//!   UNKNOWN_*) when it does not or nobody is live;
+//! - reports every delivered hint back to the index, which queues its
+//!   prefill work on the replica (the delivered-hint window) and, unless
+//!   `routing.tentativeTTLSeconds` is 0, records the chain as tentative
+//!   holdings there (approximate mode).
+
+use super::resolve::{ChainHashes, Resolved};
+use super::{
+    LookupPipeline, affinity_allowed, affinity_seed, envelope, expired, index_request, micros,
+};
+use crate::convert::score_to_proto;
+use crate::policy::TenantPolicy;
+use crate::reason;
+use inferencecache_index::{Delivery, LookupRequest, RouteParams, Strategy, TtftRoute};
+use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse, ReplicaScore};
+use std::time::Instant;
+
+/// What the ranking decided, before the response takes the echo tokens.
+enum Decision {
+    Answer {
+        reason: &'static str,
+        scores: Vec<ReplicaScore>,
+    },
+    Timeout,
+}
+
+impl LookupPipeline {
+    pub(super) fn run_ttft(
+        &self,
+        req: &LookupRouteRequest,
+        policy: &TenantPolicy,
+        resolved: Resolved<'_>,
+        below_min_prefix: bool,
+        start: Instant,
+        deadline: Option<Instant>,
+    ) -> LookupRouteResponse {
+        let seed = affinity_seed(&resolved);
+        let decision = match &resolved.chain {
+            ChainHashes::Request(h) => self.decide(
+                req,
+                policy,
+                index_request(req, &resolved, h),
+                &seed,
+                below_min_prefix,
+                deadline,
+            ),
+            ChainHashes::Computed(h) => self.decide(
+                req,
+                policy,
+                index_request(req, &resolved, h),
+                &seed,
+                below_min_prefix,
+                deadline,
+            ),
+        };
+        match decision {
+            Decision::Timeout => envelope(reason::TIMEOUT, start, resolved.echo_tokens),
+            Decision::Answer { reason, scores } => LookupRouteResponse {
+                replica_scores: scores,
+                reason_code: reason.into(),
+                lookup_latency_us: micros(start.elapsed()),
+                token_ids: resolved.echo_tokens,
+                adapter_id: req.adapter_id.clone(),
+            },
+        }
+    }
+
+    fn decide<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRouteRequest,
+        policy: &TenantPolicy,
+        ireq: LookupRequest<'_, H>,
+        seed: &[u8],
+        below_min_prefix: bool,
+        deadline: Option<Instant>,
+    ) -> Decision {
+        let params = RouteParams {
+            weights: policy.ttft,
+            min_matched_tokens: policy.minimum_matched_tokens,
+            ignore_matches: below_min_prefix,
+            seed,
+        };
+        let lookup_start = Instant::now();
+        let TtftRoute {
+            result,
+            pick,
+            delivery,
+            ..
+        } = self.index.route_ttft(&ireq, &params);
+        let over_budget = policy
+            .lookup_timeout
+            .is_some_and(|b| lookup_start.elapsed() > b);
+        if expired(deadline) || over_budget {
+            return Decision::Timeout;
+        }
+        if result.strategy == Strategy::PrefixMatch {
+            if let Some(d) = &delivery {
+                self.deliver(&ireq, d, policy);
+            }
+            if !result.hits.is_empty() {
+                self.index.credit(&result.hits);
+            }
+            return Decision::Answer {
+                reason: reason::PREFIX_MATCH,
+                scores: result.scores.iter().map(score_to_proto).collect(),
+            };
+        }
+        if let Some(pick) = pick.filter(|_| affinity_allowed(req, policy)) {
+            if let Some(d) = &delivery {
+                self.deliver(&ireq, d, policy);
+            }
+            return Decision::Answer {
+                reason: reason::AFFINITY_HINT,
+                scores: vec![ReplicaScore {
+                    replica_id: pick.to_string(),
+                    ..Default::default()
+                }],
+            };
+        }
+        Decision::Answer {
+            reason: result.strategy.reason_code(),
+            scores: Vec::new(),
+        }
+    }
+
+    fn deliver<H: AsRef<[u8]>>(
+        &self,
+        ireq: &LookupRequest<'_, H>,
+        delivery: &Delivery,
+        policy: &TenantPolicy,
+    ) {
+        let out = self
+            .index
+            .record_delivery(ireq, delivery, policy.ttft.tentative_ttl);
+        let m = &self.metrics.routing;
+        m.delivered_hints.inc();
+        m.tentative("stored", out.tentative_stored);
+        m.tentative("dropped", out.tentative_dropped);
+        m.tentative_holdings
+            .set(i64::try_from(self.index.tentative_entries()).unwrap_or(i64::MAX));
+    }
+}
