@@ -49,6 +49,7 @@ fn snapshot_round_trips_and_omits_optional_keys() {
         }],
         total_prefixes: 3,
         hot_prefixes: 0,
+        ..Default::default()
     };
     let text = serde_json::to_string(&snap).unwrap();
     assert!(!text.contains("statsReported") && !text.contains("clientVersion"));
@@ -71,5 +72,19 @@ fn policy_document_serializes_like_the_controller() {
     assert_eq!(
         serde_json::to_string(&doc).unwrap(),
         r#"{"version":7,"policies":[{"namespace":"a","minimumMatchedTokens":32}]}"#
+    );
+}
+
+#[test]
+fn snapshot_store_keys_are_additive() {
+    // A body without them (the reference's, or an older server's) decodes.
+    let old: SnapshotJson =
+        serde_json::from_str(r#"{"replicas":[],"tenants":[],"totalPrefixes":0,"hotPrefixes":0}"#)
+            .unwrap();
+    assert!(old.templates.is_empty() && old.pd_topologies.is_empty());
+    let text = serde_json::to_string(&SnapshotJson::default()).unwrap();
+    assert!(
+        text.contains(r#""templates":[],"pdTopologies":[]"#),
+        "{text}"
     );
 }

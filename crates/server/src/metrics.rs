@@ -142,6 +142,8 @@ pub struct Metrics {
     pub policy_auth: Family<crate::auth::ResultLabel, Counter>,
     /// /probe authentication outcomes.
     pub probe_auth: Family<crate::auth::ResultLabel, Counter>,
+    /// Template and PD-topology stores, RenderTemplate and LookupPDRoute.
+    pub stores: crate::store_metrics::StoreMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -282,7 +284,9 @@ impl Metrics {
                 family.clone(),
             );
         }
+        let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
         Self {
+            stores,
             registry,
             snapshot_auth,
             policy_auth,

@@ -10,7 +10,7 @@ mod resolved;
 mod store;
 mod wire;
 
-pub use file::{PolicyFileWatcher, load_policy_file};
+pub use file::{PolicyFileWatcher, PolicyTarget, load_policy_file, watch_policy_file};
 pub use resolved::{EvictionAlgorithm, PolicySet, TenantPolicy};
 pub use store::PolicyStore;
 pub use wire::{
