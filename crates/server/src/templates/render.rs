@@ -223,6 +223,8 @@ impl CompiledTemplate {
         }
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // The body is the prompt: a final newline is part of it.
+        env.set_keep_trailing_newline(true);
         env.set_fuel(Some(RENDER_FUEL));
         env.add_template_owned(BODY, body.to_owned())
             .map_err(|source| CompileError::Syntax {
@@ -390,9 +392,16 @@ mod tests {
 
     #[test]
     fn no_mutable_value_means_all_stable() {
-        let tpl = t("Hello {{ who }}", vec![slot("who", SlotKind::Stable, true)]);
+        let tpl = t(
+            "Hello {{ who }}\n",
+            vec![slot("who", SlotKind::Stable, true)],
+        );
         let r = tpl.render(&vars(&[("who", "you")])).unwrap();
-        assert_eq!(r.stable_prefix(), "Hello you");
+        assert_eq!(
+            r.stable_prefix(),
+            "Hello you\n",
+            "the final newline is kept"
+        );
     }
 
     #[test]
