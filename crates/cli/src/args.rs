@@ -141,6 +141,18 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_POLICY_FILE", value_name = "PATH")]
     pub policy_file: Option<std::path::PathBuf>,
 
+    /// Prompt templates for RenderTemplate from a directory: one YAML or JSON
+    /// file per template ({namespace, name, revision?, body, slots}). Reloaded
+    /// when it changes; a bad edit keeps the last good set and logs why.
+    #[arg(long, env = "INFERENCECACHE_TEMPLATES_DIR", value_name = "DIR")]
+    pub templates_dir: Option<std::path::PathBuf>,
+
+    /// Prefill/decode topologies for LookupPDRoute from a file (YAML or JSON:
+    /// a list of {namespace, name, prefillReplicas, decodeReplicas,
+    /// transport}). Reloaded when it changes, like --policy-file.
+    #[arg(long, env = "INFERENCECACHE_PD_TOPOLOGY_FILE", value_name = "PATH")]
+    pub pd_topology_file: Option<std::path::PathBuf>,
+
     /// Global cap on replica x prefix entries in the index; when an ingest or
     /// sweep finds more, the least recently seen (LFU tenants: least hit)
     /// entries go first. 0 or less = unbounded.

@@ -83,6 +83,8 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
         engine_block_size,
         tokenizer_models_dir,
         policy_file: args.policy_file.clone(),
+        templates_dir: args.templates_dir.clone(),
+        pd_topology_file: args.pd_topology_file.clone(),
         kubeconfig: args.kubeconfig.clone(),
         index: inferencecache_server::core::IndexSettings {
             max_entries: args.index_max_entries,

@@ -6,43 +6,9 @@
 
 mod common;
 
-use common::{ServerProcess, http_get, repo_root};
+use common::{ServerProcess, grpcurl, http_get, repo_root, require, tool};
 use std::path::PathBuf;
 use std::process::{Command, Output};
-
-/// Finds a tool: an env override, then the repo's .venv, then PATH.
-fn tool(env: &str, venv_name: &str, path_name: &str) -> Option<PathBuf> {
-    if let Ok(p) = std::env::var(env) {
-        return Some(PathBuf::from(p));
-    }
-    let venv = repo_root().join(".venv/bin").join(venv_name);
-    if venv.exists() {
-        return Some(venv);
-    }
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {path_name}")])
-        .output()
-        .ok()?;
-    found
-        .status
-        .success()
-        .then(|| PathBuf::from(String::from_utf8_lossy(&found.stdout).trim()))
-}
-
-fn require(name: &str, found: Option<PathBuf>) -> Option<PathBuf> {
-    if found.is_none() {
-        let msg = format!("{name} not found; run .ci/run (or its install step) to install it");
-        if std::env::var("INFERENCECACHE_REQUIRE_REAL_PARTS").as_deref() == Ok("1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
-    }
-    found
-}
-
-fn grpcurl() -> Option<PathBuf> {
-    require("grpcurl", tool("GRPCURL", "grpcurl", "grpcurl"))
-}
 
 /// A Python that can import grpcio and grpcio-tools.
 fn python() -> Option<PathBuf> {

@@ -148,4 +148,39 @@ pub struct SnapshotJson {
     /// Approximate-mode holdings, all tenants (ours, additive; omitted when 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tentative_entries: i64,
+    /// Prompt templates in force (ours, additive: the reference's decoders
+    /// ignore it; absent in older servers' bodies).
+    #[serde(default)]
+    pub templates: Vec<TemplateRow>,
+    /// Prefill/decode topologies in force (ours, additive).
+    #[serde(default)]
+    pub pd_topologies: Vec<PdTopologyRow>,
+}
+
+/// One template in force: its ref and revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateRow {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The revision RenderTemplate reports.
+    pub revision: String,
+}
+
+/// One topology in force.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PdTopologyRow {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `Mooncake`, `NIXL` or `Direct`.
+    pub transport: String,
+    /// Prefill replica ids, byte-sorted.
+    pub prefill_replicas: Vec<String>,
+    /// Decode replica ids, byte-sorted.
+    pub decode_replicas: Vec<String>,
 }

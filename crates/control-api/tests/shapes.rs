@@ -74,3 +74,17 @@ fn policy_document_serializes_like_the_controller() {
         r#"{"version":7,"policies":[{"namespace":"a","minimumMatchedTokens":32}]}"#
     );
 }
+
+#[test]
+fn snapshot_store_keys_are_additive() {
+    // A body without them (the reference's, or an older server's) decodes.
+    let old: SnapshotJson =
+        serde_json::from_str(r#"{"replicas":[],"tenants":[],"totalPrefixes":0,"hotPrefixes":0}"#)
+            .unwrap();
+    assert!(old.templates.is_empty() && old.pd_topologies.is_empty());
+    let text = serde_json::to_string(&SnapshotJson::default()).unwrap();
+    assert!(
+        text.contains(r#""templates":[],"pdTopologies":[]"#),
+        "{text}"
+    );
+}

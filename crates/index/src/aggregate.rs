@@ -6,8 +6,8 @@ use crate::types::{Aggregate, CacheState, ReplicaStatsView};
 use std::sync::Arc;
 
 /// A distinct prefix is "hot" when the LFU access counts of its holders sum to
-/// at least this. Access counts are only captured for LFU tenants (§2.5.5), so
-/// LRU tenants report 0 hot prefixes.
+/// at least this. Delivered hits are counted for every tenant (issue 15);
+/// only LFU tenants' cap eviction reads the counts (§2.5.5).
 pub const HOT_PREFIX_MIN_HITS: u64 = 1;
 
 impl Index {

@@ -237,6 +237,14 @@ impl Catalog {
         self.scope_map.get(&[t, m, s])
     }
 
+    /// The hash scheme of a serving scope.
+    pub(crate) fn scope_scheme(&self, scope: u32) -> Option<Arc<str>> {
+        self.scope_map
+            .items
+            .get(scope as usize)
+            .map(|s| s[2].clone())
+    }
+
     pub(crate) fn model_name(&self, id: u32) -> Arc<str> {
         self.models
             .names

@@ -41,8 +41,9 @@
 //! - exact-path entries with `token_count <= 0` are returned with score 0
 //!   (also for negative counts);
 //! - `hot_prefixes` = distinct prefix keys whose holders' LFU access counts
-//!   (delivered hits) sum to at least [`HOT_PREFIX_MIN_HITS`] (1). Counters are
-//!   only captured for LFU tenants, so LRU tenants report 0;
+//!   (delivered hits) sum to at least [`HOT_PREFIX_MIN_HITS`] (1). Hits are
+//!   captured for every tenant (LRU ones too); only LFU tenants' cap
+//!   eviction reads the counters;
 //! - the observer is told about new entries (not refreshes), removals with a
 //!   reason, `ALL_CLEARED` and `REPLICA_UPDATED`.
 //!
@@ -158,6 +159,7 @@ mod load;
 mod lookup;
 mod observer;
 mod policy;
+mod pools;
 mod quota;
 mod ranking;
 mod routing;

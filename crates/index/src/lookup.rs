@@ -5,7 +5,6 @@ use crate::chain::{Run, walk};
 use crate::clock::duration_ns;
 use crate::index::Index;
 use crate::key::{EntryKey, KeyRef};
-use crate::policy::EvictionAlgorithm;
 use crate::ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
@@ -28,7 +27,6 @@ pub(crate) struct Raw {
 struct Ctx {
     now: i64,
     ttl: i64,
-    lfu: bool,
     c: f32,
     part: Arc<Partition>,
 }
@@ -105,7 +103,6 @@ impl Index {
         Some(Ctx {
             now: self.now(),
             ttl: self.tenant_ttl_ns(req.tenant),
-            lfu: self.algorithm(req.tenant) == EvictionAlgorithm::Lfu,
             c: slo_coefficient(&self.ranking, req.slo_ttft_ms),
             part,
         })
@@ -128,18 +125,18 @@ impl Index {
                 s.score *= dp as f32;
             }
         }
+        // Hits are captured for every tenant: delivered hits count towards
+        // hot_prefixes everywhere, and only LFU tenants' eviction reads them.
         let mut hits = Vec::new();
-        if ctx.lfu {
-            let keys: Arc<[EntryKey]> = Arc::from([key.to_key()]);
-            for (r, s) in raws.iter().zip(&scores) {
-                if r.tokens > 0 {
-                    hits.push(LfuHit {
-                        keys: keys.clone(),
-                        blocks: 1,
-                        replica: r.replica,
-                        replica_id: s.replica_id.clone(),
-                    });
-                }
+        let keys: Arc<[EntryKey]> = Arc::from([key.to_key()]);
+        for (r, s) in raws.iter().zip(&scores) {
+            if r.tokens > 0 {
+                hits.push(LfuHit {
+                    keys: keys.clone(),
+                    blocks: 1,
+                    replica: r.replica,
+                    replica_id: s.replica_id.clone(),
+                });
             }
         }
         scores.sort_by(by_score);
@@ -159,24 +156,23 @@ impl Index {
             return LookupRouteResult::default();
         }
         let mut scores = self.score_raws(&ctx, &raws);
-        let mut hits = Vec::new();
-        if ctx.lfu {
-            let depth = raws.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
-            let keys: Arc<[EntryKey]> = req
-                .block_hashes
-                .iter()
-                .take(depth)
-                .map(|h| EntryKey::new(ctx.part.id, h.as_ref()))
-                .collect();
-            for (r, s) in raws.iter().zip(&scores) {
-                hits.push(LfuHit {
-                    keys: keys.clone(),
-                    blocks: r.blocks,
-                    replica: r.replica,
-                    replica_id: s.replica_id.clone(),
-                });
-            }
-        }
+        let depth = raws.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
+        let keys: Arc<[EntryKey]> = req
+            .block_hashes
+            .iter()
+            .take(depth)
+            .map(|h| EntryKey::new(ctx.part.id, h.as_ref()))
+            .collect();
+        let hits: Vec<LfuHit> = raws
+            .iter()
+            .zip(&scores)
+            .map(|(r, s)| LfuHit {
+                keys: keys.clone(),
+                blocks: r.blocks,
+                replica: r.replica,
+                replica_id: s.replica_id.clone(),
+            })
+            .collect();
         let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         if total > 1 {
             scores.sort_by(|a, b| {

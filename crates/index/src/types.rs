@@ -336,7 +336,8 @@ pub struct LookupRouteResult {
     pub strategy: Strategy,
     /// Ranked replicas: score desc, replica id asc.
     pub scores: Vec<ReplicaScore>,
-    /// LFU hits to credit if the hint is delivered (empty for LRU tenants).
+    /// Access-counter hits to credit if the hint is delivered (every tenant;
+    /// only LFU tenants' eviction reads the counters).
     pub hits: Vec<LfuHit>,
 }
 

@@ -98,19 +98,34 @@ fn lfu_counter_atomicity_under_concurrent_lookups() {
 }
 
 #[test]
-fn lfu_counter_only_bumps_under_lfu() {
+fn delivered_hits_count_for_lru_tenants_too() {
     let e = Env::new();
     e.put("t", "m", "vllm", "r1", &[(1, 16)]);
     let r = e.exact("t", "m", "vllm", 1);
-    assert!(r.hits.is_empty());
+    assert_eq!(r.hits.len(), 1, "LRU tenants capture hits too");
+    assert_eq!(
+        e.idx.cache_state("t", "m").hot_prefixes,
+        0,
+        "not yet delivered"
+    );
     e.idx.credit(&r.hits);
-    assert_eq!(count(&e, 1), 0);
-    e.pol.set_lfu("t");
-    assert_eq!(e.idx.cache_state("t", "m").hot_prefixes, 0);
+    assert_eq!(count(&e, 1), 1);
+    assert_eq!(e.idx.cache_state("t", "m").hot_prefixes, 1);
     // Zero-token entries are not captured.
     e.put("t", "m", "vllm", "r1", &[(2, 0)]);
     assert!(e.exact("t", "m", "vllm", 2).hits.is_empty());
-    assert_eq!(e.exact("t", "m", "vllm", 1).hits.len(), 1);
+}
+
+#[test]
+fn lru_eviction_ignores_the_access_counts() {
+    let e = Env::with(|c| c.max_entries(1));
+    e.put("t", "m", "vllm", "r1", &[(1, 16)]);
+    hit(&e, 1, 5);
+    e.advance(MIN);
+    e.put("t", "m", "vllm", "r1", &[(2, 16)]);
+    // LRU: the older entry goes, however often it was hit.
+    assert!(e.exact("t", "m", "vllm", 1).scores.is_empty());
+    assert_eq!(e.exact("t", "m", "vllm", 2).scores.len(), 1);
 }
 
 #[test]

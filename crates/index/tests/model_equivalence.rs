@@ -516,7 +516,6 @@ impl Model {
         }
         let ttl = self.ttl_of(t);
         let c: f32 = if ttft > 0 && ttft < 200 { 1.0 } else { 0.0 };
-        let lfu = self.lfu.contains(t);
         let total = self.serving(t, m, s).len() as i64;
         let key = |h: &[u8]| {
             (
@@ -568,10 +567,9 @@ impl Model {
                         prob: fresh,
                         tier,
                     });
-                    if lfu {
-                        for h in &bh[..blocks] {
-                            hits.push((key(h), r.clone()));
-                        }
+                    // Hits are captured for every tenant (issue 15).
+                    for h in &bh[..blocks] {
+                        hits.push((key(h), r.clone()));
                     }
                 }
             }
@@ -621,7 +619,7 @@ impl Model {
                     prob: fresh,
                     tier: e.tier,
                 });
-                if lfu && e.tokens > 0 {
+                if e.tokens > 0 {
                     hits.push((key(ph), r.clone()));
                 }
             }

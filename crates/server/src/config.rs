@@ -212,6 +212,10 @@ pub struct ServerConfig {
     pub tokenizer_models_dir: Option<PathBuf>,
     /// Policy file (YAML or JSON, the `/policy` schema), if any.
     pub policy_file: Option<PathBuf>,
+    /// Directory of prompt templates (one YAML/JSON file each), if any.
+    pub templates_dir: Option<PathBuf>,
+    /// PD topology list (YAML or JSON), if any.
+    pub pd_topology_file: Option<PathBuf>,
     /// Kubeconfig for TokenReview outside a cluster (else KUBECONFIG / in-cluster).
     pub kubeconfig: Option<PathBuf>,
     /// Index cap, TTL and sweep period.
@@ -234,6 +238,8 @@ impl ServerConfig {
             engine_block_size: DEFAULT_ENGINE_BLOCK_SIZE,
             tokenizer_models_dir: None,
             policy_file: None,
+            templates_dir: None,
+            pd_topology_file: None,
             kubeconfig: None,
             index: crate::core::IndexSettings::default(),
             stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,

@@ -50,6 +50,10 @@ pub struct Core {
     pub pipeline: LookupPipeline,
     /// Live index-change feed.
     pub events: EventHub,
+    /// Prompt templates (RenderTemplate).
+    pub templates: crate::templates::TemplateStore,
+    /// Prefill/decode topologies (LookupPDRoute).
+    pub pd_topologies: crate::pd::PdTopologyStore,
 }
 
 impl std::fmt::Debug for Core {
@@ -115,6 +119,18 @@ impl Core {
             metrics,
             pipeline,
             events,
+            templates: crate::templates::TemplateStore::new(),
+            pd_topologies: crate::pd::PdTopologyStore::new(),
+        }
+    }
+
+    /// LookupPDRoute over this core's topologies, index and policies.
+    pub fn pd_router(&self) -> crate::pd::PdRouter<'_> {
+        crate::pd::PdRouter {
+            topologies: &self.pd_topologies,
+            index: &self.index,
+            policies: &self.policies,
+            metrics: &self.metrics,
         }
     }
 

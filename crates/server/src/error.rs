@@ -85,6 +85,12 @@ pub enum ServeError {
     /// `--policy-file` could not be loaded at startup.
     #[error("policy file: {0}")]
     PolicyFile(String),
+    /// `--templates-dir` could not be loaded at startup.
+    #[error("templates dir: {0}")]
+    TemplatesDir(String),
+    /// `--pd-topology-file` could not be loaded at startup.
+    #[error("pd topology file: {0}")]
+    PdTopologyFile(String),
     /// Reflection could not be built from the embedded descriptors.
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),

@@ -3,8 +3,12 @@
 //! through a bounded broadcast ring. Ingest never waits: a subscriber that
 //! falls more than [`EVENT_BUFFER`] events behind is disconnected with
 //! RESOURCE_EXHAUSTED.
+//!
+//! The reserved probe tenant's changes (the `/probe` self-test writes and
+//! removes its own entries) are never published: no watcher, filtered or
+//! not, sees them.
 
-use inferencecache_index::{IndexObserver, PrefixChange, RemovalReason};
+use inferencecache_index::{IndexObserver, PROBE_TENANT, PrefixChange, RemovalReason};
 use inferencecache_proto::v1alpha1::{CacheEvent, cache_event::Type};
 use tokio::sync::broadcast;
 
@@ -44,9 +48,9 @@ impl EventHub {
         self.tx.subscribe()
     }
 
-    fn publish(&self, make: impl FnOnce() -> CacheEvent) {
-        // No subscriber: build nothing.
-        if self.tx.receiver_count() > 0 {
+    fn publish(&self, tenant: &str, make: impl FnOnce() -> CacheEvent) {
+        // No subscriber: build nothing. The probe tenant is never shown.
+        if self.tx.receiver_count() > 0 && tenant != PROBE_TENANT {
             let _ = self.tx.send(make());
         }
     }
@@ -78,23 +82,27 @@ impl EventHub {
 
 impl IndexObserver for EventHub {
     fn prefix_added(&self, change: &PrefixChange) {
-        self.publish(|| Self::prefix_event(Type::PrefixAdded, change));
+        self.publish(&change.tenant, || {
+            Self::prefix_event(Type::PrefixAdded, change)
+        });
     }
 
     fn prefix_removed(&self, change: &PrefixChange, _reason: RemovalReason) {
         // CacheEvent has no reason field: TTL, cap, quota and engine
         // evictions all surface as PREFIX_EVICTED.
-        self.publish(|| Self::prefix_event(Type::PrefixEvicted, change));
+        self.publish(&change.tenant, || {
+            Self::prefix_event(Type::PrefixEvicted, change)
+        });
     }
 
     fn replica_cleared(&self, tenant: &str, model: &str, replica_id: &str, timestamp_ns: i64) {
-        self.publish(|| {
+        self.publish(tenant, || {
             Self::replica_event(Type::AllCleared, tenant, model, replica_id, timestamp_ns)
         });
     }
 
     fn replica_updated(&self, tenant: &str, model: &str, replica_id: &str, timestamp_ns: i64) {
-        self.publish(|| {
+        self.publish(tenant, || {
             Self::replica_event(
                 Type::ReplicaUpdated,
                 tenant,

@@ -1,6 +1,7 @@
 //! HTTP listeners: the public one (`/healthz`, `/readyz`, `/metrics`) and the
-//! control one (`/snapshot`, `/policy`, `/probe`). Routes are exact paths; each
-//! listener answers 404 for the other's endpoints.
+//! control one (`/snapshot`, `/policy`, `/probe`, `/templates`,
+//! `/pd-topologies`). Routes are exact paths; each listener answers 404 for
+//! the other's endpoints.
 
 use crate::auth::{AuthOutcome, Authenticator};
 use crate::config::ControlAuth;
@@ -8,7 +9,7 @@ use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
 use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json};
 use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
-use crate::snapshot::snapshot_json;
+use crate::snapshot::{snapshot_json, with_stores};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -42,6 +43,10 @@ pub struct ControlAuthenticators {
     pub policy: Authenticator,
     /// `/probe` (controller audience).
     pub probe: Authenticator,
+    /// `/templates` (policy audience, like every operator push).
+    pub templates: Authenticator,
+    /// `/pd-topologies` (policy audience).
+    pub pd_topologies: Authenticator,
 }
 
 /// Which control endpoint a request is for.
@@ -50,6 +55,8 @@ enum Endpoint {
     Snapshot,
     Policy,
     Probe,
+    Templates,
+    PdTopologies,
 }
 
 /// Router of the public listener.
@@ -67,6 +74,8 @@ pub fn control_router(state: HttpState) -> Router {
         .route("/policy", any(policy))
         .route("/snapshot", any(snapshot))
         .route("/probe", any(probe))
+        .route("/templates", any(templates))
+        .route("/pd-topologies", any(pd_topologies))
         .with_state(state)
 }
 
@@ -110,6 +119,8 @@ async fn auth_gate(state: &HttpState, endpoint: Endpoint, headers: &HeaderMap) -
         Endpoint::Snapshot => &auth.snapshot,
         Endpoint::Policy => &auth.policy,
         Endpoint::Probe => &auth.probe,
+        Endpoint::Templates => &auth.templates,
+        Endpoint::PdTopologies => &auth.pd_topologies,
     };
     let header = headers
         .get(header::AUTHORIZATION)
@@ -160,6 +171,91 @@ async fn policy(
     }
 }
 
+/// One replace-on-write push of a named store (`/templates`,
+/// `/pd-topologies`): the same methods, auth and body limit as `/policy`.
+/// `decode` refuses the whole body or returns the new set; `apply` puts it
+/// in force.
+async fn push<T>(
+    state: &HttpState,
+    endpoint: Endpoint,
+    what: &str,
+    request: (Method, HeaderMap, Body),
+    decode: fn(&[u8]) -> Result<crate::named::NamedSet<T>, String>,
+    apply: impl FnOnce(crate::named::NamedSet<T>),
+    rejected: impl FnOnce(),
+) -> Response {
+    let (method, headers, body) = request;
+    if method != Method::POST && method != Method::PUT {
+        return method_not_allowed("POST, PUT");
+    }
+    if let Some(denied) = auth_gate(state, endpoint, &headers).await {
+        return denied;
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_POLICY_BODY_BYTES).await else {
+        rejected();
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            &format!("decode {what}: http: request body too large"),
+        );
+    };
+    match decode(&bytes) {
+        Ok(set) => {
+            apply(set);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => {
+            rejected();
+            http_error(StatusCode::BAD_REQUEST, &e)
+        }
+    }
+}
+
+async fn templates(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let core = &state.core;
+    push(
+        &state,
+        Endpoint::Templates,
+        "templates",
+        (method, headers, body),
+        crate::templates::decode_templates_json,
+        |set| {
+            tracing::info!(objects = set.len(), "templates_pushed");
+            core.metrics.stores.templates_applied("http", set.len());
+            core.templates.replace(set);
+        },
+        || core.metrics.stores.templates_rejected("http"),
+    )
+    .await
+}
+
+async fn pd_topologies(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let core = &state.core;
+    push(
+        &state,
+        Endpoint::PdTopologies,
+        "pd topologies",
+        (method, headers, body),
+        crate::pd::decode_pd_topologies_json,
+        |set| {
+            tracing::info!(objects = set.len(), "pd_topologies_pushed");
+            core.metrics.stores.pd_topologies_applied("http", set.len());
+            core.pd_topologies.replace(set);
+        },
+        || core.metrics.stores.pd_topologies_rejected("http"),
+    )
+    .await
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -197,7 +293,12 @@ async fn snapshot(State(state): State<HttpState>, method: Method, headers: Heade
     let core = state.core.clone();
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();
-        serde_json::to_vec(&snapshot_json(&snap))
+        let body = with_stores(
+            snapshot_json(&snap),
+            &core.templates.current(),
+            &core.pd_topologies.current(),
+        );
+        serde_json::to_vec(&body)
     })
     .await;
     match built {

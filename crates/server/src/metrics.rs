@@ -144,6 +144,8 @@ pub struct Metrics {
     pub probe_auth: Family<crate::auth::ResultLabel, Counter>,
     /// Estimated-TTFT ranking and approximate mode.
     pub routing: crate::routing_metrics::RoutingMetrics,
+    /// Template and PD-topology stores, RenderTemplate and LookupPDRoute.
+    pub stores: crate::store_metrics::StoreMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -285,8 +287,10 @@ impl Metrics {
             );
         }
         let routing = crate::routing_metrics::RoutingMetrics::register(&mut registry);
+        let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
         Self {
             routing,
+            stores,
             registry,
             snapshot_auth,
             policy_auth,

@@ -21,3 +21,8 @@ pub const UNKNOWN_TENANT: &str = "UNKNOWN_TENANT";
 pub const UNKNOWN_MODEL: &str = "UNKNOWN_MODEL";
 /// The index holds nothing for this (tenant, model, hash_scheme).
 pub const UNKNOWN_HASH_SCHEME: &str = "UNKNOWN_HASH_SCHEME";
+/// RenderTemplate: no template at `template_ref`.
+pub const TEMPLATE_NOT_FOUND: &str = "TEMPLATE_NOT_FOUND";
+/// RenderTemplate: a required slot is missing, a variable is undefined or the
+/// template failed.
+pub const RENDER_ERROR: &str = "RENDER_ERROR";

@@ -7,8 +7,12 @@ use crate::core::Core;
 use crate::error::ServeError;
 use crate::http::{HttpState, control_router, public_router};
 use crate::metrics::Metrics;
+use crate::named::FileTarget;
+use crate::pd::Topology;
 use crate::policy::{PolicyFileWatcher, PolicyStore};
 use crate::service::InferenceCacheService;
+use crate::templates::CompiledTemplate;
+use crate::watch::{FileWatcher, Reloadable};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 /// shutdown signal before they are cut.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How often `--policy-file` is checked for changes.
+/// How often `--policy-file`, `--templates-dir` and `--pd-topology-file` are
+/// checked for changes.
 pub const POLICY_FILE_POLL: Duration = Duration::from_secs(2);
 
 /// A server whose listeners are bound but not yet serving.
@@ -34,6 +39,8 @@ pub struct Server {
     metrics_interval: Duration,
     ready: Arc<AtomicBool>,
     policy_file: Option<PolicyFileWatcher>,
+    templates_dir: Option<FileWatcher<FileTarget<CompiledTemplate>>>,
+    pd_topology_file: Option<FileWatcher<FileTarget<Topology>>>,
     control_auth: ControlAuth,
     auth: Option<Arc<crate::http::ControlAuthenticators>>,
     tls: Option<TlsAcceptor>,
@@ -85,8 +92,12 @@ impl Server {
         let policies = PolicyStore::new();
         let policy_file = match &config.policy_file {
             Some(path) => Some(
-                PolicyFileWatcher::start(path.clone(), policies.clone(), Arc::clone(&metrics))
-                    .map_err(ServeError::PolicyFile)?,
+                crate::policy::watch_policy_file(
+                    path.clone(),
+                    policies.clone(),
+                    Arc::clone(&metrics),
+                )
+                .map_err(ServeError::PolicyFile)?,
             ),
             None => None,
         };
@@ -101,6 +112,30 @@ impl Server {
             ),
             clock,
         );
+        let templates_dir = match &config.templates_dir {
+            Some(dir) => Some(
+                crate::named::watch(
+                    &crate::templates::TEMPLATES_DIR,
+                    dir.clone(),
+                    core.templates.clone(),
+                    Arc::clone(&metrics),
+                )
+                .map_err(ServeError::TemplatesDir)?,
+            ),
+            None => None,
+        };
+        let pd_topology_file = match &config.pd_topology_file {
+            Some(path) => Some(
+                crate::named::watch(
+                    &crate::pd::PD_TOPOLOGY_FILE,
+                    path.clone(),
+                    core.pd_topologies.clone(),
+                    Arc::clone(&metrics),
+                )
+                .map_err(ServeError::PdTopologyFile)?,
+            ),
+            None => None,
+        };
         let auth = match &config.control_auth {
             ControlAuth::TokenReview {
                 allowed_sa,
@@ -117,6 +152,8 @@ impl Server {
                     snapshot: make(controller_audience, metrics.snapshot_auth.clone()),
                     policy: make(policy_audience, metrics.policy_auth.clone()),
                     probe: make(controller_audience, metrics.probe_auth.clone()),
+                    templates: make(policy_audience, metrics.stores.templates_auth.clone()),
+                    pd_topologies: make(policy_audience, metrics.stores.pd_topologies_auth.clone()),
                 }))
             }
             ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
@@ -127,6 +164,8 @@ impl Server {
             sweep_interval: config.index.sweep_interval,
             metrics_interval: config.stream_metrics_interval,
             policy_file,
+            templates_dir,
+            pd_topology_file,
             control_auth: config.control_auth.clone(),
             grpc: bind("gRPC", "--grpc-bind-address", config.grpc_addr.0).await?,
             http: bind("HTTP", "--http-bind-address", config.http_addr.0).await?,
@@ -236,13 +275,9 @@ impl Server {
                 Ok(())
             });
         }
-        if let Some(watcher) = self.policy_file {
-            let stop = stop.clone();
-            tasks.spawn(async move {
-                watcher.run(POLICY_FILE_POLL, stop).await;
-                Ok(())
-            });
-        }
+        spawn_watcher(&mut tasks, self.policy_file, &stop);
+        spawn_watcher(&mut tasks, self.templates_dir, &stop);
+        spawn_watcher(&mut tasks, self.pd_topology_file, &stop);
 
         self.ready.store(true, Ordering::Release);
         self.core.metrics.server_up.set(1);
@@ -283,6 +318,21 @@ impl Server {
             // failure of `serve`: nothing should stop before the signal.
             _ => Ok(()),
         }
+    }
+}
+
+/// Polls a configuration file or directory until `stop`.
+fn spawn_watcher<R: Reloadable>(
+    tasks: &mut JoinSet<Result<(), ServeError>>,
+    watcher: Option<FileWatcher<R>>,
+    stop: &CancellationToken,
+) {
+    if let Some(watcher) = watcher {
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            watcher.run(POLICY_FILE_POLL, stop).await;
+            Ok(())
+        });
     }
 }
 

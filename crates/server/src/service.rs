@@ -5,7 +5,6 @@ use crate::convert::{event_from_proto, stats_to_proto, update_from_proto};
 use crate::core::Core;
 use crate::events::EventFilter;
 use crate::metrics::Metrics;
-use crate::reason;
 use crate::route::parse_grpc_timeout;
 use futures::{Stream, StreamExt};
 use inferencecache_index::PROBE_TENANT;
@@ -79,12 +78,13 @@ impl Drop for SubscriberGuard {
 impl InferenceCache for InferenceCacheService {
     async fn render_template(
         &self,
-        _request: Request<RenderTemplateRequest>,
+        request: Request<RenderTemplateRequest>,
     ) -> Result<Response<RenderTemplateResponse>, Status> {
-        Ok(Response::new(RenderTemplateResponse {
-            reason_code: reason::OK.into(),
-            ..Default::default()
-        }))
+        Ok(Response::new(crate::templates::render_template(
+            &self.core.templates,
+            &self.core.metrics,
+            request.get_ref(),
+        )))
     }
 
     async fn lookup_route(
@@ -106,12 +106,11 @@ impl InferenceCache for InferenceCacheService {
 
     async fn lookup_pd_route(
         &self,
-        _request: Request<LookupPdRouteRequest>,
+        request: Request<LookupPdRouteRequest>,
     ) -> Result<Response<LookupPdRouteResponse>, Status> {
-        Ok(Response::new(LookupPdRouteResponse {
-            reason_code: reason::NO_HINT.into(),
-            ..Default::default()
-        }))
+        Ok(Response::new(
+            self.core.pd_router().route(request.get_ref()),
+        ))
     }
 
     async fn get_cache_state(

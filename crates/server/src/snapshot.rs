@@ -1,11 +1,16 @@
 //! `/snapshot` JSON (`server.md` §5.1, decision 5): the controller's view of
-//! every replica and tenant. The key set is frozen; Go's encoding rules are
+//! every replica and tenant. The reference's key set is frozen (issue 15 adds
+//! `templates` and `pdTopologies`, which Go decoders ignore); Go's encoding rules are
 //! reproduced (float32 shortest form, RFC 3339 times with trimmed fractions,
 //! the zero-time sentinel, omitted false/zero optional fields), except that
 //! empty lists are `[]`, not `null`.
 
+use crate::named::NamedSet;
+use crate::pd::Topology;
+use crate::templates::CompiledTemplate;
 pub use inferencecache_control_api::snapshot::{
-    GoF32, ReplicaJson, SnapshotJson, TenantJson, ZERO_TIME, rfc3339_nano,
+    GoF32, PdTopologyRow, ReplicaJson, SnapshotJson, TemplateRow, TenantJson, ZERO_TIME,
+    rfc3339_nano,
 };
 use inferencecache_index::{Snapshot, SnapshotReplica, SnapshotTenant};
 
@@ -45,7 +50,37 @@ pub fn snapshot_json(s: &Snapshot) -> SnapshotJson {
         total_prefixes: s.total_prefixes,
         hot_prefixes: s.hot_prefixes,
         tentative_entries: s.tentative_entries,
+        templates: Vec::new(),
+        pd_topologies: Vec::new(),
     }
+}
+
+/// Adds the template and topology stores (names and revisions) to a
+/// `/snapshot` body: the additive `templates` and `pdTopologies` keys.
+pub fn with_stores(
+    mut body: SnapshotJson,
+    templates: &NamedSet<CompiledTemplate>,
+    pd: &NamedSet<Topology>,
+) -> SnapshotJson {
+    body.templates = templates
+        .iter()
+        .map(|t| TemplateRow {
+            namespace: t.namespace().to_owned(),
+            name: t.name().to_owned(),
+            revision: t.revision().to_owned(),
+        })
+        .collect();
+    body.pd_topologies = pd
+        .iter()
+        .map(|t| PdTopologyRow {
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            transport: t.transport.clone(),
+            prefill_replicas: t.prefill.clone(),
+            decode_replicas: t.decode.clone(),
+        })
+        .collect();
+    body
 }
 
 #[cfg(test)]
@@ -57,7 +92,7 @@ mod tests {
         let j = serde_json::to_string(&snapshot_json(&Snapshot::default())).unwrap();
         assert_eq!(
             j,
-            r#"{"replicas":[],"tenants":[],"totalPrefixes":0,"hotPrefixes":0}"#
+            r#"{"replicas":[],"tenants":[],"totalPrefixes":0,"hotPrefixes":0,"templates":[],"pdTopologies":[]}"#
         );
     }
 
@@ -124,7 +159,14 @@ mod tests {
         );
         assert_eq!(
             keys(&v),
-            ["hotPrefixes", "replicas", "tenants", "totalPrefixes"]
+            [
+                "hotPrefixes",
+                "pdTopologies",
+                "replicas",
+                "templates",
+                "tenants",
+                "totalPrefixes"
+            ]
         );
     }
 }

@@ -7,9 +7,10 @@
 //! is encoded without adding special tokens.
 //!
 //! Models are loaded eagerly at startup from `--tokenizer-models-dir`: every
-//! directory holding a `tokenizer.json` is a model whose id is its path
-//! relative to the root (e.g. `Qwen/Qwen3-8B`). A request's `model_id` is only
-//! ever a key into that set, never a path.
+//! directory holding a `tokenizer.json` (or, for tiktoken models, a
+//! `tiktoken.model` / `*.tiktoken` file: see [`crate::tiktoken`]) is a model
+//! whose id is its path relative to the root (e.g. `Qwen/Qwen3-8B`). A
+//! request's `model_id` is only ever a key into that set, never a path.
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use std::collections::HashMap;
@@ -41,10 +42,21 @@ pub enum TokenizeError {
     },
 }
 
+/// A model's encoder: Hugging Face `tokenizer.json` or a tiktoken BPE file.
+enum Encoder {
+    Hf(Box<tokenizers::Tokenizer>),
+    Tiktoken(Box<crate::tiktoken::TiktokenEncoder>),
+}
+
+/// True for a directory that holds a model's tokenizer.
+fn is_model_dir(dir: &Path) -> bool {
+    dir.join("tokenizer.json").is_file() || crate::tiktoken::find_tiktoken_file(dir).is_some()
+}
+
 /// One model: its tokenizer and chat template.
 pub struct ChatTokenizer {
     id: String,
-    tokenizer: tokenizers::Tokenizer,
+    tokenizer: Encoder,
     env: Option<Environment<'static>>,
     specials: HashMap<String, String>,
 }
@@ -109,12 +121,21 @@ impl ChatTokenizer {
             path: dir.display().to_string(),
             message,
         };
-        let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
-            .map_err(|e| err(format!("tokenizer.json: {e}")))?;
         let config: serde_json::Value = match std::fs::read(dir.join("tokenizer_config.json")) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| err(format!("tokenizer_config.json: {e}")))?,
             Err(_) => serde_json::Value::Null,
+        };
+        let hf = dir.join("tokenizer.json");
+        let tokenizer = match crate::tiktoken::find_tiktoken_file(dir) {
+            Some(file) if !hf.is_file() => Encoder::Tiktoken(Box::new(
+                crate::tiktoken::TiktokenEncoder::load(&file, &config)
+                    .map_err(|e| err(format!("{}: {e}", file.display())))?,
+            )),
+            _ => Encoder::Hf(Box::new(
+                tokenizers::Tokenizer::from_file(hf)
+                    .map_err(|e| err(format!("tokenizer.json: {e}")))?,
+            )),
         };
         let mut specials = HashMap::new();
         for key in [
@@ -168,11 +189,13 @@ impl ChatTokenizer {
     /// top of what the template writes).
     pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
         let rendered = self.render(text)?;
-        let encoding = self
-            .tokenizer
-            .encode(rendered, false)
-            .map_err(|e| TokenizeError::Encode(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        match &self.tokenizer {
+            Encoder::Hf(t) => t
+                .encode(rendered, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| TokenizeError::Encode(e.to_string())),
+            Encoder::Tiktoken(t) => t.encode(&rendered).map_err(TokenizeError::Encode),
+        }
     }
 }
 
@@ -218,7 +241,7 @@ impl Tokenizers {
                     continue;
                 }
             };
-            if dir.join("tokenizer.json").is_file() {
+            if is_model_dir(&dir) {
                 let id = dir
                     .strip_prefix(root)
                     .ok()

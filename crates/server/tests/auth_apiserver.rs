@@ -275,6 +275,23 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
         200
     );
 
+    // The operator's pushes: the same audience and rules as /policy.
+    let other_policy = mint(&cluster, "other", "inferencecache.io/policy").await;
+    for path in ["/templates", "/pd-topologies"] {
+        assert_eq!(
+            post(&s, path, &controller_policy, "[]").await,
+            204,
+            "{path}"
+        );
+        assert_eq!(
+            post(&s, path, &controller, "[]").await,
+            401,
+            "{path}: the controller audience is not the policy audience"
+        );
+        assert_eq!(post(&s, path, &other_policy, "[]").await, 403, "{path}");
+        assert_eq!(post(&s, path, "garbage", "[]").await, 401, "{path}");
+    }
+
     // Apiserver gone: the cached token still passes (no second review), an
     // unseen one cannot be reviewed.
     cluster.apiserver.take();
@@ -295,6 +312,12 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
         "inferencecache_policy_auth_total{result=\"ok\"} 1",
         "inferencecache_policy_auth_total{result=\"unauth\"} 1",
         "inferencecache_probe_auth_total{result=\"ok\"} 1",
+        "inferencecache_templates_auth_total{result=\"ok\"} 1",
+        "inferencecache_templates_auth_total{result=\"unauth\"} 2",
+        "inferencecache_templates_auth_total{result=\"forbidden\"} 1",
+        "inferencecache_pd_topologies_auth_total{result=\"ok\"} 1",
+        "inferencecache_pd_topologies_auth_total{result=\"unauth\"} 2",
+        "inferencecache_pd_topologies_auth_total{result=\"forbidden\"} 1",
     ] {
         assert!(body.contains(line), "missing {line}\n{body}");
     }

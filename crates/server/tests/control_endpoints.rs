@@ -21,7 +21,7 @@ async fn empty_snapshot_has_arrays_and_zero_totals() {
     let v = snapshot(&s).await;
     assert_eq!(
         v,
-        serde_json::json!({"replicas":[],"tenants":[],"totalPrefixes":0,"hotPrefixes":0})
+        serde_json::json!({"replicas":[],"tenants":[],"totalPrefixes":0,"hotPrefixes":0,"templates":[],"pdTopologies":[]})
     );
     s.stop().await;
 }

@@ -59,7 +59,7 @@ async fn every_other_rpc_answers_its_fail_open_default() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.reason_code, "OK");
+    assert_eq!(r.reason_code, "TEMPLATE_NOT_FOUND", "no templates loaded");
 
     let r = c
         .lookup_pd_route(LookupPdRouteRequest::default())

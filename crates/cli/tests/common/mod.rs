@@ -104,3 +104,70 @@ pub fn http_get(addr: &str, path: &str) -> (String, String) {
         body.to_owned(),
     )
 }
+
+/// A minimal HTTP/1.0 request with a body; returns (status line, body).
+pub fn http_send(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (String, String) {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).unwrap();
+    // The server may answer (and close) before reading an oversized body.
+    let _ = conn.write_all(body);
+    let mut resp = Vec::new();
+    let _ = conn.read_to_end(&mut resp);
+    let resp = String::from_utf8_lossy(&resp).into_owned();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// Finds a tool: an env override, then the repo's .venv, then PATH.
+pub fn tool(env: &str, venv_name: &str, path_name: &str) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var(env) {
+        return Some(PathBuf::from(p));
+    }
+    let venv = repo_root().join(".venv/bin").join(venv_name);
+    if venv.exists() {
+        return Some(venv);
+    }
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {path_name}")])
+        .output()
+        .ok()?;
+    found
+        .status
+        .success()
+        .then(|| PathBuf::from(String::from_utf8_lossy(&found.stdout).trim()))
+}
+
+/// A missing real part skips its test with a printed reason, unless
+/// INFERENCECACHE_REQUIRE_REAL_PARTS=1 (CI), where it fails.
+pub fn require(name: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    if found.is_none() {
+        let msg = format!("{name} not found; run .ci/run (or its install step) to install it");
+        if std::env::var("INFERENCECACHE_REQUIRE_REAL_PARTS").as_deref() == Ok("1") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED: {msg}");
+    }
+    found
+}
+
+/// The real grpcurl, if installed.
+pub fn grpcurl() -> Option<PathBuf> {
+    require("grpcurl", tool("GRPCURL", "grpcurl", "grpcurl"))
+}

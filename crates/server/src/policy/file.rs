@@ -7,26 +7,15 @@ use super::resolved::PolicySet;
 use super::store::PolicyStore;
 use super::wire::{MAX_POLICY_BODY_BYTES, PolicySnapshot, decode_policy_json, into_policy_set};
 use crate::metrics::Metrics;
+use crate::watch::{FileWatcher, Reloadable, is_json, read_limited};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use tokio_util::sync::CancellationToken;
 
 /// Reads and decodes a policy file. `.json` is parsed as JSON, anything else
 /// as YAML (a superset of JSON); both reject unknown fields.
 pub fn load_policy_file(path: &Path) -> Result<PolicySet, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    if bytes.len() > MAX_POLICY_BODY_BYTES {
-        return Err(format!(
-            "{} is {} bytes; the limit is {MAX_POLICY_BODY_BYTES}",
-            path.display(),
-            bytes.len()
-        ));
-    }
-    let is_json = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    if is_json {
+    let bytes = read_limited(path, MAX_POLICY_BODY_BYTES)?;
+    if is_json(path) {
         return decode_policy_json(&bytes).map_err(|e| format!("{}: {e}", path.display()));
     }
     let text =
@@ -36,28 +25,19 @@ pub fn load_policy_file(path: &Path) -> Result<PolicySet, String> {
     into_policy_set(snapshot).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Polls a policy file and applies it to the store when it changes.
+/// Where a policy file's content goes.
 #[derive(Debug)]
-pub struct PolicyFileWatcher {
+pub struct PolicyTarget {
     path: PathBuf,
     store: PolicyStore,
     metrics: Arc<Metrics>,
-    seen: Option<(SystemTime, u64)>,
 }
 
-impl PolicyFileWatcher {
-    /// Loads the file once (an error here is returned: a server should not
-    /// start on a broken policy file) and applies it.
-    pub fn start(path: PathBuf, store: PolicyStore, metrics: Arc<Metrics>) -> Result<Self, String> {
-        let mut w = Self {
-            seen: stamp(&path),
-            path,
-            store,
-            metrics,
-        };
-        let set = load_policy_file(&w.path)?;
-        w.apply(set);
-        Ok(w)
+impl Reloadable for PolicyTarget {
+    type Value = PolicySet;
+
+    fn load(&self, path: &Path) -> Result<PolicySet, String> {
+        load_policy_file(path)
     }
 
     fn apply(&mut self, set: PolicySet) {
@@ -72,43 +52,33 @@ impl PolicyFileWatcher {
         self.store.replace(set);
     }
 
-    /// One poll: reloads if the file's modification time or size changed.
-    pub fn poll(&mut self) {
-        let now = stamp(&self.path);
-        if now == self.seen {
-            return;
-        }
-        self.seen = now;
-        match load_policy_file(&self.path) {
-            Ok(set) => self.apply(set),
-            Err(error) => {
-                tracing::warn!(
-                    policy_file = %self.path.display(),
-                    %error,
-                    effect = "keeping the last good policy",
-                    "policy_file_reload_failed"
-                );
-                self.metrics.policy_rejected("file");
-            }
-        }
-    }
-
-    /// Polls every `interval` until `cancel` fires.
-    pub async fn run(mut self, interval: Duration, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                _ = tick.tick() => self.poll(),
-            }
-        }
+    fn rejected(&mut self, path: &Path, error: &str) {
+        tracing::warn!(
+            policy_file = %path.display(),
+            %error,
+            effect = "keeping the last good policy",
+            "policy_file_reload_failed"
+        );
+        self.metrics.policy_rejected("file");
     }
 }
 
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
+/// Polls a policy file and applies it to the store when it changes.
+pub type PolicyFileWatcher = FileWatcher<PolicyTarget>;
+
+/// Loads the policy file once (an error here is returned: a server should
+/// not start on a broken policy file) and watches it.
+pub fn watch_policy_file(
+    path: PathBuf,
+    store: PolicyStore,
+    metrics: Arc<Metrics>,
+) -> Result<PolicyFileWatcher, String> {
+    let target = PolicyTarget {
+        path: path.clone(),
+        store,
+        metrics,
+    };
+    FileWatcher::start(path, target)
 }
 
 #[cfg(test)]
@@ -154,12 +124,11 @@ mod tests {
         );
         let store = PolicyStore::new();
         let metrics = Arc::new(Metrics::new());
-        let mut w =
-            PolicyFileWatcher::start(p.clone(), store.clone(), Arc::clone(&metrics)).unwrap();
+        let mut w = watch_policy_file(p.clone(), store.clone(), Arc::clone(&metrics)).unwrap();
         assert_eq!(store.policy("a").minimum_prefix_tokens, 5);
 
         std::fs::write(&p, "version: 99\n").unwrap();
-        w.seen = None; // mtime granularity can hide a quick rewrite
+        w.forget(); // mtime granularity can hide a quick rewrite
         w.poll();
         assert_eq!(store.policy("a").minimum_prefix_tokens, 5, "last good kept");
         assert!(metrics.encode_text().contains(
@@ -171,7 +140,7 @@ mod tests {
             "version: 7\npolicies:\n  - namespace: a\n    minimumPrefixTokens: 6\n",
         )
         .unwrap();
-        w.seen = None;
+        w.forget();
         w.poll();
         assert_eq!(store.policy("a").minimum_prefix_tokens, 6);
     }

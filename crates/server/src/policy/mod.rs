@@ -11,7 +11,7 @@ mod routing;
 mod store;
 mod wire;
 
-pub use file::{PolicyFileWatcher, load_policy_file};
+pub use file::{PolicyFileWatcher, PolicyTarget, load_policy_file, watch_policy_file};
 pub use resolved::{EvictionAlgorithm, PolicySet, TenantPolicy};
 pub use routing::{BadRanking, RoutingWire, resolve_routing};
 pub use store::PolicyStore;

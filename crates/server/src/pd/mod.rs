@@ -1,0 +1,175 @@
+//! Prefill/decode topologies and `LookupPDRoute`.
+//!
+//! A topology names a prefill pool and a decode pool of replica ids and the
+//! KV transport between them. The operator resolves PDTopology pools' label
+//! selectors to replica ids and pushes the list to `POST /pd-topologies`
+//! (replace-on-write); a standalone server reads the same list from
+//! `--pd-topology-file` (reloaded on change).
+//!
+//! `LookupPDRoute` picks a pair:
+//! - **prefill**: the best prefix match among the prefill replicas, from the
+//!   same index and ranking as LookupRoute (exact `prefix_hash` lookup, the
+//!   tenant's `minimumMatchedTokens` floor; a request under the tenant's
+//!   `minimumPrefixTokens` is not matched). The request carries no
+//!   `hash_scheme`, so the prefix is looked up in every scheme the
+//!   (tenant, model) is served under, each domain on its own (bytes are never
+//!   matched across schemes), and the best score wins. Ties on score go to
+//!   the least-loaded, then to the affinity rule. No match: the
+//!   least-loaded prefill replica.
+//! - **decode**: the least-loaded decode replica. Load is the replica's
+//!   reported `pressure` for (tenant, model) while its stats are fresh, else
+//!   0 (the ranking's own pressure input). Ties are broken by the affinity
+//!   rule: SHA-256 of `prefix_hash` (big-endian u64 of the first 8 bytes)
+//!   modulo the byte-sorted tied replicas, so repeats of a prefix land on the
+//!   same replica while loads are equal.
+//! - reason `PREFIX_MATCH` when the prefill replica matched, `AFFINITY_HINT`
+//!   when it was chosen by load, `NO_HINT` (fail-open, empty ids) for an
+//!   unknown `pd_topology_ref`, an empty pool or the reserved probe tenant.
+//!
+//! Like LookupRoute it is side-effect-free apart from metrics: a PD prefix
+//! hit credits no access counter.
+
+mod source;
+
+pub use source::{PD_TOPOLOGY_FILE, decode_pd_topologies_json, load_pd_topology_file};
+
+use crate::metrics::Metrics;
+use crate::named::NamedStore;
+use crate::policy::PolicyStore;
+use crate::reason;
+use inferencecache_index::{Index, LookupRequest, PROBE_TENANT, affinity_index};
+use inferencecache_proto::v1alpha1::{LookupPdRouteRequest, LookupPdRouteResponse};
+
+/// One topology, validated: pools sorted byte-wise and deduplicated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Prefill replica ids.
+    pub prefill: Vec<String>,
+    /// Decode replica ids.
+    pub decode: Vec<String>,
+    /// `Mooncake`, `NIXL` or `Direct` (the response's `transport_hint`).
+    pub transport: String,
+}
+
+/// The loaded topologies, by `namespace/name`.
+pub type PdTopologyStore = NamedStore<Topology>;
+
+/// What LookupPDRoute reads.
+#[derive(Debug, Clone, Copy)]
+pub struct PdRouter<'a> {
+    /// Topologies.
+    pub topologies: &'a PdTopologyStore,
+    /// The prefix index.
+    pub index: &'a Index,
+    /// Tenant policies (matched-tokens floor, minimum prefix).
+    pub policies: &'a PolicyStore,
+    /// Metrics.
+    pub metrics: &'a Metrics,
+}
+
+/// Among `pool`, the least-loaded replicas; ties broken by the affinity
+/// rule over the byte-sorted tied set.
+fn least_loaded<'p>(
+    index: &Index,
+    req: &LookupPdRouteRequest,
+    pool: &[&'p str],
+) -> Option<&'p str> {
+    let loads = index.replica_pressures(&req.tenant_id, &req.model_id, pool);
+    let min = loads.iter().copied().fold(f32::INFINITY, f32::min);
+    let mut tied: Vec<&str> = pool
+        .iter()
+        .zip(&loads)
+        .filter(|(_, l)| **l <= min)
+        .map(|(r, _)| *r)
+        .collect();
+    tied.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    tied.dedup();
+    tied.get(affinity_index(&req.prefix_hash, tied.len()))
+        .copied()
+}
+
+impl PdRouter<'_> {
+    /// Answers one LookupPDRoute (counted by reason).
+    pub fn route(&self, req: &LookupPdRouteRequest) -> LookupPdRouteResponse {
+        let resp = self.pick(req);
+        self.metrics.stores.lookup_pd_route_call(&resp.reason_code);
+        resp
+    }
+
+    fn pick(&self, req: &LookupPdRouteRequest) -> LookupPdRouteResponse {
+        let no_hint = || LookupPdRouteResponse {
+            reason_code: reason::NO_HINT.into(),
+            ..Default::default()
+        };
+        if req.tenant_id == PROBE_TENANT {
+            return no_hint();
+        }
+        let Some(t) = self.topologies.get(&req.pd_topology_ref) else {
+            return no_hint();
+        };
+        let prefill_pool: Vec<&str> = t.prefill.iter().map(String::as_str).collect();
+        let decode_pool: Vec<&str> = t.decode.iter().map(String::as_str).collect();
+        let (prefill, reason) = match self.cached_prefill(req, &prefill_pool) {
+            Some(r) => (Some(r), reason::PREFIX_MATCH),
+            None => (
+                least_loaded(self.index, req, &prefill_pool),
+                reason::AFFINITY_HINT,
+            ),
+        };
+        let decode = least_loaded(self.index, req, &decode_pool);
+        let (Some(prefill), Some(decode)) = (prefill, decode) else {
+            return no_hint();
+        };
+        LookupPdRouteResponse {
+            prefill_replica_id: prefill.to_owned(),
+            decode_replica_id: decode.to_owned(),
+            transport_hint: t.transport.clone(),
+            reason_code: reason.into(),
+        }
+    }
+
+    /// The best-scoring prefill replica holding the prefix, if any.
+    fn cached_prefill<'p>(&self, req: &LookupPdRouteRequest, pool: &[&'p str]) -> Option<&'p str> {
+        if req.prefix_hash.is_empty() || req.tenant_id.is_empty() || req.model_id.is_empty() {
+            return None;
+        }
+        let policy = self.policies.policy(&req.tenant_id);
+        let min_prefix = policy.minimum_prefix_tokens;
+        if min_prefix > 0 && req.prefix_token_count < min_prefix {
+            return None;
+        }
+        let floor = policy.minimum_matched_tokens;
+        // (score, pool member) of every prefill replica holding the prefix.
+        let mut matched: Vec<(f32, &'p str)> = Vec::new();
+        for scheme in self
+            .index
+            .served_hash_schemes(&req.tenant_id, &req.model_id)
+        {
+            let lookup = LookupRequest::<Vec<u8>>::new(&req.tenant_id, &req.model_id, &scheme)
+                .exact(&req.prefix_hash, req.prefix_token_count);
+            for s in self.index.lookup(&lookup).scores {
+                if s.matched_tokens < floor.max(1) {
+                    continue;
+                }
+                if let Ok(i) = pool.binary_search_by(|p| p.as_bytes().cmp(s.replica_id.as_bytes()))
+                {
+                    matched.push((s.score, pool[i]));
+                }
+            }
+        }
+        let best = matched
+            .iter()
+            .map(|(s, _)| *s)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let top: Vec<&'p str> = matched
+            .iter()
+            .filter(|(s, _)| *s >= best)
+            .map(|(_, r)| *r)
+            .collect();
+        least_loaded(self.index, req, &top)
+    }
+}
