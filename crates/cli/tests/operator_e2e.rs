@@ -134,18 +134,19 @@ impl Server {
 struct OperatorProc {
     proc: Option<Proc>,
     metrics: u16,
+    health: u16,
     log: std::path::PathBuf,
 }
 
 impl OperatorProc {
     fn start(cluster: &Cluster, server: &Server, extra: &[&str], name: &str) -> Self {
-        let metrics = free_port();
+        let (metrics, health) = (free_port(), free_port());
         let log = cluster.dir.join(format!("{name}.log"));
         let child = Command::new(BIN)
             .arg("operator")
             .arg(format!("--kubeconfig={}", cluster.kubeconfig.display()))
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg("--health-probe-bind-address=127.0.0.1:0")
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
             .arg("--webhook-bind-address=")
             .arg(format!(
                 "--server-policy-url={}",
@@ -155,8 +156,14 @@ impl OperatorProc {
                 "--server-snapshot-url={}",
                 server.control_url("/snapshot")
             ))
-            .arg("--server-templates-url=")
-            .arg("--server-pd-topologies-url=")
+            .arg(format!(
+                "--server-templates-url={}",
+                server.control_url("/templates")
+            ))
+            .arg(format!(
+                "--server-pd-topologies-url={}",
+                server.control_url("/pd-topologies")
+            ))
             .arg("--policy-token-file=/nonexistent/token")
             .arg("--controller-token-file=/nonexistent/token")
             .arg("--cachepolicy-push-interval=2s")
@@ -169,12 +176,35 @@ impl OperatorProc {
         Self {
             proc: Some(Proc(child)),
             metrics,
+            health,
             log,
         }
     }
 
+    fn get(&self, port: u16, path: &str) -> (String, String) {
+        common::http_get(&format!("127.0.0.1:{port}"), path)
+    }
+
+    /// SIGTERM, then the exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut p = self.proc.take().unwrap();
+        let ok = Command::new("kill")
+            .args(["-s", "TERM", &p.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = p.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn metrics_text(&self) -> String {
-        common::http_get(&format!("127.0.0.1:{}", self.metrics), "/metrics").1
+        self.get(self.metrics, "/metrics").1
     }
 
     fn kill(&mut self) {
@@ -290,6 +320,22 @@ async fn cachepolicy_lifecycle_reaches_lookups_and_survives_a_server_restart() {
     )
     .await;
     eprintln!("create → LookupRoute in {:?}", t0.elapsed());
+    assert!(op.get(op.health, "/healthz").0.contains(" 200"), "healthz");
+    assert!(op.get(op.health, "/readyz").0.contains(" 200"), "readyz");
+    // /templates and /pd-topologies are pushed too; a server without them
+    // (404) is "unsupported", never an error that holds up the policy.
+    for target in ["templates", "pd-topologies"] {
+        let m = op.metrics_text();
+        assert!(
+            m.contains(&format!("{{target=\"{target}\",result=\"ok\"}}"))
+                || m.contains(&format!("{{target=\"{target}\",result=\"unsupported\"}}")),
+            "{target}: {m}"
+        );
+        assert!(
+            !m.contains(&format!("{{target=\"{target}\",result=\"error\"}}")),
+            "{m}"
+        );
+    }
 
     // Edit: affinity off too → NO_HINT.
     policies
@@ -445,6 +491,50 @@ async fn cacheindex_and_cachetenant_status_follow_the_snapshot() {
         },
     )
     .await;
+    // CacheBackend participation: the replica is pod r1 in team-a, selected
+    // by the backend's cache domain.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), TENANT);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "r1", "labels": {"inferencecache.io/cache-domain": "qwen"}},
+            "spec": {"containers": [{"name": "vllm", "image": "vllm"}]}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let backends: Api<inferencecache_operator::crd::CacheBackend> =
+        Api::namespaced(client.clone(), TENANT);
+    backends
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "inferencecache.io/v1alpha1", "kind": "CacheBackend",
+                "metadata": {"name": "qwen"},
+                "spec": {"runtime": "VLLM",
+                         "engineSelector": {"matchLabels": {"inferencecache.io/cache-domain": "qwen"}}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "CacheBackend participation",
+        || async {
+            backends
+                .get("qwen")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.index_participation)
+                .is_some_and(|p| p.prefix_count == 2)
+        },
+    )
+    .await;
+
     // Soft state: no writes while nothing changes.
     let stamp = indices
         .get("cluster-default")
@@ -548,4 +638,10 @@ async fn two_operators_elect_exactly_one_leader_and_fail_over() {
     )
     .await;
     eprintln!("failover in {:?}", t0.elapsed());
+
+    // Graceful shutdown: SIGTERM exits 0 and releases the Lease at once.
+    let survivor = if first == "a" { &mut b } else { &mut a };
+    let status = survivor.terminate();
+    assert!(status.success(), "{status:?}\n{}", survivor.log());
+    assert_eq!(holder(&leases).await, None, "released on shutdown");
 }

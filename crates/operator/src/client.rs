@@ -118,22 +118,33 @@ impl ServerClient {
         })
     }
 
-    async fn finish(url: &str, resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
+    async fn finish(url: &str, mut resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
         let status = resp.status().as_u16();
-        let transport = |source| ClientError::Transport {
+        let too_large = || ClientError::Body {
             url: url.to_owned(),
-            source,
+            message: format!("response larger than {MAX_RESPONSE_BYTES} bytes"),
         };
         if resp
             .content_length()
             .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
         {
-            return Err(ClientError::Body {
-                url: url.to_owned(),
-                message: format!("response larger than {MAX_RESPONSE_BYTES} bytes"),
-            });
+            return Err(too_large());
         }
-        let body = resp.bytes().await.map_err(transport)?;
+        // Chunk by chunk, so a body without a length is bounded too.
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|source| ClientError::Transport {
+                url: url.to_owned(),
+                source,
+            })?
+        {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !(200..300).contains(&status) {
             let text = String::from_utf8_lossy(&body[..body.len().min(512)])
                 .trim()
@@ -144,7 +155,7 @@ impl ServerClient {
                 body: text,
             });
         }
-        Ok(body.to_vec())
+        Ok(body)
     }
 
     /// POSTs `body` as JSON; success is any 2xx (the server answers 204).
