@@ -253,6 +253,51 @@ async fn kustomize_base_overlays_and_samples_pass_server_dry_run() {
         ]);
         assert!(out.contains("(server dry run)"), "{dir}: {out}");
     }
+
+    // Least privilege, checked by the apiserver's own authorizer: the base
+    // applied for real, then `kubectl auth can-i` as each service account.
+    run(&["apply", "-k", config.join("default").to_str().unwrap()]);
+    let sa = |name: &str| format!("--as=system:serviceaccount:inference-cache-system:{name}");
+    let can = |who: &str, args: &[&str]| {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        let who = sa(who);
+        a.push(&who);
+        let out = cluster.kubectl(&a);
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    let controller = "inference-cache-controller";
+    let status = "--subresource=status";
+    for allowed in [
+        &["list", "cachepolicies.inferencecache.io", "-A"][..],
+        &["watch", "cachetenants.inferencecache.io", "-A"],
+        &["create", "cacheindices.inferencecache.io", "-A"],
+        &["update", "cacheindices.inferencecache.io", status, "-A"],
+        &["patch", "cachetenants.inferencecache.io", status, "-A"],
+        &["patch", "cachebackends.inferencecache.io", status, "-A"],
+        &["list", "pods", "-A"],
+        &[
+            "update",
+            "leases.coordination.k8s.io",
+            "-n=inference-cache-system",
+        ],
+    ] {
+        assert!(can(controller, allowed), "operator needs {allowed:?}");
+    }
+    for denied in [
+        &["update", "cachepolicies.inferencecache.io", "-A"][..],
+        &["update", "cachepolicies.inferencecache.io", status, "-A"],
+        &["delete", "pods", "-A"],
+        &["get", "secrets", "-A"],
+        &["update", "leases.coordination.k8s.io", "-n=default"],
+    ] {
+        assert!(!can(controller, denied), "operator must not {denied:?}");
+    }
+    assert!(can(
+        "inference-cache-server",
+        &["create", "tokenreviews.authentication.k8s.io", "-A"]
+    ));
+    assert!(!can("inference-cache-server", &["list", "pods", "-A"]));
 }
 
 /// The image cannot be built on these machines (no container registry is
