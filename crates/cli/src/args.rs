@@ -63,6 +63,14 @@ pub enum Command {
     /// Replay a Mooncake-format trace through the real stack and compare
     /// routing policies (hit rate, TTFT, balance).
     Simulate(crate::simulate::SimulateArgs),
+
+    /// Run the Kubernetes operator: push CachePolicy/CacheTenant to the
+    /// server, reflect /snapshot into CacheIndex status, serve the admission
+    /// webhooks.
+    Operator(crate::operator::OperatorArgs),
+
+    /// Print the CRDs as YAML: `inferencecache crds | kubectl apply -f -`.
+    Crds(crate::operator::CrdsArgs),
 }
 
 /// Flags of `serve`.

@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod logging;
+mod operator;
 mod serve;
 mod simulate;
 mod subscribe;
@@ -35,5 +36,7 @@ fn main() -> ExitCode {
         args::Command::Snapshot(a) => tools::snapshot::run(a),
         args::Command::Watch(a) => tools::watch::run(a),
         args::Command::Simulate(a) => simulate::run(a),
+        args::Command::Operator(a) => operator::run(a),
+        args::Command::Crds(a) => operator::crds(a),
     }
 }

@@ -146,7 +146,7 @@ async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM.
-async fn forward_signals(shutdown: CancellationToken) {
+pub(crate) async fn forward_signals(shutdown: CancellationToken) {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
