@@ -122,6 +122,7 @@ impl Index {
 
         self.enforce_cap(&mut out.evictions, &mut notes);
         notes.deliver(self.observer.as_ref());
+        out.replicas_released = self.release_idle_replicas();
         out
     }
 }

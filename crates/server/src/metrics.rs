@@ -101,6 +101,8 @@ struct ModelSeries {
 /// Every metric the server exposes, registered in one registry.
 pub struct Metrics {
     registry: Registry,
+    /// Resource limits: refusals, shed lookups, replica and tokenizer gauges.
+    pub limits: crate::limits::LimitMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// 1 while serving, 0 after.
     pub server_up: Gauge,
@@ -282,8 +284,11 @@ impl Metrics {
                 family.clone(),
             );
         }
+        let limits = crate::limits::LimitMetrics::default();
+        limits.register(&mut registry);
         Self {
             registry,
+            limits,
             snapshot_auth,
             policy_auth,
             probe_auth,

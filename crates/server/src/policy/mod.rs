@@ -8,6 +8,7 @@
 mod file;
 mod resolved;
 mod store;
+mod validate;
 mod wire;
 
 pub use file::{PolicyFileWatcher, load_policy_file};
@@ -16,5 +17,5 @@ pub use store::PolicyStore;
 pub use wire::{
     DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE, MAX_POLICY_BODY_BYTES,
     POLICY_MINIMUM_ACCEPTED_VERSION, POLICY_PROPAGATION_VERSION, PolicyError, PolicySnapshot,
-    ResolvedPolicy, ResolvedTenant, StrategyWire, decode_policy_json,
+    ResolvedPolicy, ResolvedTenant, StrategyWire, decode_policy_json, decode_policy_json_lenient,
 };
