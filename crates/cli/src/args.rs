@@ -176,6 +176,14 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub engine_block_size: i64,
+
+    /// Replication bus.
+    #[command(flatten)]
+    pub bus: crate::bus_args::BusArgs,
+
+    /// Warm restarts.
+    #[command(flatten)]
+    pub state: crate::bus_args::StateArgs,
 }
 
 /// Log output format.

@@ -90,6 +90,18 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             sweep_interval: args.index_sweep_interval,
         },
         stream_metrics_interval: args.stream_metrics_interval,
+        bus: args
+            .bus
+            .config(args.index_ttl.saturating_mul(2))
+            .map_err(ConfigError::Bus)?
+            .map(
+                |(config, limits)| inferencecache_server::replicate::BusSettings {
+                    replica_name: config.client_name.clone(),
+                    config,
+                    limits,
+                },
+            ),
+        state: args.state.settings(),
     })
 }
 

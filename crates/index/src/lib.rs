@@ -135,6 +135,7 @@ mod config;
 mod counters;
 mod events;
 mod eviction;
+mod export;
 mod hashing;
 mod holder;
 mod index;
@@ -142,6 +143,7 @@ mod ingest;
 mod key;
 mod lookup;
 mod observer;
+pub mod persist;
 mod policy;
 mod quota;
 mod ranking;
@@ -156,6 +158,7 @@ pub use config::{
     DEFAULT_CAP_RESERVE, DEFAULT_MAX_ENTRIES, DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL, IndexConfig,
     PROBE_TENANT, RankingConfig,
 };
+pub use export::{EntryState, ExportTables, ImportOutcome, Importer, PartitionName, StatsState};
 pub use index::Index;
 pub use observer::{IndexObserver, PrefixChange, RemovalReason};
 pub use policy::{EvictionAlgorithm, NoPolicy, PolicyResolver};

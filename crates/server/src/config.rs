@@ -218,6 +218,10 @@ pub struct ServerConfig {
     pub index: crate::core::IndexSettings,
     /// Period of StreamMetrics samples.
     pub stream_metrics_interval: std::time::Duration,
+    /// Bus mode (`--nats-url`): active-active replicas on one stream.
+    pub bus: Option<crate::replicate::BusSettings>,
+    /// Warm restarts (`--state-dir`).
+    pub state: Option<crate::state::StateSettings>,
 }
 
 impl ServerConfig {
@@ -237,6 +241,8 @@ impl ServerConfig {
             kubeconfig: None,
             index: crate::core::IndexSettings::default(),
             stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,
+            bus: None,
+            state: None,
         }
     }
 }

@@ -46,6 +46,10 @@ pub struct Core {
     pub pipeline: LookupPipeline,
     /// Live index-change feed.
     pub events: EventHub,
+    /// Named `/readyz` blockers (e.g. the bus catching up).
+    pub readiness: crate::readiness::Readiness,
+    /// Bus mode: the relay that publishes gRPC-received updates.
+    pub bus: Arc<std::sync::OnceLock<crate::replicate::BusRelay>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -89,7 +93,14 @@ impl Core {
             metrics,
             pipeline,
             events,
+            readiness: crate::readiness::Readiness::default(),
+            bus: Arc::default(),
         }
+    }
+
+    /// The bus relay, in bus mode.
+    pub fn bus(&self) -> Option<&crate::replicate::BusRelay> {
+        self.bus.get()
     }
 
     /// Ingests one update (the probe tenant is refused by the caller).

@@ -27,12 +27,15 @@ pub mod http;
 pub mod metrics;
 pub mod policy;
 pub mod probe;
+pub mod readiness;
 pub mod reason;
+pub mod replicate;
 pub mod route;
 mod sampler;
 mod serve;
 pub mod service;
 pub mod snapshot;
+pub mod state;
 pub mod tls;
 pub mod tokenize;
 

@@ -101,6 +101,8 @@ struct ModelSeries {
 /// Every metric the server exposes, registered in one registry.
 pub struct Metrics {
     registry: Registry,
+    /// Bus (active-active replicas) and warm-restart metrics.
+    pub replication: crate::replicate::metrics::ReplicationMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// 1 while serving, 0 after.
     pub server_up: Gauge,
@@ -282,8 +284,10 @@ impl Metrics {
                 family.clone(),
             );
         }
+        let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
         Self {
             registry,
+            replication,
             snapshot_auth,
             policy_auth,
             probe_auth,

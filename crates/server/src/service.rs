@@ -139,6 +139,9 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<Streaming<CacheStateUpdate>>,
     ) -> Result<Response<Ack>, Status> {
+        if let Some(bus) = self.core.bus() {
+            return bus.report_stream(request.into_inner(), &self.stop).await;
+        }
         let mut stream = request.into_inner();
         // Each message is ingested as it arrives; a broken stream returns its
         // error without an Ack, but what it delivered stays ingested. A
@@ -167,6 +170,9 @@ impl InferenceCache for InferenceCacheService {
         let event = request.into_inner();
         if event.tenant_id == PROBE_TENANT {
             return Ok(ack());
+        }
+        if let Some(bus) = self.core.bus() {
+            return bus.publish_event(event);
         }
         let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
             .map_or("UNKNOWN", |t| t.as_str_name());
