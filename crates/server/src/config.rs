@@ -218,6 +218,8 @@ pub struct ServerConfig {
     pub index: crate::core::IndexSettings,
     /// Period of StreamMetrics samples.
     pub stream_metrics_interval: std::time::Duration,
+    /// Producer authorization, ingest limits and consumer auth (issue 19).
+    pub producer: crate::producer::ProducerConfig,
 }
 
 impl ServerConfig {
@@ -237,6 +239,7 @@ impl ServerConfig {
             kubeconfig: None,
             index: crate::core::IndexSettings::default(),
             stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,
+            producer: crate::producer::ProducerConfig::default(),
         }
     }
 }

@@ -26,6 +26,12 @@ pub enum ConfigError {
     /// Only one of the two TLS flags.
     #[error("server: --tls-cert-file and --tls-key-file must both be set or both be empty")]
     HalfTls,
+    /// `--producer-auth mtls` without a client CA.
+    #[error(
+        "--producer-auth mtls needs --tls-client-ca-file (and --tls-cert-file/--tls-key-file): \
+         the identity comes from the verified client certificate"
+    )]
+    ProducerMtlsWithoutClientCa,
     /// mTLS without server TLS.
     #[error(
         "--tls-client-ca-file needs --tls-cert-file and --tls-key-file (mTLS runs over server TLS)"
@@ -85,6 +91,9 @@ pub enum ServeError {
     /// `--policy-file` could not be loaded at startup.
     #[error("policy file: {0}")]
     PolicyFile(String),
+    /// Producer authorization could not be set up (issue 19).
+    #[error("producer auth: {0}")]
+    Producer(String),
     /// Reflection could not be built from the embedded descriptors.
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),

@@ -197,7 +197,8 @@ async fn snapshot(State(state): State<HttpState>, method: Method, headers: Heade
     let core = state.core.clone();
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();
-        serde_json::to_vec(&SnapshotJson::from(&snap))
+        let producers = core.metrics.producers.snapshot();
+        serde_json::to_vec(&SnapshotJson::from(&snap).with_producers(producers))
     })
     .await;
     match built {

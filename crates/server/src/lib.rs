@@ -27,6 +27,7 @@ pub mod http;
 pub mod metrics;
 pub mod policy;
 pub mod probe;
+pub mod producer;
 pub mod reason;
 pub mod route;
 mod sampler;

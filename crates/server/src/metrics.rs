@@ -142,6 +142,8 @@ pub struct Metrics {
     pub policy_auth: Family<crate::auth::ResultLabel, Counter>,
     /// /probe authentication outcomes.
     pub probe_auth: Family<crate::auth::ResultLabel, Counter>,
+    /// Producer identities: auth outcomes, refusals, last seen (issue 19).
+    pub producers: crate::producer::status::ProducerMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -282,8 +284,10 @@ impl Metrics {
                 family.clone(),
             );
         }
+        let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
         Self {
             registry,
+            producers,
             snapshot_auth,
             policy_auth,
             probe_auth,

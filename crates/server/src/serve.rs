@@ -37,6 +37,7 @@ pub struct Server {
     control_auth: ControlAuth,
     auth: Option<Arc<crate::http::ControlAuthenticators>>,
     tls: Option<TlsAcceptor>,
+    producers: Option<Arc<crate::producer::Gate>>,
     grpc: TcpListener,
     http: TcpListener,
     control: TcpListener,
@@ -111,8 +112,10 @@ impl Server {
             }
             ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
         };
+        let producers = producer_gate(config, &metrics).await?;
         Ok(Self {
             auth,
+            producers,
             core,
             sweep_interval: config.index.sweep_interval,
             metrics_interval: config.stream_metrics_interval,
@@ -167,11 +170,10 @@ impl Server {
             prober: crate::probe::Prober::default(),
             auth: self.auth,
         };
-        let grpc = crate::grpc::router(InferenceCacheService::new(
-            self.core.clone(),
-            stop.clone(),
-            self.metrics_interval,
-        ))
+        let grpc = crate::grpc::router(
+            InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval)
+                .with_producers(self.producers),
+        )
         .await?;
 
         let mut tasks: JoinSet<Result<(), ServeError>> = JoinSet::new();
@@ -274,6 +276,31 @@ impl Server {
             _ => Ok(()),
         }
     }
+}
+
+/// The producer/consumer gate, or `None` when nothing is checked (issue 19).
+async fn producer_gate(
+    config: &ServerConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<crate::producer::Gate>>, ServeError> {
+    let p = &config.producer;
+    if p.is_open() {
+        return Ok(None);
+    }
+    p.validate(config.tls.as_ref())
+        .map_err(|e| ServeError::Producer(e.to_string()))?;
+    let client = if p.needs_kube() {
+        Some(
+            crate::auth::kube_client(config.kubeconfig.as_deref())
+                .await
+                .map_err(ServeError::Kube)?,
+        )
+    } else {
+        None
+    };
+    crate::producer::Gate::new(p, client, Arc::clone(metrics))
+        .map(|g| Some(Arc::new(g)))
+        .map_err(ServeError::Producer)
 }
 
 /// Runs the TTL + cap sweep every `period` on the blocking pool (a sweep

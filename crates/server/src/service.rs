@@ -35,6 +35,9 @@ pub struct InferenceCacheService {
     core: Core,
     stop: CancellationToken,
     metrics_interval: Duration,
+    /// Producer/consumer checks; `None` = `--producer-auth none` without
+    /// `--consumer-auth` (nothing checked).
+    producers: Option<Arc<crate::producer::Gate>>,
 }
 
 impl InferenceCacheService {
@@ -44,6 +47,22 @@ impl InferenceCacheService {
             core,
             stop,
             metrics_interval,
+            producers: None,
+        }
+    }
+
+    /// Adds producer authorization / consumer auth (issue 19).
+    #[must_use]
+    pub fn with_producers(mut self, gate: Option<Arc<crate::producer::Gate>>) -> Self {
+        self.producers = gate;
+        self
+    }
+
+    /// With `--consumer-auth`, refuses a read RPC without a valid token.
+    async fn consumer_check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        match &self.producers {
+            Some(g) => g.consumer(request).await,
+            None => Ok(()),
         }
     }
 }
@@ -91,6 +110,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<LookupRouteRequest>,
     ) -> Result<Response<LookupRouteResponse>, Status> {
+        self.consumer_check(&request).await?;
         let caller_timeout = request
             .metadata()
             .get("grpc-timeout")
@@ -118,6 +138,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<GetCacheStateRequest>,
     ) -> Result<Response<GetCacheStateResponse>, Status> {
+        self.consumer_check(&request).await?;
         let req = request.get_ref();
         if req.tenant_id == PROBE_TENANT {
             return Ok(Response::new(GetCacheStateResponse {
@@ -139,6 +160,18 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<Streaming<CacheStateUpdate>>,
     ) -> Result<Response<Ack>, Status> {
+        let gate = self.producers.as_deref();
+        let caller = match gate {
+            Some(g) => g.producer(&request).await?,
+            None => None,
+        };
+        let _slot = match (gate, &caller) {
+            (Some(g), Some(c)) => Some(g.open_stream(c)?),
+            _ => None,
+        };
+        // A refused update is skipped whole; the stream goes on for the
+        // entitled tenants and ends with the first refusal instead of an Ack.
+        let mut denied: Option<Status> = None;
         let mut stream = request.into_inner();
         // Each message is ingested as it arrives; a broken stream returns its
         // error without an Ack, but what it delivered stays ingested. A
@@ -158,15 +191,37 @@ impl InferenceCache for InferenceCacheService {
             if update.tenant_id == PROBE_TENANT {
                 continue;
             }
+            if let (Some(g), Some(c)) = (gate, &caller) {
+                let blocks = crate::producer::ratelimit::update_blocks(&update);
+                match g.admit(c, &update.tenant_id, blocks) {
+                    Ok(()) => {}
+                    Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                        denied.get_or_insert(s);
+                        continue;
+                    }
+                    Err(s) => return Err(s),
+                }
+            }
             self.core.ingest(&update_from_proto(update));
         }
-        Ok(ack())
+        match denied {
+            Some(s) => Err(s),
+            None => Ok(ack()),
+        }
     }
 
     async fn publish_event(&self, request: Request<CacheEvent>) -> Result<Response<Ack>, Status> {
+        let gate = self.producers.as_deref();
+        let caller = match gate {
+            Some(g) => g.producer(&request).await?,
+            None => None,
+        };
         let event = request.into_inner();
         if event.tenant_id == PROBE_TENANT {
             return Ok(ack());
+        }
+        if let (Some(g), Some(c)) = (gate, &caller) {
+            g.admit(c, &event.tenant_id, 1)?;
         }
         let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
             .map_or("UNKNOWN", |t| t.as_str_name());
@@ -187,6 +242,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<StreamEventsRequest>,
     ) -> Result<Response<Self::StreamCacheEventsStream>, Status> {
+        self.consumer_check(&request).await?;
         let req = request.into_inner();
         let filter = EventFilter {
             model_id: req.model_id,

@@ -120,6 +120,19 @@ pub struct SnapshotJson {
     tenants: Vec<TenantJson>,
     total_prefixes: i64,
     hot_prefixes: i64,
+    /// Producer identities (issue 19); additive, and absent unless producer
+    /// auth saw someone, so the reference's key set is unchanged by default.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    producers: Vec<crate::producer::status::ProducerJson>,
+}
+
+impl SnapshotJson {
+    /// Adds the producer rows.
+    #[must_use]
+    pub fn with_producers(mut self, rows: Vec<crate::producer::status::ProducerJson>) -> Self {
+        self.producers = rows;
+        self
+    }
 }
 
 fn replica(r: &SnapshotReplica) -> ReplicaJson {
@@ -156,6 +169,7 @@ impl From<&Snapshot> for SnapshotJson {
             tenants: s.tenants.iter().map(tenant).collect(),
             total_prefixes: s.total_prefixes,
             hot_prefixes: s.hot_prefixes,
+            producers: Vec::new(),
         }
     }
 }

@@ -30,6 +30,9 @@ pub struct ForwardConfig {
     pub backoff_max: Duration,
     /// Messages buffered towards the report stream.
     pub stream_buffer: usize,
+    /// `--server-token-file`: bearer token for `--producer-auth token`,
+    /// re-read on every reconnect.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ForwardConfig {
@@ -51,6 +54,7 @@ impl Default for ForwardConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             stream_buffer: 64,
+            token_file: None,
         }
     }
 }
