@@ -18,7 +18,7 @@ fn prompt() -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reported_state_is_a_prefix_match_for_every_input_form() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     s.policy(NO_AFFINITY).await;
     let client = s.client().await;
     let ack = client
@@ -64,7 +64,7 @@ async fn reported_state_is_a_prefix_match_for_every_input_form() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_prefix_hashes_match_exactly() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let client = s.client().await;
     let entry = PrefixEntry {
         prefix_hash: vec![9; 8],
@@ -92,7 +92,7 @@ async fn legacy_prefix_hashes_match_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_novel_prompt_for_a_hot_replica_is_tenant_hot() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     s.policy(NO_AFFINITY).await;
     let client = s.client().await;
     client
@@ -117,7 +117,7 @@ async fn a_novel_prompt_for_a_hot_replica_is_tenant_hot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_novel_prompt_in_a_known_domain_is_a_stable_affinity_hint() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let client = s.client().await;
     client
         .report_state(vec![
@@ -145,7 +145,7 @@ async fn a_novel_prompt_in_a_known_domain_is_a_stable_affinity_hint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misconfigured_keys_are_diagnosed_and_cold_start_is_no_hint() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     let client = s.client().await;
     // Cold start: an empty index never blames the caller.
     let cold = client
@@ -178,7 +178,7 @@ async fn misconfigured_keys_are_diagnosed_and_cold_start_is_no_hint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_follows_real_hints_and_rotates_without_them() {
-    let s = Running::start().await;
+    let s = Running::start_contract().await;
     s.policy(NO_AFFINITY).await;
     let client = s.client().await;
     client

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 /// Newest version accepted (8 adds the `routing` object; the reference
 /// controller writes 7).
 pub const POLICY_PROPAGATION_VERSION: i64 = 8;
+/// Version the reference's controller writes, and ours when a push carries
+/// no v8 field: every server, the reference's included, accepts it.
+pub const POLICY_CONTROLLER_VERSION: i64 = 7;
 /// Oldest version still accepted (and normalized).
 pub const POLICY_MINIMUM_ACCEPTED_VERSION: i64 = 3;
 /// Matched-tokens floor when a tenant has no policy (and for v3 bodies that leave it 0).

@@ -53,7 +53,6 @@ use crate::affinity::affinity_index;
 use crate::index::Index;
 use crate::key::{EntryKey, key_hash};
 use crate::lookup::Raw;
-use crate::policy::EvictionAlgorithm;
 use crate::ranking::freshness;
 use crate::shard::read;
 use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
@@ -429,10 +428,10 @@ impl Index {
             .collect();
         drop(catalog);
         out.result.strategy = Strategy::PrefixMatch;
-        if self.algorithm(req.tenant) == EvictionAlgorithm::Lfu {
-            if let Some(pt) = &part {
-                out.result.hits = lfu_hits(pt.id, req, &raws, &matched, &cands, &out.result.scores);
-            }
+        // Hits are captured for every tenant: `hot_prefixes` counts delivered
+        // hits for LRU tenants too; only LFU eviction reads the counters.
+        if let Some(pt) = &part {
+            out.result.hits = lfu_hits(pt.id, req, &raws, &matched, &cands, &out.result.scores);
         }
         out
     }

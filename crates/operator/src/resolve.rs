@@ -14,7 +14,7 @@
 use crate::crd::{AffinityRouting, CachePolicy, CacheTenant, IsolationMode};
 use crate::duration::parse_go_duration;
 use inferencecache_control_api::policy::{
-    POLICY_PROPAGATION_VERSION, PolicySnapshot, ResolvedPolicy, ResolvedTenant, StrategyWire,
+    POLICY_CONTROLLER_VERSION, PolicySnapshot, ResolvedPolicy, ResolvedTenant, StrategyWire,
 };
 use kube::ResourceExt;
 
@@ -131,7 +131,7 @@ pub fn policy_snapshot(policies: &[CachePolicy], tenants: &[CacheTenant]) -> Res
 
     Resolved {
         snapshot: PolicySnapshot {
-            version: POLICY_PROPAGATION_VERSION,
+            version: POLICY_CONTROLLER_VERSION,
             policies: Some(out),
             tenants: (!quotas.is_empty()).then_some(quotas),
         },

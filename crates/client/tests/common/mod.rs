@@ -25,6 +25,16 @@ impl Running {
         Self::start_with(ServerConfig::ephemeral()).await
     }
 
+    /// A server ranking as the reference does (`--ranking contract`): the
+    /// only mode that still answers TENANT_HOT and the scope-wide affinity
+    /// pick the hint-parsing tests pin.
+    #[allow(dead_code)]
+    pub async fn start_contract() -> Self {
+        let mut config = ServerConfig::ephemeral();
+        config.index.ranking = inferencecache_server::core::RankingMode::Contract;
+        Self::start_with(config).await
+    }
+
     pub async fn start_with(config: ServerConfig) -> Self {
         let server = Server::bind(&config).await.expect("bind");
         let (grpc, http, control) = (
