@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Running;
+use common::{Running, report};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::*;
 use tonic::transport::Channel;
@@ -34,15 +34,6 @@ fn update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
         prefixes,
         ..Default::default()
     }
-}
-
-async fn report(c: &mut Client, updates: Vec<CacheStateUpdate>) {
-    let ack = c
-        .report_cache_state(futures::stream::iter(updates))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(ack.accepted);
 }
 
 fn req() -> LookupRouteRequest {

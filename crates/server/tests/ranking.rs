@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Running;
+use common::{Running, report};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::*;
 use tonic::transport::Channel;
@@ -37,15 +37,6 @@ fn update(replica: &str, prefixes: Vec<PrefixEntry>, stats: bool) -> CacheStateU
         }),
         ..Default::default()
     }
-}
-
-async fn report(c: &mut Client, updates: Vec<CacheStateUpdate>) {
-    let ack = c
-        .report_cache_state(futures::stream::iter(updates))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(ack.accepted);
 }
 
 fn chain_req(blocks: std::ops::RangeInclusive<u8>) -> LookupRouteRequest {

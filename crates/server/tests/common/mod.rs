@@ -100,3 +100,17 @@ impl Running {
         self.task.await.expect("join").expect("clean shutdown");
     }
 }
+
+/// Sends one `ReportCacheState` stream of `updates` and checks it was accepted.
+#[allow(dead_code)] // not every test binary that includes `common` reports
+pub async fn report(
+    c: &mut InferenceCacheClient<Channel>,
+    updates: Vec<inferencecache_proto::v1alpha1::CacheStateUpdate>,
+) {
+    let ack = c
+        .report_cache_state(futures::stream::iter(updates))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ack.accepted);
+}
