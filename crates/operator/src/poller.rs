@@ -142,20 +142,7 @@ impl Poller {
             }
             let api: Api<CacheTenant> = Api::namespaced(self.client.clone(), &ns);
             let patch = serde_json::json!({"status": status});
-            match api
-                .patch_status(
-                    &t.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => self.metrics.status_write("changed"),
-                Err(e) => {
-                    self.metrics.status_write("error");
-                    tracing::warn!(error = %e, tenant = %key, "CacheTenant status write failed");
-                }
-            }
+            self.write_status(&api, &t.name_any(), &patch, &key).await;
         }
         Ok(())
     }
@@ -206,21 +193,26 @@ impl Poller {
                 "t2HitRate": p.t2_hit_rate,
             }}});
             let api: Api<CacheBackend> = Api::namespaced(self.client.clone(), &ns);
-            match api
-                .patch_status(
-                    &b.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => self.metrics.status_write("changed"),
-                Err(e) => {
-                    self.metrics.status_write("error");
-                    tracing::warn!(error = %e, backend = %key, "CacheBackend status write failed");
-                }
-            }
+            self.write_status(&api, &b.name_any(), &patch, &key).await;
         }
         Ok(())
+    }
+
+    /// Merge-patches one object's status and counts the outcome. A failed
+    /// write is logged and left for the next poll: status is soft state.
+    async fn write_status<K>(&self, api: &Api<K>, name: &str, patch: &serde_json::Value, key: &str)
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => self.metrics.status_write("changed"),
+            Err(e) => {
+                self.metrics.status_write("error");
+                tracing::warn!(error = %e, object = %key, kind = %K::kind(&()), "status write failed");
+            }
+        }
     }
 }
