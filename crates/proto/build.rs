@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // INVALID_ARGUMENT for undecodable messages (src/codec.rs).
+        .codec_path("crate::codec::ContractCodec")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! `INFERENCECACHE_*` environment variable.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use inferencecache_server::limits;
 use std::ffi::OsString;
 
 /// Cache-aware routing hints for LLM inference.
@@ -203,6 +204,68 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub engine_block_size: i64,
+
+    /// Limit on distinct replica ids the index tracks; a report from a new
+    /// replica past it gets RESOURCE_EXHAUSTED. Replicas holding nothing and
+    /// reporting nothing are released by the sweep. 0 = unbounded.
+    #[arg(long, env = "INFERENCECACHE_INDEX_MAX_REPLICAS", default_value_t = limits::DEFAULT_MAX_REPLICAS)]
+    pub index_max_replicas: usize,
+
+    /// Longest replica, tenant, model, hash-scheme, adapter id or client
+    /// version a producer may send (bytes); longer gets INVALID_ARGUMENT.
+    /// 0 = unlimited (the reference).
+    #[arg(long, env = "INFERENCECACHE_MAX_ID_BYTES", default_value_t = limits::DEFAULT_MAX_ID_BYTES)]
+    pub max_id_bytes: usize,
+
+    /// Longest prefix or block hash a producer may send (bytes); longer gets
+    /// INVALID_ARGUMENT. 0 = unlimited (the reference).
+    #[arg(long, env = "INFERENCECACHE_MAX_HASH_BYTES", default_value_t = limits::DEFAULT_MAX_HASH_BYTES)]
+    pub max_hash_bytes: usize,
+
+    /// Accept reports and events with an empty replica_id, as the reference
+    /// does (by default they get INVALID_ARGUMENT).
+    #[arg(long, env = "INFERENCECACHE_ACCEPT_EMPTY_REPLICA_ID")]
+    pub accept_empty_replica_id: bool,
+
+    /// Largest gRPC request message (bytes); larger gets RESOURCE_EXHAUSTED.
+    #[arg(long, env = "INFERENCECACHE_MAX_GRPC_MESSAGE_BYTES",
+          default_value_t = inferencecache_server::grpc_limits::DEFAULT_MAX_GRPC_MESSAGE_BYTES)]
+    pub max_grpc_message_bytes: usize,
+
+    /// prompt_text tokenizations running at once; past it a lookup answers
+    /// NO_HINT at once.
+    #[arg(long, env = "INFERENCECACHE_TOKENIZE_CONCURRENCY", default_value_t = limits::DEFAULT_TOKENIZE_CONCURRENCY)]
+    pub tokenize_concurrency: usize,
+
+    /// Tokenizer working memory all running tokenizations may claim (bytes;
+    /// each claims a fixed multiple of its prompt's size); past it a lookup
+    /// answers NO_HINT at once.
+    #[arg(long, env = "INFERENCECACHE_TOKENIZE_MEMORY_BUDGET_BYTES",
+          default_value_t = limits::DEFAULT_TOKENIZE_MEMORY_BUDGET)]
+    pub tokenize_memory_budget_bytes: usize,
+
+    /// Time an HTTP client has to send a complete request head (also reaps
+    /// idle keep-alive connections).
+    #[arg(long, env = "INFERENCECACHE_HTTP_HEADER_TIMEOUT", default_value = "5s",
+          value_parser = parse_duration)]
+    pub http_header_timeout: std::time::Duration,
+
+    /// Time an HTTP handler waits for a complete request body (408 past it).
+    #[arg(long, env = "INFERENCECACHE_HTTP_BODY_TIMEOUT", default_value = "10s",
+          value_parser = parse_duration)]
+    pub http_body_timeout: std::time::Duration,
+
+    /// /policy clamps negative numbers to 0 and reads unknown eviction
+    /// strings as LRU, as the reference does, instead of answering 400 with
+    /// the field's name.
+    #[arg(long, env = "INFERENCECACHE_LENIENT_POLICY_VALIDATION")]
+    pub lenient_policy_validation: bool,
+
+    /// Threads that apply reports and events, off the threads serving
+    /// lookups (default: half the cores, at least 1). 0 applies them inline
+    /// on the async runtime (lookups then queue behind large reports).
+    #[arg(long, env = "INFERENCECACHE_INGEST_LANES")]
+    pub ingest_lanes: Option<usize>,
 }
 
 /// Log output format.

@@ -48,6 +48,8 @@ enum BenchWhat {
 }
 
 // Kept next to this file (src/bench_visibility/) so main.rs stays untouched.
+#[path = "bench_flood.rs"]
+mod flood;
 #[path = "bench_visibility/mod.rs"]
 mod visibility;
 
@@ -125,6 +127,17 @@ pub struct GrpcBenchArgs {
     /// Model id used for prompt_text lookups.
     #[arg(long, default_value = "Qwen/Qwen3")]
     prompt_model: String,
+    /// Producers flooding ReportCacheState as fast as the server takes it,
+    /// each on its own connection (0 = none). The ingest_blk/s column then
+    /// counts flooded prefixes.
+    #[arg(long, default_value_t = 0)]
+    flood_streams: usize,
+    /// Distinct prefixes each flood producer cycles through.
+    #[arg(long, default_value_t = 2_000_000)]
+    flood_prefixes: usize,
+    /// Prefixes per flood update.
+    #[arg(long, default_value_t = 1000)]
+    flood_batch: usize,
 }
 
 const TENANT: &str = "bench";
@@ -268,7 +281,7 @@ async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
         "hit_%"
     );
     for &c in &args.concurrency {
-        let r = level(&args, &w, &channels, c.max(1)).await?;
+        let r = level(&args, &w, &channels, c.max(1), &url).await?;
         println!(
             "{:>11} {:>10.0} {:>8} {:>8} {:>9} {:>13} {:>13} {:>13.0} {:>9.1}",
             c,
@@ -369,6 +382,7 @@ async fn level(
     w: &Arc<Workload>,
     channels: &[Channel],
     concurrency: usize,
+    url: &str,
 ) -> anyhow::Result<LevelResult> {
     let total = args.warmup + args.duration;
     let bar = ProgressBar::new(total.as_secs());
@@ -391,6 +405,18 @@ async fn level(
             stop.clone(),
         ))
     });
+    let flooders = flood::start(
+        url,
+        flood::Flood {
+            streams: args.flood_streams,
+            prefixes: args.flood_prefixes,
+            batch: args.flood_batch,
+        },
+        Arc::clone(&measuring),
+        Arc::clone(&ingested),
+        stop.clone(),
+    )
+    .await?;
     let mut workers = Vec::new();
     for i in 0..concurrency {
         let client = InferenceCacheClient::new(channels[i % channels.len()].clone());
@@ -429,6 +455,9 @@ async fn level(
         hits += r.hits;
     }
     if let Some(t) = ingest {
+        t.await??;
+    }
+    for t in flooders {
         t.await??;
     }
     let secs = measured.as_secs_f64();

@@ -91,8 +91,23 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             default_ttl: args.index_ttl,
             sweep_interval: args.index_sweep_interval,
             ranking: args.ranking,
+            max_replicas: args.index_max_replicas,
         },
         stream_metrics_interval: args.stream_metrics_interval,
+        limits: inferencecache_server::limits::Limits {
+            max_id_bytes: args.max_id_bytes,
+            max_hash_bytes: args.max_hash_bytes,
+            accept_empty_replica_id: args.accept_empty_replica_id,
+            max_grpc_message_bytes: args.max_grpc_message_bytes.max(1),
+            tokenize_concurrency: args.tokenize_concurrency.max(1),
+            tokenize_memory_budget: args.tokenize_memory_budget_bytes,
+            http_header_timeout: args.http_header_timeout,
+            http_body_timeout: args.http_body_timeout,
+            lenient_policy_validation: args.lenient_policy_validation,
+            ingest_lanes: args
+                .ingest_lanes
+                .unwrap_or_else(inferencecache_server::ingest_lane::default_lanes),
+        },
     })
 }
 

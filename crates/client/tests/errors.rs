@@ -86,7 +86,7 @@ async fn a_grpc_error_from_the_real_server_is_no_hint() {
     let client = s.client().await;
     // 2 Mi ids of 5 varint bytes each (10 MiB) pass the client's 16 MiB
     // limit but not the server's 8 MiB one: the server refuses the message
-    // with a gRPC status (OUT_OF_RANGE).
+    // with a gRPC status (RESOURCE_EXHAUSTED).
     let answer = client
         .lookup_route(&query(RouteInput::TokenIds(vec![u32::MAX; 2 << 20])))
         .await;
@@ -104,7 +104,7 @@ async fn a_grpc_error_from_the_real_server_is_no_hint() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&raw, ClientError::Status(st) if st.code() == Code::OutOfRange),
+        matches!(&raw, ClientError::Status(st) if st.code() == Code::ResourceExhausted),
         "{raw}"
     );
     s.stop().await;

@@ -1,8 +1,12 @@
 //! Interning of strings into small ids: partitions (tenant, model, scheme,
 //! adapter), tenants, (tenant, model) pairs, serving scopes (tenant, model,
 //! scheme), model names and replicas. Ids are dense `u32`s used to index
-//! counter vectors. Interned names are never freed (their number is bounded by
-//! the deployment's tenants × models × schemes × adapters and replicas).
+//! counter vectors. Partition, tenant and model names are never freed (their
+//! number is bounded by the deployment's tenants × models × schemes ×
+//! adapters). Replica ids are: a replica that holds no entry and has no stats
+//! record is released by the sweep (`replicas.rs`), and its id is reused one
+//! sweep later, so a lookup that read the id just before the release still
+//! resolves the old name.
 
 use crate::hashing::{FoldBuild, hash_strs};
 use std::collections::HashMap;
@@ -57,11 +61,14 @@ impl<const N: usize> TupleMap<N> {
     }
 }
 
-/// Simple string interner.
+/// Simple string interner. Ids released with [`NameMap::release`] wait in
+/// `quarantine` until [`NameMap::recycle`] makes them reusable.
 #[derive(Default)]
 struct NameMap {
     map: HashMap<Arc<str>, u32, FoldBuild>,
     names: Vec<Arc<str>>,
+    quarantine: Vec<u32>,
+    free: Vec<u32>,
 }
 
 impl NameMap {
@@ -74,10 +81,46 @@ impl NameMap {
             return (id, self.names[id as usize].clone());
         }
         let a: Arc<str> = Arc::from(s);
-        let id = self.names.len() as u32;
-        self.names.push(a.clone());
+        let id = match self.free.pop() {
+            Some(id) => {
+                if let Some(slot) = self.names.get_mut(id as usize) {
+                    *slot = a.clone();
+                }
+                id
+            }
+            None => {
+                self.names.push(a.clone());
+                self.names.len() as u32 - 1
+            }
+        };
         self.map.insert(a.clone(), id);
         (id, a)
+    }
+
+    /// Forgets the name of `id`; the id stays reserved until the next
+    /// [`NameMap::recycle`] (its slot keeps the old name meanwhile).
+    fn release(&mut self, id: u32) {
+        if let Some(name) = self.names.get(id as usize) {
+            if self.map.get(name) == Some(&id) {
+                self.map.remove(name);
+                self.quarantine.push(id);
+            }
+        }
+    }
+
+    /// Makes the ids released before the previous call reusable.
+    fn recycle(&mut self) {
+        self.free.append(&mut self.quarantine);
+        // An empty name costs no heap; the slot is overwritten on reuse.
+        let empty: Arc<str> = Arc::from("");
+        for &id in &self.free {
+            if let Some(slot) = self.names.get_mut(id as usize) {
+                *slot = empty.clone();
+            }
+        }
+        if self.map.is_empty() {
+            self.map.shrink_to_fit();
+        }
     }
 }
 
@@ -257,8 +300,35 @@ impl Catalog {
         self.replicas.get(r)
     }
 
-    pub(crate) fn intern_replica(&mut self, r: &str) -> (u32, Arc<str>) {
-        self.replicas.intern(r)
+    /// Interns a replica id; `None` when `limit` (> 0) live ids exist and
+    /// `r` is not one of them.
+    pub(crate) fn intern_replica(&mut self, r: &str, limit: usize) -> Option<(u32, Arc<str>)> {
+        if limit > 0 && self.replicas.get(r).is_none() && self.replicas.map.len() >= limit {
+            return None;
+        }
+        Some(self.replicas.intern(r))
+    }
+
+    /// Number of live (interned, not released) replica ids.
+    pub(crate) fn live_replicas(&self) -> usize {
+        self.replicas.map.len()
+    }
+
+    /// Live replica ids (id order).
+    pub(crate) fn live_replica_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.replicas.map.values().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Releases replica `id` (see [`NameMap::release`]).
+    pub(crate) fn release_replica(&mut self, id: u32) {
+        self.replicas.release(id);
+    }
+
+    /// Makes the replica ids released by the previous sweep reusable.
+    pub(crate) fn recycle_replicas(&mut self) {
+        self.replicas.recycle();
     }
 
     pub(crate) fn replica_name(&self, id: u32) -> Arc<str> {

@@ -12,6 +12,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// Default global cap in (prefix, replica) entries.
 pub const DEFAULT_MAX_ENTRIES: i64 = 1_000_000;
+/// Default limit on distinct live replica ids.
+pub const DEFAULT_MAX_REPLICAS: usize = 65_536;
 /// Cap victims gathered per full scan.
 pub const DEFAULT_CAP_RESERVE: usize = 4096;
 /// The server's reserved (probe) tenant.
@@ -65,6 +67,11 @@ pub struct IndexConfig {
     /// Cap victims gathered per full scan (see the `cap` module docs); tests
     /// lower it to exercise reserve refills. Clamped to at least 1.
     pub cap_reserve: usize,
+    /// Limit on distinct live replica ids (0 = unbounded): an update from a
+    /// new replica past it is refused whole
+    /// ([`crate::IngestOutcome::refused_replica_limit`]). Replicas holding
+    /// nothing and without stats are released by the sweep.
+    pub max_replicas: usize,
 }
 
 impl Default for IndexConfig {
@@ -78,6 +85,7 @@ impl Default for IndexConfig {
             policy: Arc::new(NoPolicy),
             observer: None,
             cap_reserve: DEFAULT_CAP_RESERVE,
+            max_replicas: DEFAULT_MAX_REPLICAS,
         }
     }
 }
@@ -90,6 +98,7 @@ impl std::fmt::Debug for IndexConfig {
             .field("reserved_tenants", &self.reserved_tenants)
             .field("ranking", &self.ranking)
             .field("observer", &self.observer.is_some())
+            .field("max_replicas", &self.max_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -143,6 +152,12 @@ impl IndexConfig {
     /// Install an observer.
     pub fn observer(mut self, observer: Arc<dyn IndexObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Set the limit on distinct live replica ids (0 = unbounded).
+    pub fn max_replicas(mut self, n: usize) -> Self {
+        self.max_replicas = n;
         self
     }
 

@@ -68,6 +68,9 @@ pub(crate) struct Counters {
     pub(crate) keys_by_model: Vec<u64>,
     /// Per scope id: keys held per replica.
     pub(crate) serving: Vec<ScopeCounts>,
+    /// Per replica id: entries held across every scope (0 = the replica
+    /// holds nothing and may be released, see `replicas.rs`).
+    pub(crate) held_by_replica: Vec<u64>,
 }
 
 fn slot<T: Default>(v: &mut Vec<T>, i: u32) -> &mut T {
@@ -85,6 +88,7 @@ fn dec(v: &mut u64) {
 impl Counters {
     pub(crate) fn on_add(&mut self, p: &Partition, replica: u32, new_key: bool) {
         self.total_entries += 1;
+        *slot(&mut self.held_by_replica, replica) += 1;
         if p.reserved {
             self.reserved_entries += 1;
         }
@@ -103,6 +107,7 @@ impl Counters {
 
     pub(crate) fn on_remove(&mut self, p: &Partition, replica: u32, key_removed: bool) {
         dec(&mut self.total_entries);
+        dec(slot(&mut self.held_by_replica, replica));
         if p.reserved {
             dec(&mut self.reserved_entries);
         }

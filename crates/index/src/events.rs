@@ -12,6 +12,7 @@ impl Index {
     /// Apply one event. Unknown wire types never reach here (see
     /// [`EventKind::from_wire`]); `PrefixAdded` is a no-op.
     pub fn apply_event(&self, ev: &CacheEvent) -> EventOutcome {
+        let _gate = read(&self.gate);
         let ts = wire_us_to_ns(ev.timestamp_us, self.now());
         let mut out = EventOutcome::default();
         let mut notes = Notes::new(self.observer.is_some());

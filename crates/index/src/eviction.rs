@@ -123,6 +123,7 @@ impl Index {
         out.tentative_expired = self.tentative.sweep(now);
         self.enforce_cap(&mut out.evictions, &mut notes);
         notes.deliver(self.observer.as_ref());
+        out.replicas_released = self.release_idle_replicas();
         out
     }
 }

@@ -31,6 +31,7 @@ pub(crate) type StatsMap = HashMap<u32, HashMap<u32, StatsEntry, FoldBuild>, Fol
 /// The prefix index. `Send + Sync`; share it behind an `Arc`.
 pub struct Index {
     pub(crate) max_entries: i64,
+    pub(crate) max_replicas: usize,
     pub(crate) cap_reserve: usize,
     pub(crate) default_ttl_ns: i64,
     pub(crate) reserved: HashSet<String>,
@@ -54,6 +55,10 @@ pub struct Index {
     pub(crate) load: crate::load::LoadTracker,
     /// Tentative holdings (approximate mode).
     pub(crate) tentative: crate::tentative::Tentative,
+    /// Held shared by every ingest and event for its whole run, exclusively
+    /// by the replica release (`replicas.rs`), so a replica id resolved by a
+    /// writer is never released under it.
+    pub(crate) gate: RwLock<()>,
 }
 
 impl std::fmt::Debug for Index {
@@ -82,6 +87,7 @@ impl Index {
         };
         Self {
             max_entries: cfg.max_entries,
+            max_replicas: cfg.max_replicas,
             cap_reserve: cfg.cap_reserve.max(1),
             default_ttl_ns: duration_ns(ttl),
             reserved: cfg.reserved_tenants.into_iter().collect(),
@@ -104,6 +110,7 @@ impl Index {
             } else {
                 crate::config::DEFAULT_MAX_ENTRIES as usize
             }),
+            gate: RwLock::new(()),
         }
     }
 
@@ -167,14 +174,15 @@ impl Index {
         write(&self.catalog).intern_partition(t, m, s, a, &reserved)
     }
 
-    pub(crate) fn intern_replica(&self, r: &str) -> (u32, Arc<str>) {
+    /// Interns a replica id; `None` past the replica limit.
+    pub(crate) fn intern_replica(&self, r: &str) -> Option<(u32, Arc<str>)> {
         {
             let c = read(&self.catalog);
             if let Some(id) = c.find_replica(r) {
-                return (id, c.replica_name(id));
+                return Some((id, c.replica_name(id)));
             }
         }
-        write(&self.catalog).intern_replica(r)
+        write(&self.catalog).intern_replica(r, self.max_replicas)
     }
 
     pub(crate) fn intern_tm(&self, t: &str, m: &str) -> u32 {

@@ -6,7 +6,7 @@ use crate::holder::{Holder, Holders};
 use crate::index::{Index, StatsEntry};
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
-use crate::shard::write;
+use crate::shard::{read, write};
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::sync::Arc;
 
@@ -25,16 +25,29 @@ impl Index {
     /// Ingest one `CacheStateUpdate` (§2.3). Never fails: bad input is dropped
     /// and counted in the outcome.
     pub fn ingest(&self, u: &CacheUpdate) -> IngestOutcome {
+        let _gate = read(&self.gate);
         let now = self.now();
         let ts = wire_us_to_ns(u.timestamp_us, now);
-        let quota = self.policy.tenant_quota(&u.tenant_id);
         let mut out = IngestOutcome::default();
+        let writes_prefixes = !u.hash_scheme.is_empty() && !u.prefixes.is_empty();
+        let interned = if writes_prefixes || u.stats.is_some() {
+            match self.intern_replica(&u.replica_id) {
+                Some(r) => Some(r),
+                None => {
+                    out.refused_replica_limit = true;
+                    return out;
+                }
+            }
+        } else {
+            None
+        };
+        let quota = self.policy.tenant_quota(&u.tenant_id);
         let mut notes = Notes::new(self.observer.is_some());
 
         if u.hash_scheme.is_empty() {
             out.skipped_no_scheme = u.prefixes.len() as u64;
-        } else if !u.prefixes.is_empty() {
-            let (replica, replica_id) = self.intern_replica(&u.replica_id);
+        } else if let Some((replica, replica_id)) = interned.as_ref().filter(|_| writes_prefixes) {
+            let (replica, replica_id) = (*replica, replica_id.clone());
             let w = Writer {
                 replica,
                 replica_id: &replica_id,
@@ -108,9 +121,9 @@ impl Index {
             out.tentative_confirmed = self.tentative.confirm(replica, &confirmed);
         }
 
-        if let Some(s) = &u.stats {
+        if let (Some(s), Some((replica, _))) = (&u.stats, &interned) {
+            let replica = *replica;
             let tm = self.intern_tm(&u.tenant_id, &u.model_id);
-            let (replica, _) = self.intern_replica(&u.replica_id);
             let entry = StatsEntry {
                 cache_memory_bytes: s.cache_memory_bytes,
                 hit_rate: sanitize(s.hit_rate),

@@ -162,6 +162,7 @@ mod policy;
 mod pools;
 mod quota;
 mod ranking;
+mod replicas;
 mod routing;
 mod shard;
 mod snapshot;
@@ -172,8 +173,8 @@ pub use affinity::{affinity_index, affinity_seed_value, chain_seed};
 pub use aggregate::HOT_PREFIX_MIN_HITS;
 pub use clock::{Clock, ManualClock, SystemClock, duration_ns, wire_us_to_ns};
 pub use config::{
-    DEFAULT_CAP_RESERVE, DEFAULT_MAX_ENTRIES, DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL, IndexConfig,
-    PROBE_TENANT, RankingConfig,
+    DEFAULT_CAP_RESERVE, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_REPLICAS, DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_TTL, IndexConfig, PROBE_TENANT, RankingConfig,
 };
 pub use index::Index;
 pub use observer::{IndexObserver, PrefixChange, RemovalReason};

@@ -65,6 +65,12 @@ impl LoadTracker {
     pub(crate) fn delivered(&self, replica: u32) -> u64 {
         read(&self.queues).get(&replica).map_or(0, |q| q.delivered)
     }
+
+    /// Drops a released replica's queue, so an id reused for another
+    /// replica starts with none (`replicas.rs`).
+    pub(crate) fn forget(&self, replica: u32) {
+        write(&self.queues).remove(&replica);
+    }
 }
 
 #[cfg(test)]

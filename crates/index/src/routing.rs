@@ -481,8 +481,15 @@ impl Index {
         delivery: &Delivery,
         tentative_ttl: Duration,
     ) -> DeliveryOutcome {
+        // Shared with ingest: the idle-replica release cannot run between
+        // resolving the id and storing tentative holdings under it.
+        let _gate = crate::shard::read(&self.gate);
         let now = self.now();
-        let (replica, _) = self.intern_replica(&delivery.replica_id);
+        // Past the replica limit the delivery is not tracked (the lookup
+        // already answered; only the load estimate misses it).
+        let Some((replica, _)) = self.intern_replica(&delivery.replica_id) else {
+            return DeliveryOutcome::default();
+        };
         self.load.add(replica, delivery.work_us, now);
         let mut out = DeliveryOutcome::default();
         let chain_ok =

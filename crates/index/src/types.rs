@@ -531,6 +531,9 @@ pub struct IngestOutcome {
     pub dropped_empty_hash: u64,
     /// A stats entry was stored.
     pub stats_stored: bool,
+    /// Nothing was applied: the update names a new replica and the index
+    /// already holds its limit of live replicas ([`crate::IndexConfig::max_replicas`]).
+    pub refused_replica_limit: bool,
     /// Quota and cap evictions.
     pub evictions: EvictionCounts,
     /// Tentative holdings replaced by these real entries.
@@ -553,6 +556,8 @@ pub struct EventOutcome {
 pub struct SweepOutcome {
     /// Stats entries removed by TTL.
     pub stats_removed: u64,
+    /// Replica ids released: they held no entry and had no stats record.
+    pub replicas_released: u64,
     /// TTL and cap evictions.
     pub evictions: EvictionCounts,
     /// Tentative holdings expired.

@@ -12,6 +12,8 @@ pub mod v1alpha1 {
     tonic::include_proto!("inferencecache.v1alpha1");
 }
 
+pub mod codec;
+
 /// Encoded `FileDescriptorSet` of the contract, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/inferencecache_descriptor.bin"));

@@ -222,6 +222,8 @@ pub struct ServerConfig {
     pub index: crate::core::IndexSettings,
     /// Period of StreamMetrics samples.
     pub stream_metrics_interval: std::time::Duration,
+    /// Resource limits.
+    pub limits: crate::limits::Limits,
 }
 
 impl ServerConfig {
@@ -243,6 +245,7 @@ impl ServerConfig {
             kubeconfig: None,
             index: crate::core::IndexSettings::default(),
             stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,
+            limits: crate::limits::Limits::default(),
         }
     }
 }

@@ -24,6 +24,8 @@ pub struct IndexSettings {
     pub sweep_interval: Duration,
     /// `--ranking`: the ranking of tenants whose policy does not choose one.
     pub ranking: RankingMode,
+    /// Limit on distinct replica ids (0 = unbounded).
+    pub max_replicas: usize,
 }
 
 impl Default for IndexSettings {
@@ -33,6 +35,7 @@ impl Default for IndexSettings {
             default_ttl: inferencecache_index::DEFAULT_TTL,
             sweep_interval: inferencecache_index::DEFAULT_SWEEP_INTERVAL,
             ranking: RankingMode::default(),
+            max_replicas: inferencecache_index::DEFAULT_MAX_REPLICAS,
         }
     }
 }
@@ -54,6 +57,10 @@ pub struct Core {
     pub templates: crate::templates::TemplateStore,
     /// Prefill/decode topologies (LookupPDRoute).
     pub pd_topologies: crate::pd::PdTopologyStore,
+    /// Resource limits (see [`Core::with_limits`]).
+    pub limits: crate::limits::Limits,
+    /// Threads applying ingest and events off the runtime.
+    pub lanes: crate::ingest_lane::IngestLanes,
 }
 
 impl std::fmt::Debug for Core {
@@ -97,6 +104,7 @@ impl Core {
         let index = Arc::new(
             IndexConfig::new()
                 .max_entries(settings.max_entries)
+                .max_replicas(settings.max_replicas)
                 .default_ttl(settings.default_ttl)
                 .reserved_tenants([PROBE_TENANT])
                 .clock(clock)
@@ -105,6 +113,10 @@ impl Core {
                 .build(),
         );
         metrics.index_max_entries.set(settings.max_entries.max(0));
+        metrics
+            .limits
+            .index_max_replicas
+            .set(i64::try_from(settings.max_replicas).unwrap_or(i64::MAX));
         let pipeline = LookupPipeline::new(
             Arc::clone(&index),
             policies.clone(),
@@ -121,6 +133,8 @@ impl Core {
             events,
             templates: crate::templates::TemplateStore::new(),
             pd_topologies: crate::pd::PdTopologyStore::new(),
+            limits: crate::limits::Limits::default(),
+            lanes: crate::ingest_lane::IngestLanes::new(crate::ingest_lane::default_lanes()),
         }
     }
 
@@ -134,10 +148,51 @@ impl Core {
         }
     }
 
+    /// Ingests one update on its replica's ingest lane (off the runtime
+    /// workers); false when refused (replica limit) or the lane is gone.
+    pub async fn ingest_on_lane(&self, update: CacheUpdate) -> bool {
+        let core = self.clone();
+        let replica = update.replica_id.clone();
+        self.lanes
+            .run(&replica, move || core.ingest(&update))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Applies one event on its replica's ingest lane.
+    pub async fn apply_event_on_lane(&self, event: CacheEvent) {
+        let core = self.clone();
+        let replica = event.replica_id.clone();
+        self.lanes
+            .run(&replica, move || core.apply_event(&event))
+            .await;
+    }
+
+    /// Applies resource limits (the defaults apply until this is called).
+    pub fn with_limits(mut self, limits: crate::limits::Limits) -> Self {
+        self.pipeline =
+            self.pipeline
+                .with_tokenize_budget(crate::tokenize_budget::TokenizeBudget::new(
+                    limits.tokenize_concurrency,
+                    limits.tokenize_memory_budget,
+                    Arc::clone(&self.metrics),
+                ));
+        if limits.ingest_lanes != self.lanes.len() {
+            self.lanes = crate::ingest_lane::IngestLanes::new(limits.ingest_lanes);
+        }
+        self.limits = limits;
+        self
+    }
+
     /// Ingests one update (the probe tenant is refused by the caller).
-    pub fn ingest(&self, update: &CacheUpdate) {
+    /// Returns false when the index refused it whole (replica limit).
+    pub fn ingest(&self, update: &CacheUpdate) -> bool {
         let out = self.index.ingest(update);
         let m = &self.metrics;
+        if out.refused_replica_limit {
+            m.limits.reject("replica_limit");
+            return false;
+        }
         m.ingest_updates.inc();
         m.ingest_entries.inc_by(out.entries_upserted);
         m.add_ingest_dropped("no_hash_scheme", out.skipped_no_scheme);
@@ -146,6 +201,7 @@ impl Core {
         self.record_evictions(&out.evictions);
         m.routing.tentative("confirmed", out.tentative_confirmed);
         self.refresh_gauges();
+        true
     }
 
     /// Applies one event.
@@ -194,5 +250,9 @@ impl Core {
             .routing
             .tentative_holdings
             .set(i64::try_from(self.index.tentative_entries()).unwrap_or(i64::MAX));
+        self.metrics
+            .limits
+            .index_replicas
+            .set(i64::try_from(self.index.live_replicas()).unwrap_or(i64::MAX));
     }
 }

@@ -2,19 +2,23 @@
 //! server reflection (v1 and v1alpha: grpcurl 1.8.6 speaks only v1alpha).
 
 use crate::error::ServeError;
+use crate::grpc_limits::MessageLimitLayer;
 use crate::service::InferenceCacheService;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCacheServer;
 use tonic::transport::Server;
 use tonic::transport::server::Router;
 
-/// Largest accepted request: a LookupRoute at the contract's limits (1 Mi
-/// token ids at up to 5 varint bytes each, plus 1 MiB of prompt text) must
-/// reach the handler and fail open there, not die in the codec at gRPC's
-/// 4 MiB default.
-pub const MAX_REQUEST_BYTES: usize = 8 << 20;
-
-/// Builds the gRPC router with every service registered.
-pub async fn router(service: InferenceCacheService) -> Result<Router, ServeError> {
+/// Builds the gRPC router with every service registered. Request messages
+/// longer than `max_message_bytes` are refused with RESOURCE_EXHAUSTED
+/// (`grpc_limits`); `refused` counts them.
+pub async fn router(
+    service: InferenceCacheService,
+    max_message_bytes: usize,
+    refused: prometheus_client::metrics::counter::Counter,
+) -> Result<
+    Router<tower::layer::util::Stack<MessageLimitLayer, tower::layer::util::Identity>>,
+    ServeError,
+> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     // The overall service "" is SERVING from the start and never changes, as
     // in the reference; per-service status is reported too.
@@ -33,10 +37,13 @@ pub async fn router(service: InferenceCacheService) -> Result<Router, ServeError
     // TLS, when on, is terminated in front of the router (crate::tls), so the
     // certificate can be reloaded without restarting the server.
     Ok(Server::builder()
+        .layer(MessageLimitLayer::new(max_message_bytes, refused))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            InferenceCacheServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES),
+            // tonic's own check stays as a backstop (it answers OUT_OF_RANGE).
+            InferenceCacheServer::new(service)
+                .max_decoding_message_size(max_message_bytes.saturating_add(1)),
         ))
 }

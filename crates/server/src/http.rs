@@ -7,7 +7,8 @@ use crate::auth::{AuthOutcome, Authenticator};
 use crate::config::ControlAuth;
 use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
-use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json};
+use crate::http_serve::{BodyError, read_body};
+use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json, decode_policy_json_lenient};
 use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
 use crate::snapshot::{snapshot_json, with_stores};
 use axum::Router;
@@ -32,6 +33,8 @@ pub struct HttpState {
     pub prober: Prober,
     /// TokenReview authenticators (present in TokenReview mode).
     pub auth: Option<Arc<ControlAuthenticators>>,
+    /// Time a handler waits for a complete request body (`--http-body-timeout`).
+    pub body_timeout: std::time::Duration,
 }
 
 /// One authenticator per control endpoint (own cache, own counter).
@@ -95,6 +98,26 @@ pub fn http_error(status: StatusCode, message: &str) -> Response {
     r
 }
 
+/// The response to a body that could not be read: the reference's "too
+/// large" 400, or 408 when the client stalled past the body timeout.
+fn body_error(state: &HttpState, e: &BodyError, what: &str) -> Response {
+    match e {
+        BodyError::TooLarge => {
+            http_error(e.status(), &format!("{what}: http: request body too large"))
+        }
+        BodyError::Timeout => {
+            state.core.metrics.limits.reject("http_body_timeout");
+            http_error(
+                e.status(),
+                &format!(
+                    "{what}: request body not received within {:?} (--http-body-timeout)",
+                    state.body_timeout
+                ),
+            )
+        }
+    }
+}
+
 fn method_not_allowed(allow: &'static str) -> Response {
     let mut r = http_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     r.headers_mut()
@@ -148,17 +171,19 @@ async fn policy(
     if let Some(denied) = auth_gate(&state, Endpoint::Policy, &headers).await {
         return denied;
     }
-    let bytes = match axum::body::to_bytes(body, MAX_POLICY_BODY_BYTES).await {
+    let bytes = match read_body(body, MAX_POLICY_BODY_BYTES, state.body_timeout).await {
         Ok(b) => b,
-        Err(_) => {
+        Err(e) => {
             state.core.metrics.policy_rejected("http");
-            return http_error(
-                StatusCode::BAD_REQUEST,
-                "decode policy snapshot: http: request body too large",
-            );
+            return body_error(&state, &e, "decode policy snapshot");
         }
     };
-    match decode_policy_json(&bytes) {
+    let decoded = if state.core.limits.lenient_policy_validation {
+        decode_policy_json_lenient(&bytes)
+    } else {
+        decode_policy_json(&bytes)
+    };
+    match decoded {
         Ok(set) => {
             state.core.metrics.policy_applied("http", set.version);
             state.core.policies.replace(set);
@@ -329,11 +354,9 @@ async fn probe(
     if let Some(denied) = auth_gate(&state, Endpoint::Probe, &headers).await {
         return denied;
     }
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBE_BODY_BYTES).await else {
-        return http_error(
-            StatusCode::BAD_REQUEST,
-            "decode probe request: http: request body too large",
-        );
+    let bytes = match read_body(body, MAX_PROBE_BODY_BYTES, state.body_timeout).await {
+        Ok(b) => b,
+        Err(e) => return body_error(&state, &e, "decode probe request"),
     };
     let req = match parse_probe_request(&bytes) {
         Ok(r) => r,

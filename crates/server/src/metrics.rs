@@ -101,6 +101,8 @@ struct ModelSeries {
 /// Every metric the server exposes, registered in one registry.
 pub struct Metrics {
     registry: Registry,
+    /// Resource limits: refusals, shed lookups, replica and tokenizer gauges.
+    pub limits: crate::limits::LimitMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// 1 while serving, 0 after.
     pub server_up: Gauge,
@@ -288,10 +290,13 @@ impl Metrics {
         }
         let routing = crate::routing_metrics::RoutingMetrics::register(&mut registry);
         let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
+        let limits = crate::limits::LimitMetrics::default();
+        limits.register(&mut registry);
         Self {
             routing,
             stores,
             registry,
+            limits,
             snapshot_auth,
             policy_auth,
             probe_auth,

@@ -111,7 +111,8 @@ impl Server {
                 crate::tokenize::Tokenizers::load_dir,
             ),
             clock,
-        );
+        )
+        .with_limits(config.limits);
         let templates_dir = match &config.templates_dir {
             Some(dir) => Some(
                 crate::named::watch(
@@ -215,12 +216,15 @@ impl Server {
             control_auth: self.control_auth.clone(),
             prober: crate::probe::Prober::default(),
             auth: self.auth,
+            body_timeout: self.core.limits.http_body_timeout,
         };
-        let grpc = crate::grpc::router(InferenceCacheService::new(
-            self.core.clone(),
-            stop.clone(),
-            self.metrics_interval,
-        ))
+        let limits = self.core.limits;
+        let oversize = self.core.metrics.limits.counter("oversize");
+        let grpc = crate::grpc::router(
+            InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval),
+            limits.max_grpc_message_bytes,
+            oversize,
+        )
         .await?;
 
         let mut tasks: JoinSet<Result<(), ServeError>> = JoinSet::new();
@@ -259,8 +263,7 @@ impl Server {
         ] {
             let stop = stop.clone();
             tasks.spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(stop.cancelled_owned())
+                crate::http_serve::serve(listener, router, limits.http_header_timeout, stop)
                     .await
                     .map_err(|source| ServeError::Http { what, source })
             });

@@ -47,6 +47,15 @@ impl InferenceCacheService {
     }
 }
 
+/// RESOURCE_EXHAUSTED for an update from a new replica past the limit.
+fn replica_limit_status(core: &Core) -> Status {
+    Status::resource_exhausted(format!(
+        "the index already tracks {} replicas, its limit (--index-max-replicas); \
+         replicas that hold nothing and report nothing are released by the sweep",
+        core.index.max_replicas()
+    ))
+}
+
 fn ack() -> Response<Ack> {
     Response::new(Ack {
         accepted: true,
@@ -157,7 +166,13 @@ impl InferenceCache for InferenceCacheService {
             if update.tenant_id == PROBE_TENANT {
                 continue;
             }
-            self.core.ingest(&update_from_proto(update));
+            if let Err(status) = self.core.limits.check_update(&update) {
+                self.core.metrics.limits.reject("invalid_argument");
+                return Err(status);
+            }
+            if !self.core.ingest_on_lane(update_from_proto(update)).await {
+                return Err(replica_limit_status(&self.core));
+            }
         }
         Ok(ack())
     }
@@ -167,6 +182,10 @@ impl InferenceCache for InferenceCacheService {
         if event.tenant_id == PROBE_TENANT {
             return Ok(ack());
         }
+        if let Err(status) = self.core.limits.check_event(&event) {
+            self.core.metrics.limits.reject("invalid_argument");
+            return Err(status);
+        }
         let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
             .map_or("UNKNOWN", |t| t.as_str_name());
         self.core
@@ -175,7 +194,7 @@ impl InferenceCache for InferenceCacheService {
             .get_or_create(&Metrics::type_label(kind))
             .inc();
         if let Some(e) = event_from_proto(event) {
-            self.core.apply_event(&e);
+            self.core.apply_event_on_lane(e).await;
         }
         Ok(ack())
     }

@@ -95,11 +95,17 @@ async fn every_other_rpc_answers_its_fail_open_default() {
     assert!(ack.accepted);
 
     let ack = c
-        .publish_event(CacheEvent::default())
+        .publish_event(CacheEvent {
+            replica_id: "r0".into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(ack.accepted);
+    // A producer must name its replica (the reference accepted "").
+    let refused = c.publish_event(CacheEvent::default()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
 
     s.stop().await;
 }
@@ -223,7 +229,12 @@ async fn open_report_stream(
         c.report_cache_state(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await
     });
-    tx.send(CacheStateUpdate::default()).await.unwrap();
+    tx.send(CacheStateUpdate {
+        replica_id: "r".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     (tx, call)
 }
 
@@ -372,7 +383,7 @@ async fn call_raw<M: prost::Message + Default + Send + Sync + 'static>(
 async fn garbage_request_bytes_get_a_status_not_a_crash() {
     let s = Running::start().await;
     let st = call_raw(&s, WrongWireType { model_id: 7 }).await;
-    assert_eq!(st.code(), Code::Internal, "{st:?}");
+    assert_eq!(st.code(), Code::InvalidArgument, "{st:?}");
     let st = call_raw(
         &s,
         NotUtf8 {
@@ -380,7 +391,7 @@ async fn garbage_request_bytes_get_a_status_not_a_crash() {
         },
     )
     .await;
-    assert_eq!(st.code(), Code::Internal, "{st:?}");
+    assert_eq!(st.code(), Code::InvalidArgument, "{st:?}");
     // The server is still serving afterwards.
     let ok = s
         .client()
@@ -399,7 +410,14 @@ async fn cancelled_report_stream_gets_no_ack_and_server_survives() {
     call.abort();
     let _ = call.await;
     drop(tx);
-    let ok = s.client().await.publish_event(CacheEvent::default()).await;
+    let ok = s
+        .client()
+        .await
+        .publish_event(CacheEvent {
+            replica_id: "r".into(),
+            ..Default::default()
+        })
+        .await;
     assert!(ok.is_ok());
     s.stop().await;
 }

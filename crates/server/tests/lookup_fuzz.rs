@@ -6,7 +6,7 @@
 use inferencecache_proto::v1alpha1::*;
 use inferencecache_server::core::{Core, IndexSettings};
 use inferencecache_server::metrics::Metrics;
-use inferencecache_server::policy::{PolicyStore, decode_policy_json};
+use inferencecache_server::policy::{PolicyStore, decode_policy_json_lenient};
 use inferencecache_server::tokenize::Tokenizers;
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -127,7 +127,7 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let policies = PolicyStore::new();
         if let Some(p) = pol {
-            policies.replace(decode_policy_json(p.as_bytes()).unwrap());
+            policies.replace(decode_policy_json_lenient(p.as_bytes()).unwrap());
         }
         let core = Core::new(IndexSettings::default(), 16, policies, Arc::new(Metrics::new()), Tokenizers::none());
         for u in updates {

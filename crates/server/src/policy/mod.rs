@@ -9,6 +9,7 @@ mod file;
 mod resolved;
 mod routing;
 mod store;
+mod validate;
 mod wire;
 
 pub use file::{PolicyFileWatcher, PolicyTarget, load_policy_file, watch_policy_file};
@@ -18,5 +19,6 @@ pub use store::PolicyStore;
 pub use wire::{
     DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE, MAX_POLICY_BODY_BYTES,
     POLICY_MINIMUM_ACCEPTED_VERSION, POLICY_PROPAGATION_VERSION, PolicyError, PolicySnapshot,
-    ResolvedPolicy, ResolvedTenant, StrategyWire, decode_policy_json, into_policy_set,
+    ResolvedPolicy, ResolvedTenant, StrategyWire, decode_policy_json, decode_policy_json_lenient,
+    into_policy_set,
 };

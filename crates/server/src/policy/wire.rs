@@ -16,28 +16,50 @@ pub enum PolicyError {
     /// Not JSON, unknown field, wrong type, or too large.
     #[error("decode policy snapshot: {0}")]
     Decode(String),
-    /// Version outside [3, 7].
+    /// Version outside [3, 8].
     #[error("unsupported policy snapshot version")]
     Version(i64),
+    /// A value no CachePolicy / CacheTenant could hold (`validate.rs`).
+    #[error("invalid policy snapshot: {0}")]
+    Invalid(String),
 }
 
 /// Decodes a `/policy` body: the first JSON value only (trailing content is
-/// ignored, as the reference's decoder does), unknown fields rejected.
+/// ignored, as the reference's decoder does), unknown fields rejected, values
+/// checked as the CRD schema would (`validate.rs`).
 pub fn decode_policy_json(body: &[u8]) -> Result<PolicySet, PolicyError> {
+    into_policy_set(decode_first(body)?)
+}
+
+/// [`decode_policy_json`] without the schema checks: negative numbers are
+/// clamped to 0 and unknown eviction strings read as LRU, as the reference
+/// does (`--lenient-policy-validation`).
+pub fn decode_policy_json_lenient(body: &[u8]) -> Result<PolicySet, PolicyError> {
+    resolve_policy_set(decode_first(body)?)
+}
+
+fn decode_first(body: &[u8]) -> Result<PolicySnapshot, PolicyError> {
     if body.len() > MAX_POLICY_BODY_BYTES {
         return Err(PolicyError::Decode("http: request body too large".into()));
     }
     let mut stream = serde_json::Deserializer::from_slice(body).into_iter::<PolicySnapshot>();
-    let snapshot = match stream.next() {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => return Err(PolicyError::Decode(e.to_string())),
-        None => return Err(PolicyError::Decode("EOF".into())),
-    };
-    into_policy_set(snapshot)
+    match stream.next() {
+        Some(Ok(s)) => Ok(s),
+        Some(Err(e)) => Err(PolicyError::Decode(e.to_string())),
+        None => Err(PolicyError::Decode("EOF".into())),
+    }
 }
 
-/// Checks the version, normalizes older bodies and resolves defaults.
+/// Checks the version and the values, normalizes older bodies and resolves
+/// defaults.
 pub fn into_policy_set(snapshot: PolicySnapshot) -> Result<PolicySet, PolicyError> {
+    super::validate::check(&snapshot)?;
+    resolve_policy_set(snapshot)
+}
+
+/// Checks the version, normalizes older bodies and resolves defaults; values
+/// are clamped, not checked (the reference's behaviour).
+fn resolve_policy_set(snapshot: PolicySnapshot) -> Result<PolicySet, PolicyError> {
     let v = snapshot.version;
     if !(POLICY_MINIMUM_ACCEPTED_VERSION..=POLICY_PROPAGATION_VERSION).contains(&v) {
         return Err(PolicyError::Version(v));
@@ -200,8 +222,11 @@ mod tests {
 
     #[test]
     fn explicit_strategy_is_kept() {
-        let set = decode(
-            r#"{"version":6,"policies":[{"namespace":"a","strategy":{"enableChainMatching":false,"requireChain":true,"enableTenantHot":false}}]}"#,
+        // requireChain without chain matching is out of schema (refused by
+        // default, validate.rs); the reference keeps it as sent.
+        let set = decode_policy_json_lenient(
+            r#"{"version":6,"policies":[{"namespace":"a","strategy":{"enableChainMatching":false,"requireChain":true,"enableTenantHot":false}}]}"#
+                .as_bytes(),
         )
         .unwrap();
         let p = set.policies["a"];
@@ -256,11 +281,14 @@ mod tests {
 
     #[test]
     fn empty_keys_are_dropped_negatives_clamped_duplicates_last_wins() {
-        let set = decode(
+        // Negatives are refused by default; the reference's clamping is the
+        // lenient mode.
+        let set = decode_policy_json_lenient(
             r#"{"version":7,
                 "policies":[{"namespace":""},{"namespace":"a","minimumMatchedTokens":-5,"routingFloorScore":-1,"lookupTimeoutMs":-3},
                             {"namespace":"b","eviction":"LRU"},{"namespace":"b","eviction":"LfU"}],
-                "tenants":[{"tenantID":"","maxIndexEntries":3},{"tenantID":"t","maxIndexEntries":-7}]}"#,
+                "tenants":[{"tenantID":"","maxIndexEntries":3},{"tenantID":"t","maxIndexEntries":-7}]}"#
+                .as_bytes(),
         )
         .unwrap();
         assert_eq!(set.policies.len(), 2);

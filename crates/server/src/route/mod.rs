@@ -40,8 +40,8 @@ pub struct LookupPipeline {
     metrics: Arc<Metrics>,
     block_size: u32,
     tokenizers: Tokenizers,
-    tokenize_slots: Arc<tokio::sync::Semaphore>,
     ranking: RankingMode,
+    tokenize_budget: crate::tokenize_budget::TokenizeBudget,
 }
 
 impl std::fmt::Debug for LookupPipeline {
@@ -90,11 +90,15 @@ impl LookupPipeline {
         Self {
             index,
             policies,
-            metrics,
             block_size,
             tokenizers,
-            tokenize_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_TOKENIZE)),
             ranking: RankingMode::default(),
+            tokenize_budget: crate::tokenize_budget::TokenizeBudget::new(
+                MAX_CONCURRENT_TOKENIZE,
+                crate::limits::DEFAULT_TOKENIZE_MEMORY_BUDGET,
+                Arc::clone(&metrics),
+            ),
+            metrics,
         }
     }
 
@@ -102,6 +106,13 @@ impl LookupPipeline {
     #[must_use]
     pub fn with_ranking(mut self, ranking: RankingMode) -> Self {
         self.ranking = ranking;
+        self
+    }
+
+    /// Replaces the tokenization bounds (`--tokenize-*` flags).
+    #[must_use]
+    pub fn with_tokenize_budget(mut self, budget: crate::tokenize_budget::TokenizeBudget) -> Self {
+        self.tokenize_budget = budget;
         self
     }
 
@@ -215,10 +226,10 @@ impl LookupPipeline {
         if req.prompt_text.len() > MAX_PROMPT_TEXT_BYTES {
             return Tokenized::FailOpen(Vec::new());
         }
-        let Ok(permit) = Arc::clone(&self.tokenize_slots).try_acquire_owned() else {
+        let Ok(tokenizer) = self.tokenizers.get(&req.model_id) else {
             return Tokenized::FailOpen(Vec::new());
         };
-        let Ok(tokenizer) = self.tokenizers.get(&req.model_id) else {
+        let Ok(permit) = self.tokenize_budget.try_acquire(req.prompt_text.len()) else {
             return Tokenized::FailOpen(Vec::new());
         };
         let text = req.prompt_text.clone();
