@@ -38,10 +38,12 @@ pub const DEFAULT_MAX_HASH_BYTES: usize = 64;
 pub const DEFAULT_TOKENIZE_CONCURRENCY: usize = 8;
 /// Default `--tokenize-memory-budget-bytes`.
 pub const DEFAULT_TOKENIZE_MEMORY_BUDGET: usize = 512 << 20;
-/// Bytes of tokenizer working memory charged per byte of `prompt_text`
-/// (HF `Encoding` keeps ids, offsets, type ids, token strings and masks per
-/// token; measured with `inferencecache bench tokenize` plus VmRSS, see
-/// BENCHMARKS.md).
+/// Bytes of tokenizer working memory charged per byte of `prompt_text`.
+/// An estimate: HF `Encoding` keeps ids, type ids, offsets, token strings
+/// and masks per token (about a token per 4 bytes of text), plus the
+/// rendered template. The adversarial run behind issue 18 saw up to
+/// ~150 MiB of RSS per 1 MiB prompt in flight, allocator retention included;
+/// the budget bounds the live working set, not that retention.
 pub const TOKENIZE_BYTES_PER_PROMPT_BYTE: usize = 48;
 /// Default `--http-header-timeout` (the reference's ReadHeaderTimeout).
 pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
