@@ -91,3 +91,34 @@ fn all_cleared_then_sweep_releases_the_replica() {
     env.event(EventKind::AllCleared, "t", "m", "r", None, "");
     assert_eq!(env.idx.live_replicas(), 0);
 }
+
+#[test]
+fn replicas_with_tentative_holdings_or_queued_work_are_not_released() {
+    let env = Env::new();
+    let hs: Vec<Vec<u8>> = [1u64, 2].iter().map(|&x| h(x)).collect();
+    let counts = vec![16; hs.len()];
+    let req = LookupRequest::new("t", "m", "vllm").chain(&hs, &counts);
+    let deliver = |replica: &str, work_us: f64, ttl_s: u64| {
+        env.idx.record_delivery(
+            &req,
+            &Delivery {
+                replica_id: replica.into(),
+                work_us,
+                real_blocks: 0,
+            },
+            std::time::Duration::from_secs(ttl_s),
+        )
+    };
+    // "tent" holds only tentative blocks; "busy" only queued delivered work.
+    assert_eq!(deliver("tent", 0.0, 3600).tentative_stored, 2);
+    deliver("busy", 3_600e6, 0);
+    assert_eq!(env.idx.sweep().replicas_released, 0);
+    assert_eq!(env.idx.live_replicas(), 2);
+    // Once both have lapsed the ids are released, and a reused id starts
+    // with no delivered history of the old replica.
+    env.advance(2 * 60 * MIN);
+    assert_eq!(env.idx.sweep().replicas_released, 2);
+    env.idx.sweep();
+    env.put("t", "m", "vllm", "fresh", &[(10, 64)]);
+    assert_eq!(env.idx.delivered_hints("fresh"), 0);
+}
