@@ -266,6 +266,13 @@ pub struct ServeArgs {
     /// on the async runtime (lookups then queue behind large reports).
     #[arg(long, env = "INFERENCECACHE_INGEST_LANES")]
     pub ingest_lanes: Option<usize>,
+    /// Replication bus.
+    #[command(flatten)]
+    pub bus: crate::bus_args::BusArgs,
+
+    /// Warm restarts.
+    #[command(flatten)]
+    pub state: crate::bus_args::StateArgs,
 }
 
 /// Log output format.

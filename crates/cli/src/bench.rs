@@ -45,7 +45,16 @@ enum BenchWhat {
     ///
     /// Example: `inferencecache bench visibility --rates 1000,50000 --window 100ms`
     Visibility(visibility::VisibilityBenchArgs),
+
+    /// Active-active replicas and warm restarts: snapshot size and load
+    /// time, bus convergence lag and replay rate (needs nats-server for `bus`).
+    ///
+    /// Example: `inferencecache bench replicate snapshot --entries 100000,1000000`
+    Replicate(replicate::ReplicateBenchArgs),
 }
+
+#[path = "bench_replicate/mod.rs"]
+mod replicate;
 
 // Kept next to this file (src/bench_visibility/) so main.rs stays untouched.
 #[path = "bench_flood.rs"]
@@ -218,6 +227,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchWhat::Grpc(g) => g,
         BenchWhat::Tokenize(t) => return tokenize(&t),
         BenchWhat::Visibility(v) => return visibility::run(v),
+        BenchWhat::Replicate(r) => return replicate::run(r),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

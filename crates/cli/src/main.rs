@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod bus_args;
 mod logging;
 mod operator;
 mod serve;

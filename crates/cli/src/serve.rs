@@ -108,6 +108,18 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
                 .ingest_lanes
                 .unwrap_or_else(inferencecache_server::ingest_lane::default_lanes),
         },
+        bus: args
+            .bus
+            .config(args.index_ttl.saturating_mul(2))
+            .map_err(ConfigError::Bus)?
+            .map(
+                |(config, limits)| inferencecache_server::replicate::BusSettings {
+                    replica_name: config.client_name.clone(),
+                    config,
+                    limits,
+                },
+            ),
+        state: args.state.settings(),
     })
 }
 

@@ -103,6 +103,10 @@ pub struct SubscribeArgs {
           value_parser = parse_duration)]
     pub window: Duration,
 
+    /// Replication bus: publish straight to NATS JetStream instead of --server.
+    #[command(flatten)]
+    pub bus: crate::bus_args::BusArgs,
+
     /// Engine blocks tracked at most (about 150 bytes each); past it the least
     /// recently stored block is forgotten and evicted at the server.
     #[arg(long, env = "INFERENCECACHE_MAX_TRACKED_BLOCKS", default_value_t = DEFAULT_MAX_TRACKED_BLOCKS)]
@@ -317,6 +321,16 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
                 hash_scheme,
             },
             window: a.window,
+            bus: a
+                .bus
+                .config(inferencecache_bus::config::DEFAULT_MAX_AGE)
+                .map_err(usage)?
+                .map(
+                    |(config, limits)| inferencecache_subscriber::forward::bus::BusForward {
+                        config,
+                        limits,
+                    },
+                ),
             ..ForwardConfig::default()
         },
         stats,

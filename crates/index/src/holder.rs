@@ -27,6 +27,25 @@ impl Holder {
         }
     }
 
+    /// A holder restored from a snapshot with its LFU count (saturating).
+    pub(crate) fn restored(
+        replica: u32,
+        tokens: i32,
+        tier: Tier,
+        last_seen: i64,
+        access: u64,
+    ) -> Self {
+        let h = Self::new(replica, tokens, tier, last_seen);
+        h.set_access(access);
+        h
+    }
+
+    /// Overwrites the LFU count (snapshot restore), saturating at `u32::MAX`.
+    pub(crate) fn set_access(&self, n: u64) {
+        self.access
+            .store(u32::try_from(n).unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
     pub(crate) fn access(&self) -> u64 {
         u64::from(self.access.load(Ordering::Relaxed))
     }

@@ -15,10 +15,12 @@ fn sanitize(v: f32) -> f32 {
     if v.is_finite() { v } else { 0.0 }
 }
 
-struct Writer<'a> {
-    replica: u32,
-    replica_id: &'a Arc<str>,
-    ts: i64,
+pub(crate) struct Writer<'a> {
+    pub(crate) replica: u32,
+    pub(crate) replica_id: &'a Arc<str>,
+    pub(crate) ts: i64,
+    /// LFU access count to restore (0 from ingest: a refresh keeps the count).
+    pub(crate) access: u64,
 }
 
 impl Index {
@@ -52,6 +54,7 @@ impl Index {
                 replica,
                 replica_id: &replica_id,
                 ts,
+                access: 0,
             };
             // Partition cache: entries of one update almost always share an adapter.
             let mut cached: Option<Arc<Partition>> = None;
@@ -152,7 +155,7 @@ impl Index {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn upsert(
+    pub(crate) fn upsert(
         &self,
         part: &Arc<Partition>,
         hash: &[u8],
@@ -172,17 +175,20 @@ impl Index {
                     h.tokens = tokens;
                     h.last_seen = w.ts;
                     h.tier = tier;
+                    if w.access > 0 {
+                        h.set_access(w.access);
+                    }
                     (false, false)
                 }
                 Err(i) => {
-                    holders.insert(i, Holder::new(w.replica, tokens, tier, w.ts));
+                    holders.insert(i, Holder::restored(w.replica, tokens, tier, w.ts, w.access));
                     (false, true)
                 }
             },
             None => {
                 shard.insert_new(
                     &key,
-                    Holders::one(Holder::new(w.replica, tokens, tier, w.ts)),
+                    Holders::one(Holder::restored(w.replica, tokens, tier, w.ts, w.access)),
                 );
                 (true, true)
             }

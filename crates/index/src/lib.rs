@@ -150,6 +150,7 @@ mod config;
 mod counters;
 mod events;
 mod eviction;
+mod export;
 mod hashing;
 mod holder;
 mod index;
@@ -158,6 +159,7 @@ mod key;
 mod load;
 mod lookup;
 mod observer;
+pub mod persist;
 mod policy;
 mod pools;
 mod quota;
@@ -176,6 +178,7 @@ pub use config::{
     DEFAULT_CAP_RESERVE, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_REPLICAS, DEFAULT_SWEEP_INTERVAL,
     DEFAULT_TTL, IndexConfig, PROBE_TENANT, RankingConfig,
 };
+pub use export::{EntryState, ExportTables, ImportOutcome, Importer, PartitionName, StatsState};
 pub use index::Index;
 pub use observer::{IndexObserver, PrefixChange, RemovalReason};
 pub use policy::{EvictionAlgorithm, NoPolicy, PolicyResolver};

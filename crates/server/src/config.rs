@@ -224,6 +224,10 @@ pub struct ServerConfig {
     pub stream_metrics_interval: std::time::Duration,
     /// Resource limits.
     pub limits: crate::limits::Limits,
+    /// Bus mode (`--nats-url`): active-active replicas on one stream.
+    pub bus: Option<crate::replicate::BusSettings>,
+    /// Warm restarts (`--state-dir`).
+    pub state: Option<crate::state::StateSettings>,
 }
 
 impl ServerConfig {
@@ -246,6 +250,8 @@ impl ServerConfig {
             index: crate::core::IndexSettings::default(),
             stream_metrics_interval: crate::service::DEFAULT_METRICS_INTERVAL,
             limits: crate::limits::Limits::default(),
+            bus: None,
+            state: None,
         }
     }
 }

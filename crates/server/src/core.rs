@@ -61,6 +61,10 @@ pub struct Core {
     pub limits: crate::limits::Limits,
     /// Threads applying ingest and events off the runtime.
     pub lanes: crate::ingest_lane::IngestLanes,
+    /// Named `/readyz` blockers (e.g. the bus catching up).
+    pub readiness: crate::readiness::Readiness,
+    /// Bus mode: the relay that publishes gRPC-received updates.
+    pub bus: Arc<std::sync::OnceLock<crate::replicate::BusRelay>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -135,6 +139,8 @@ impl Core {
             pd_topologies: crate::pd::PdTopologyStore::new(),
             limits: crate::limits::Limits::default(),
             lanes: crate::ingest_lane::IngestLanes::new(crate::ingest_lane::default_lanes()),
+            readiness: crate::readiness::Readiness::default(),
+            bus: Arc::default(),
         }
     }
 
@@ -182,6 +188,11 @@ impl Core {
         }
         self.limits = limits;
         self
+    }
+
+    /// The bus relay, in bus mode.
+    pub fn bus(&self) -> Option<&crate::replicate::BusRelay> {
+        self.bus.get()
     }
 
     /// Ingests one update (the probe tenant is refused by the caller).

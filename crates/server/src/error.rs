@@ -26,6 +26,9 @@ pub enum ConfigError {
     /// Only one of the two TLS flags.
     #[error("server: --tls-cert-file and --tls-key-file must both be set or both be empty")]
     HalfTls,
+    /// Unusable `--nats-*` flags.
+    #[error("{0}")]
+    Bus(String),
     /// mTLS without server TLS.
     #[error(
         "--tls-client-ca-file needs --tls-cert-file and --tls-key-file (mTLS runs over server TLS)"
@@ -68,6 +71,12 @@ pub enum ServeError {
         /// What is wrong with it.
         message: String,
     },
+    /// The state directory could not be read or created.
+    #[error("{0}")]
+    State(#[source] crate::state::StateError),
+    /// The bus settings are unusable.
+    #[error("{0}")]
+    Bus(#[source] inferencecache_bus::BusError),
     /// The gRPC server stopped with an error.
     #[error("gRPC server: {0}")]
     Grpc(#[from] tonic::transport::Error),

@@ -285,11 +285,18 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+async fn readyz(State(state): State<HttpState>) -> Response {
+    if let Some(reason) = state.core.readiness.reason() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+            .into_response();
+    }
     if state.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ok\n")
+        (StatusCode::OK, "ok\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
     }
 }
 

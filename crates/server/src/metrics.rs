@@ -103,6 +103,8 @@ pub struct Metrics {
     registry: Registry,
     /// Resource limits: refusals, shed lookups, replica and tokenizer gauges.
     pub limits: crate::limits::LimitMetrics,
+    /// Bus (active-active replicas) and warm-restart metrics.
+    pub replication: crate::replicate::metrics::ReplicationMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// 1 while serving, 0 after.
     pub server_up: Gauge,
@@ -292,11 +294,13 @@ impl Metrics {
         let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
         let limits = crate::limits::LimitMetrics::default();
         limits.register(&mut registry);
+        let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
         Self {
             routing,
             stores,
             registry,
             limits,
+            replication,
             snapshot_auth,
             policy_auth,
             probe_auth,

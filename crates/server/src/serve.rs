@@ -44,6 +44,7 @@ pub struct Server {
     control_auth: ControlAuth,
     auth: Option<Arc<crate::http::ControlAuthenticators>>,
     tls: Option<TlsAcceptor>,
+    replication: crate::replicate::Replication,
     grpc: TcpListener,
     http: TcpListener,
     control: TcpListener,
@@ -137,6 +138,9 @@ impl Server {
             ),
             None => None,
         };
+        let replication =
+            crate::replicate::Replication::start(&core, config.bus.clone(), config.state.clone())
+                .await?;
         let auth = match &config.control_auth {
             ControlAuth::TokenReview {
                 allowed_sa,
@@ -173,6 +177,7 @@ impl Server {
             control: bind("control", "--snapshot-bind-address", config.control_addr.0).await?,
             ready: Arc::new(AtomicBool::new(false)),
             tls,
+            replication,
         })
     }
 
@@ -210,6 +215,8 @@ impl Server {
     /// listener fails (stops the others, then returns that error).
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), ServeError> {
         let stop = shutdown.child_token();
+        let mut replication = self.replication;
+        replication.spawn();
         let state = HttpState {
             core: self.core.clone(),
             ready: Arc::clone(&self.ready),
@@ -313,6 +320,7 @@ impl Server {
             );
             tasks.abort_all();
         }
+        replication.finish().await;
         self.core.metrics.server_up.set(0);
         tracing::info!("graceful_shutdown_done");
         match failure {

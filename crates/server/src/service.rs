@@ -147,6 +147,16 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<Streaming<CacheStateUpdate>>,
     ) -> Result<Response<Ack>, Status> {
+        if let Some(bus) = self.core.bus() {
+            let check = |u: &CacheStateUpdate| {
+                self.core.limits.check_update(u).inspect_err(|_| {
+                    self.core.metrics.limits.reject("invalid_argument");
+                })
+            };
+            return bus
+                .report_stream(request.into_inner(), &self.stop, check)
+                .await;
+        }
         let mut stream = request.into_inner();
         // Each message is ingested as it arrives; a broken stream returns its
         // error without an Ack, but what it delivered stays ingested. A
@@ -185,6 +195,9 @@ impl InferenceCache for InferenceCacheService {
         if let Err(status) = self.core.limits.check_event(&event) {
             self.core.metrics.limits.reject("invalid_argument");
             return Err(status);
+        }
+        if let Some(bus) = self.core.bus() {
+            return bus.publish_event(event);
         }
         let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
             .map_or("UNKNOWN", |t| t.as_str_name());

@@ -128,11 +128,16 @@ pub async fn start(
         transports: statuses,
     };
     let fwd: ForwardConfig = config.forward.clone();
-    let done = forward::thread::spawn(fwd, inputs, Arc::clone(&metrics), cancel.clone())?;
-    tasks.spawn(async move {
-        done.await
-            .map_err(|_| SidecarError::Task("forwarder thread panicked".into()))?
-    });
+    if let Some(bus) = fwd.bus.clone() {
+        let (m, c) = (Arc::clone(&metrics), cancel.clone());
+        tasks.spawn(forward::bus::run(fwd, bus, inputs, m, c));
+    } else {
+        let done = forward::thread::spawn(fwd, inputs, Arc::clone(&metrics), cancel.clone())?;
+        tasks.spawn(async move {
+            done.await
+                .map_err(|_| SidecarError::Task("forwarder thread panicked".into()))?
+        });
+    }
 
     Ok(Running {
         http_addr,

@@ -30,6 +30,8 @@ pub struct ForwardConfig {
     pub backoff_max: Duration,
     /// Messages buffered towards the report stream.
     pub stream_buffer: usize,
+    /// `--nats-url`: publish to the bus instead of a server.
+    pub bus: Option<super::bus::BusForward>,
 }
 
 impl Default for ForwardConfig {
@@ -51,6 +53,7 @@ impl Default for ForwardConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             stream_buffer: 64,
+            bus: None,
         }
     }
 }

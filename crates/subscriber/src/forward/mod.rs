@@ -54,6 +54,7 @@
 //! the buffer.
 
 pub mod backoff;
+pub mod bus;
 pub mod channel;
 mod config;
 mod evictions;

@@ -1,0 +1,460 @@
+//! Active-active replicas and warm restarts: the server side of the bus
+//! (`--nats-url`) and of the state directory (`--state-dir`).
+//!
+//! # Bus mode
+//!
+//! - **Relay.** `ReportCacheState` and `PublishEvent` publish what they
+//!   receive to the stream ([`BusRelay`]) instead of applying it, so a
+//!   sidecar that speaks only gRPC reaches every replica. When the relay may
+//!   have lost something (buffer full, failed publish, a replica asked for a
+//!   resync) the open report streams end with `UNAVAILABLE`, and the sidecars
+//!   re-report their full state, as they do after any server failure.
+//! - **Apply.** Every replica applies the stream in order ([`apply`]), its own
+//!   updates included: one path, one order, identical indexes. A message's
+//!   time 0 becomes the stream's receive time, the same on every replica.
+//! - **Readiness.** `/readyz` is 503 ("bus: catching up ...") until the
+//!   replica has applied the stream up to where it was at start. When the bus
+//!   cannot be reached within [`CONNECT_GRACE`], the replica becomes ready
+//!   anyway and serves from its local (possibly warm) index: fail-open. It
+//!   catches up in the background when the bus appears.
+//!
+//! # State
+//!
+//! Loaded before anything is served; written every interval and after the
+//! listeners have drained (then nothing else writes). In bus mode each
+//! written snapshot is also published to the snapshot bucket, and a replica
+//! that starts with no snapshot warms from the newest published one before
+//! consuming the stream from that snapshot's sequence.
+
+pub mod metrics;
+
+use crate::core::Core;
+use crate::state::{self, Restored, StateSettings};
+use inferencecache_bus::{
+    Applied, Bus, BusConfig, BusMessage, ConsumerStatus, Delivery, Producer, ProducerLimits,
+    SkipReason, SnapshotBucket,
+};
+use inferencecache_index::PROBE_TENANT;
+use inferencecache_proto::v1alpha1::{Ack, CacheEvent, CacheStateUpdate};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::{Response, Status, Streaming};
+
+/// How long a starting replica waits for the bus before serving without it.
+pub const CONNECT_GRACE: Duration = Duration::from_secs(3);
+/// Readiness key of the bus.
+const READY_KEY: &str = "bus";
+
+/// `--nats-url` and friends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusSettings {
+    /// Stream, subjects, retention.
+    pub config: BusConfig,
+    /// Name under which this replica publishes snapshots.
+    pub replica_name: String,
+    /// Relay bounds.
+    pub limits: ProducerLimits,
+}
+
+/// Publishes gRPC-received updates to the stream.
+#[derive(Clone)]
+pub struct BusRelay {
+    producer: Producer,
+    core_metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl std::fmt::Debug for BusRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BusRelay").finish_non_exhaustive()
+    }
+}
+
+fn resync_status(why: &str) -> Status {
+    Status::unavailable(format!(
+        "bus relay: {why}; updates may have been lost: reconnect and re-report the full state"
+    ))
+}
+
+impl BusRelay {
+    /// `ReportCacheState` in bus mode.
+    pub async fn report_stream(
+        &self,
+        mut stream: Streaming<CacheStateUpdate>,
+        stop: &CancellationToken,
+        check: impl Fn(&CacheStateUpdate) -> Result<(), Status>,
+    ) -> Result<Response<Ack>, Status> {
+        let mut resyncs = self.producer.resyncs();
+        resyncs.borrow_and_update();
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => {
+                    return Err(Status::unavailable("server shutting down: reconnect and re-report"));
+                }
+                changed = resyncs.changed() => {
+                    if changed.is_ok() {
+                        self.core_metrics.replication.bus_resyncs.inc();
+                    }
+                    return Err(resync_status("resync required"));
+                }
+                next = stream.message() => next?,
+            };
+            let Some(update) = next else { break };
+            if update.tenant_id == PROBE_TENANT {
+                continue;
+            }
+            // Refused before it reaches the stream: every replica would
+            // otherwise apply (or refuse) what this one should have.
+            check(&update)?;
+            if !self.producer.try_send(BusMessage::Update(update)) {
+                return Err(resync_status("buffer full"));
+            }
+        }
+        Ok(Response::new(Ack {
+            accepted: true,
+            reason_code: String::new(),
+        }))
+    }
+
+    /// `PublishEvent` in bus mode.
+    pub fn publish_event(&self, event: CacheEvent) -> Result<Response<Ack>, Status> {
+        if event.tenant_id != PROBE_TENANT && !self.producer.try_send(BusMessage::Event(event)) {
+            return Err(resync_status("buffer full"));
+        }
+        Ok(Response::new(Ack {
+            accepted: true,
+            reason_code: String::new(),
+        }))
+    }
+}
+
+/// Applies one stream message to the index.
+pub fn apply(core: &Core, d: Delivery) -> Applied {
+    let stored_us = d.stored_ns / 1_000;
+    match d.message {
+        BusMessage::Update(mut u) => {
+            if u.tenant_id == PROBE_TENANT {
+                return Applied::Skipped(SkipReason::ProbeTenant);
+            }
+            if u.timestamp_us == 0 {
+                u.timestamp_us = stored_us;
+            }
+            core.ingest(&crate::convert::update_from_proto(u));
+        }
+        BusMessage::Event(mut e) => {
+            if e.tenant_id == PROBE_TENANT {
+                return Applied::Skipped(SkipReason::ProbeTenant);
+            }
+            if e.timestamp_us == 0 {
+                e.timestamp_us = stored_us;
+            }
+            let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(e.r#type)
+                .map_or("UNKNOWN", |t| t.as_str_name());
+            core.metrics
+                .events
+                .get_or_create(&crate::metrics::Metrics::type_label(kind))
+                .inc();
+            if let Some(ev) = crate::convert::event_from_proto(e) {
+                core.apply_event(&ev);
+            }
+        }
+    }
+    Applied::Ok
+}
+
+struct BusSide {
+    settings: BusSettings,
+    bus: Bus,
+    producer: Producer,
+    status: Arc<ConsumerStatus>,
+}
+
+/// The replication and persistence side of a server.
+pub struct Replication {
+    core: Core,
+    state: Option<StateSettings>,
+    bus: Option<BusSide>,
+    restored: Option<Restored>,
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication")
+            .field("state", &self.state)
+            .field("bus", &self.bus.as_ref().map(|b| &b.settings))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replication {
+    /// Loads the state directory into `core` and connects the bus (in the
+    /// background), installing the relay. Nothing runs until [`Self::spawn`].
+    pub async fn start(
+        core: &Core,
+        bus: Option<BusSettings>,
+        state: Option<StateSettings>,
+    ) -> Result<Self, crate::ServeError> {
+        let restored = match &state {
+            Some(s) => state::load(core, &s.dir).map_err(crate::ServeError::State)?,
+            None => None,
+        };
+        let stop = CancellationToken::new();
+        let bus = match bus {
+            Some(settings) => {
+                let b = Bus::connect(settings.config.clone())
+                    .await
+                    .map_err(crate::ServeError::Bus)?;
+                let producer = Producer::start(b.clone(), settings.limits, stop.clone());
+                let _ = core.bus.set(BusRelay {
+                    producer: producer.clone(),
+                    core_metrics: Arc::clone(&core.metrics),
+                });
+                // Resume after the snapshot's position when it is a position
+                // in this stream; otherwise replay the stream from its start
+                // (replaying over a warm index converges).
+                let after = restored
+                    .as_ref()
+                    .filter(|r| r.meta.stream == settings.config.stream)
+                    .map_or(0, |r| r.meta.last_sequence);
+                core.readiness.block(READY_KEY, "connecting to the bus");
+                Some(BusSide {
+                    settings,
+                    bus: b,
+                    producer,
+                    status: Arc::new(ConsumerStatus::starting_after(after)),
+                })
+            }
+            None => None,
+        };
+        Ok(Self {
+            core: core.clone(),
+            state,
+            bus,
+            restored,
+            stop,
+            tasks: JoinSet::new(),
+        })
+    }
+
+    /// What the state directory held at start.
+    pub fn restored(&self) -> Option<&Restored> {
+        self.restored.as_ref()
+    }
+
+    /// Starts the consumer, readiness watcher, metrics mirror and snapshot
+    /// loop.
+    pub fn spawn(&mut self) {
+        if let Some(side) = &self.bus {
+            let core = self.core.clone();
+            let bus = side.bus.clone();
+            let status = Arc::clone(&side.status);
+            let stop = self.stop.clone();
+            let warm = self.restored.is_none();
+            self.tasks.spawn(async move {
+                if warm {
+                    warm_from_bucket(&core, &bus, &status, &stop).await;
+                }
+                let c = core.clone();
+                inferencecache_bus::run_consumer(bus, status, move |d| apply(&c, d), stop).await;
+            });
+            let core = self.core.clone();
+            let bus = side.bus.clone();
+            let status = Arc::clone(&side.status);
+            let stop = self.stop.clone();
+            self.tasks
+                .spawn(async move { readiness_loop(core, bus, status, stop).await });
+        }
+        {
+            let core = self.core.clone();
+            let status = self.bus.as_ref().map(|b| Arc::clone(&b.status));
+            let producer = self.bus.as_ref().map(|b| b.producer.clone());
+            let stop = self.stop.clone();
+            self.tasks.spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    core.metrics
+                        .replication
+                        .sync(status.as_deref(), producer.as_ref().map(|p| p.stats()));
+                }
+            });
+        }
+        if let Some(st) = self.state.clone().filter(|s| !s.interval.is_zero()) {
+            let core = self.core.clone();
+            let stop = self.stop.clone();
+            let side = self.bus.as_ref().map(|b| {
+                (
+                    b.bus.clone(),
+                    Arc::clone(&b.status),
+                    b.settings.replica_name.clone(),
+                )
+            });
+            self.tasks.spawn(async move {
+                let mut tick = tokio::time::interval_at(
+                    tokio::time::Instant::now() + st.interval,
+                    st.interval,
+                );
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    write_snapshot(&core, &st, side.as_ref()).await;
+                }
+            });
+        }
+    }
+
+    /// Stops the background tasks (the relay drains its buffer, bounded) and
+    /// writes the final snapshot. Call after the listeners have drained.
+    pub async fn finish(mut self) {
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
+        if let Some(side) = &self.bus {
+            self.core
+                .metrics
+                .replication
+                .sync(Some(&side.status), Some(side.producer.stats()));
+        }
+        if let Some(st) = &self.state {
+            let side = self.bus.as_ref().map(|b| {
+                (
+                    b.bus.clone(),
+                    Arc::clone(&b.status),
+                    b.settings.replica_name.clone(),
+                )
+            });
+            write_snapshot(&self.core, st, side.as_ref()).await;
+        }
+    }
+}
+
+type SideRef = (Bus, Arc<ConsumerStatus>, String);
+
+/// Writes one snapshot on the blocking pool; in bus mode also publishes it.
+async fn write_snapshot(core: &Core, st: &StateSettings, side: Option<&SideRef>) {
+    // The position is read before the index: the snapshot then holds at
+    // least everything up to it, and replaying after it converges.
+    let (seq, stream) = side.map_or((0, String::new()), |(b, s, _)| {
+        (s.applied.load(Ordering::SeqCst), b.config.stream.clone())
+    });
+    let c = core.clone();
+    let dir = st.dir.clone();
+    let written = tokio::task::spawn_blocking(move || state::save(&c, &dir, seq, &stream)).await;
+    let bytes = match written {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "state_snapshot_write_failed");
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "state_snapshot_task_failed");
+            return;
+        }
+    };
+    let Some((bus, _, name)) = side else { return };
+    if !bus.is_connected() {
+        return;
+    }
+    let published = async {
+        let bucket = SnapshotBucket::open(bus).await?;
+        bucket.put(name, seq, &bytes).await
+    };
+    let ok = match tokio::time::timeout(Duration::from_secs(30), published).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "state_snapshot_publish_failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("state_snapshot_publish_timed_out");
+            false
+        }
+    };
+    core.metrics.replication.snapshot("bucket", ok);
+}
+
+/// An empty replica: load the newest published snapshot, then consume from
+/// its sequence. Bounded: without a bus or a snapshot it starts from zero.
+async fn warm_from_bucket(
+    core: &Core,
+    bus: &Bus,
+    status: &ConsumerStatus,
+    stop: &CancellationToken,
+) {
+    let attempt = async {
+        bus.wait_connected().await;
+        let bucket = SnapshotBucket::open(bus).await?;
+        let Some(newest) = bucket.newest().await? else {
+            return Ok::<_, inferencecache_bus::BusError>(None);
+        };
+        let bytes = bucket.get(&newest.name, state::MAX_SNAPSHOT_BYTES).await?;
+        Ok(Some((newest, bytes)))
+    };
+    let got = tokio::select! {
+        () = stop.cancelled() => return,
+        r = tokio::time::timeout(CONNECT_GRACE + Duration::from_secs(10), attempt) => r,
+    };
+    match got {
+        Ok(Ok(Some((newest, bytes)))) => {
+            let c = core.clone();
+            let restored =
+                tokio::task::spawn_blocking(move || state::restore(&c, &bytes, "bucket"))
+                    .await
+                    .ok()
+                    .flatten();
+            if let Some(r) = restored {
+                if r.meta.stream == bus.config.stream {
+                    status.applied.store(r.meta.last_sequence, Ordering::SeqCst);
+                }
+                tracing::info!(from = %newest.name, sequence = r.meta.last_sequence, "state_warmed_from_bucket");
+            }
+        }
+        Ok(Ok(None)) => tracing::info!("state_bucket_empty; consuming the stream from its start"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "state_bucket_unavailable"),
+        Err(_) => tracing::warn!("state_bucket_timed_out"),
+    }
+}
+
+async fn readiness_loop(
+    core: Core,
+    bus: Bus,
+    status: Arc<ConsumerStatus>,
+    stop: CancellationToken,
+) {
+    let started = Instant::now();
+    loop {
+        if status.caught_up.load(Ordering::SeqCst) {
+            core.readiness.clear(READY_KEY);
+            return;
+        }
+        if !bus.is_connected() && started.elapsed() >= CONNECT_GRACE {
+            tracing::warn!(
+                url = %bus.config.url,
+                "bus_unreachable_at_start; ready and serving from the local index (fail-open); will catch up when it appears"
+            );
+            core.readiness.clear(READY_KEY);
+            return;
+        }
+        let applied = status.applied.load(Ordering::SeqCst);
+        let target = status.target.load(Ordering::SeqCst);
+        let reason = if bus.is_connected() {
+            format!("catching up with the stream: applied {applied} of {target}")
+        } else {
+            "connecting to the bus".to_owned()
+        };
+        core.readiness.block(READY_KEY, reason);
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
