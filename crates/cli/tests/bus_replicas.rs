@@ -618,3 +618,112 @@ async fn subscribe_sidecar_publishes_straight_to_the_bus() {
     let _ = sidecar.kill();
     let _ = sidecar.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_start_point_asks_sidecars_for_a_full_resync() {
+    let Some(bin) = nats_bin() else { return };
+    let nats = Nats::start(&bin);
+    let dir = TempDir::new("gap");
+    let mut args = bus_args(&nats, "gap");
+    args.extend(
+        [
+            "--state-dir",
+            dir.0.to_str().unwrap(),
+            "--snapshot-interval",
+            "1h",
+        ]
+        .map(String::from),
+    );
+    let mut a = Replica::start(&args);
+    a.wait_ready(Duration::from_secs(20));
+    let bus = Bus::connect(BusConfig::new(nats.url())).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sidecar = Producer::start(bus.clone(), ProducerLimits::default(), stop.clone());
+    let mut resyncs = sidecar.resyncs();
+    let ops = workload(41, 20);
+    for op in &ops[..10] {
+        assert!(sidecar.send(op_message(op)).await);
+    }
+    wait_converged(&[&a], 10.0, Duration::from_secs(20));
+    a.term(); // final snapshot: sequence 10
+    for op in &ops[10..] {
+        assert!(sidecar.send(op_message(op)).await);
+    }
+    let mut stream = bus.stream().await.unwrap();
+    let t = Instant::now();
+    while stream.info().await.unwrap().state.last_sequence < 20 {
+        assert!(t.elapsed() < Duration::from_secs(10), "20 messages stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Retention ran past the stopped replica: 11..20 are gone.
+    stream.purge().await.unwrap();
+    resyncs.borrow_and_update();
+    let a = Replica::start(&args);
+    a.wait_log(
+        "bus_gap: the next sequence was purged; asking producers for a full resync",
+        Duration::from_secs(20),
+    );
+    tokio::time::timeout(Duration::from_secs(10), resyncs.changed())
+        .await
+        .expect("the sidecar was asked for a resync")
+        .unwrap();
+    assert!(
+        sidecar
+            .stats()
+            .resync_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    wait_until(Duration::from_secs(5), "gap counted", || {
+        a.metric("inferencecache_bus_gaps_total") == Some(1.0)
+    });
+    a.wait_ready(Duration::from_secs(10));
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_replica_warms_from_the_newest_published_snapshot() {
+    let Some(bin) = nats_bin() else { return };
+    let nats = Nats::start(&bin);
+    let (da, db) = (TempDir::new("warm-a"), TempDir::new("warm-b"));
+    let args = |name: &str, dir: &TempDir, every: &str| {
+        let mut v = bus_args(&nats, name);
+        v.extend(
+            [
+                "--state-dir",
+                dir.0.to_str().unwrap(),
+                "--snapshot-interval",
+                every,
+            ]
+            .map(String::from),
+        );
+        v
+    };
+    let a = Replica::start(&args("a", &da, "1s"));
+    a.wait_ready(Duration::from_secs(20));
+    let mut c = a.client().await;
+    let ops = workload(51, 2000);
+    send_grpc(&mut c, &ops).await.unwrap();
+    let total = ops.len() as f64;
+    wait_converged(&[&a], total, Duration::from_secs(30));
+    let published = "inferencecache_state_snapshots_total{target=\"bucket\",result=\"ok\"}";
+    let before = a.metric(published).unwrap_or(0.0);
+    wait_until(
+        Duration::from_secs(15),
+        "a snapshot published after convergence",
+        || a.metric(published).unwrap_or(0.0) >= before + 2.0,
+    );
+    let b = Replica::start(&args("b", &db, "1h"));
+    let warmed = b.wait_log("state_warmed_from_bucket", Duration::from_secs(20));
+    assert_eq!(
+        warmed["sequence"].as_u64(),
+        Some(ops.len() as u64),
+        "{warmed}"
+    );
+    b.wait_ready(Duration::from_secs(20));
+    wait_converged(&[&a, &b], total, Duration::from_secs(20));
+    // It replayed nothing: the snapshot covered the whole stream.
+    assert_eq!(b.metric("inferencecache_bus_applied_total"), Some(0.0));
+    let (differing, first, _) = compare(&[&a, &b], &lookups(8, 3000)).await;
+    assert_eq!(differing, 0, "{}", first.unwrap_or_default());
+}

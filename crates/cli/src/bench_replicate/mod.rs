@@ -127,10 +127,12 @@ fn build(entries: usize) -> Index {
 
 fn snapshot(a: &SnapshotArgs) -> anyhow::Result<()> {
     println!(
-        "entries\tbytes/entry\tencode_ms\twrite_ms\tload_ms (read+decode)\treplay entries/s\tidentical"
+        "entries\tbytes/entry\tencode_ms\twrite_ms\tload_ms (read+decode)\treplay entries/s\tbaseline: ingest entries/s\tidentical"
     );
     for &n in &a.entries {
+        let t = Instant::now();
         let idx = build(n);
+        let built = t.elapsed();
         let entries = idx.total_entries();
         let meta = SnapshotMeta {
             created_ns: SystemClock.now_ns(),
@@ -163,12 +165,13 @@ fn snapshot(a: &SnapshotArgs) -> anyhow::Result<()> {
                     .eq(y.scores.iter().map(|s| (&s.replica_id, s.matched_tokens)))
         });
         println!(
-            "{entries}\t{:.1}\t{}\t{}\t{}\t{:.0}\t{same}",
+            "{entries}\t{:.1}\t{}\t{}\t{}\t{:.0}\t{:.0}\t{same}",
             read.len() as f64 / entries as f64,
             encode.as_millis(),
             write.as_millis(),
             load.as_millis(),
             out.entries as f64 / load.as_secs_f64(),
+            entries as f64 / built.as_secs_f64(),
         );
         let _ = std::fs::remove_file(&a.file);
     }
