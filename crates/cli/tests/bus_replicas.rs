@@ -554,36 +554,19 @@ impl SidecarModel {
     }
 }
 
-/// Compares reason and held entries (replica, matched tokens, tier), not
-/// ranks or scores: the reference stamped updates with its own clock, the
-/// replicas with the stream's, and a resync refreshes ages.
+/// Compares the replicas with the reference on reason and held entries
+/// (replica, matched tokens, tier), not ranks or scores: the reference
+/// stamped updates with its own clock, the replicas with the stream's, and a
+/// resync refreshes ages.
 async fn compare_entries(
     replicas: &[&Replica],
     reference: &Replica,
     reqs: &[LookupRouteRequest],
 ) -> (usize, Option<String>) {
-    let mut clients = vec![reference.client().await];
-    for r in replicas {
-        clients.push(r.client().await);
-    }
-    let mut differing = 0;
-    let mut first = None;
-    for req in reqs {
-        let mut answers = Vec::new();
-        for c in clients.iter_mut() {
-            let a = Answer::from(c.lookup_route(req.clone()).await.unwrap().into_inner());
-            let mut entries = a.ranked.clone();
-            entries.sort();
-            answers.push((a.reason, entries));
-        }
-        if answers.iter().any(|a| *a != answers[0]) {
-            differing += 1;
-            if first.is_none() {
-                first = Some(format!("{req:?}\n{answers:#?}"));
-            }
-        }
-    }
-    (differing, first)
+    let mut all = vec![reference];
+    all.extend_from_slice(replicas);
+    let (d, first, _) = compare_by(&all, reqs, same_entries).await;
+    (d, first)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

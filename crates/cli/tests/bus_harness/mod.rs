@@ -470,6 +470,17 @@ impl From<LookupRouteResponse> for Answer {
     }
 }
 
+/// Same reason and the same held entries (replica, matched tokens, tier) in
+/// any order, scores ignored: for a reference fed on another clock.
+pub fn same_entries(a: &Answer, b: &Answer) -> bool {
+    let sorted = |x: &Answer| {
+        let mut v = x.ranked.clone();
+        v.sort();
+        v
+    };
+    a.reason == b.reason && sorted(a) == sorted(b)
+}
+
 pub fn same_answer(a: &Answer, b: &Answer) -> bool {
     a.reason == b.reason
         && a.ranked == b.ranked
@@ -479,37 +490,67 @@ pub fn same_answer(a: &Answer, b: &Answer) -> bool {
             .all(|(x, y)| (x - y).abs() <= 1e-3 * x.abs().max(y.abs()).max(1.0))
 }
 
-/// Runs every lookup against every replica; returns the number of requests
-/// whose answers differ, and the first difference.
+/// Runs every lookup against every replica (8 workers, each with its own
+/// connections); returns the number of requests whose answers differ, the
+/// first difference, and how many answers carried a hint.
 pub async fn compare(
     replicas: &[&Replica],
     reqs: &[LookupRouteRequest],
 ) -> (usize, Option<String>, usize) {
-    let mut clients = Vec::new();
-    for r in replicas {
-        clients.push(r.client().await);
-    }
-    let mut differing = 0;
-    let mut first = None;
-    let mut hints = 0;
-    for req in reqs {
-        let mut answers = Vec::new();
-        for c in clients.iter_mut() {
-            answers.push(Answer::from(
-                c.lookup_route(req.clone()).await.unwrap().into_inner(),
-            ));
-        }
-        if !answers[0].ranked.is_empty() {
-            hints += 1;
-        }
-        if answers.iter().any(|a| !same_answer(a, &answers[0])) {
-            differing += 1;
-            if first.is_none() {
-                first = Some(format!("{req:?}\n{answers:#?}"));
+    compare_by(replicas, reqs, same_answer).await
+}
+
+/// [`compare`] with another notion of "the same answer".
+pub async fn compare_by(
+    replicas: &[&Replica],
+    reqs: &[LookupRouteRequest],
+    same: fn(&Answer, &Answer) -> bool,
+) -> (usize, Option<String>, usize) {
+    let addrs: Vec<String> = replicas
+        .iter()
+        .map(|r| format!("http://{}", r.grpc))
+        .collect();
+    let chunk = reqs.len().div_ceil(8).max(1);
+    let mut tasks = Vec::new();
+    for part in reqs.chunks(chunk) {
+        let part = part.to_vec();
+        let addrs = addrs.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut clients = Vec::new();
+            for a in &addrs {
+                clients.push(InferenceCacheClient::connect(a.clone()).await.unwrap());
             }
+            let (mut differing, mut first, mut hints) = (0, None, 0);
+            for req in part {
+                let mut answers = Vec::new();
+                for c in clients.iter_mut() {
+                    answers.push(Answer::from(
+                        c.lookup_route(req.clone()).await.unwrap().into_inner(),
+                    ));
+                }
+                if !answers[0].ranked.is_empty() {
+                    hints += 1;
+                }
+                if answers.iter().any(|a| !same(a, &answers[0])) {
+                    differing += 1;
+                    if first.is_none() {
+                        first = Some(format!("{req:?}\n{answers:#?}"));
+                    }
+                }
+            }
+            (differing, first, hints)
+        }));
+    }
+    let mut total = (0, None, 0);
+    for t in tasks {
+        let (d, f, h) = t.await.unwrap();
+        total.0 += d;
+        total.2 += h;
+        if total.1.is_none() {
+            total.1 = f;
         }
     }
-    (differing, first, hints)
+    total
 }
 
 /// Waits until every replica has applied the same stream sequence, at least
