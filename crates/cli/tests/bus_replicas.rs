@@ -179,7 +179,12 @@ async fn bus_down_at_start_serves_fail_open_and_catches_up() {
     let rep = Replica::start(&bus_args(&nats, "early"));
     // Not connected: ready after the grace period anyway, and it answers.
     rep.wait_ready(Duration::from_secs(15));
-    assert!(rep.log("bus_unreachable_at_start; ready and serving from the local index (fail-open); will catch up when it appears").is_some());
+    // The line is logged just before readiness clears; stderr reaches the
+    // harness through a reader thread, so it may land after /readyz.
+    rep.wait_log(
+        "bus_unreachable_at_start; ready and serving from the local index (fail-open); will catch up when it appears",
+        Duration::from_secs(5),
+    );
     wait_until(Duration::from_secs(5), "not-connected metric", || {
         rep.metric("inferencecache_bus_connected") == Some(0.0)
     });

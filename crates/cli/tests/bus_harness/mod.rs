@@ -167,6 +167,14 @@ impl Replica {
                 "127.0.0.1:0",
                 "--snapshot-bind-address",
                 "127.0.0.1:0",
+                // These tests compare answers across replicas and restarts:
+                // the index state, which the bus makes identical. The default
+                // ranking also weighs each replica's own delivered-hint window
+                // and tentative holdings, which are per replica by design
+                // (docs/decisions.md, "Bus: the delivered-hint window is per
+                // replica"), so it is pinned to the contract's ranking here.
+                "--ranking",
+                "contract",
             ])
             .args(args)
             .stderr(Stdio::piped())
