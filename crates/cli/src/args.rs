@@ -273,6 +273,56 @@ pub struct ServeArgs {
     /// Warm restarts.
     #[command(flatten)]
     pub state: crate::bus_args::StateArgs,
+    /// How producers (ReportCacheState, PublishEvent) authenticate: none
+    /// (anyone reaching gRPC writes any tenant; the reference's behaviour),
+    /// token (projected service-account token, TokenReview, identity = the
+    /// pod's namespace) or mtls (client certificate: SPIFFE URI SAN
+    /// spiffe://TD/ns/NS/sa/SA, else CN). See docs/security.md.
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_AUTH", default_value = "none",
+          value_parser = inferencecache_server::producer::ProducerAuth::parse)]
+    pub producer_auth: inferencecache_server::producer::ProducerAuth,
+
+    /// Audience producer tokens must carry (--producer-auth token).
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_AUDIENCE",
+          default_value = inferencecache_server::producer::DEFAULT_PRODUCER_AUDIENCE)]
+    pub producer_audience: String,
+
+    /// YAML or JSON mapping of producer identity (namespace, CN or full
+    /// subject) to the extra tenants it may write, e.g. `team-a: [shared]`.
+    #[arg(
+        long,
+        env = "INFERENCECACHE_PRODUCER_TENANTS_FILE",
+        value_name = "PATH"
+    )]
+    pub producer_tenants_file: Option<std::path::PathBuf>,
+
+    /// Blocks per second each producer identity may write (0 = unlimited);
+    /// over it, RESOURCE_EXHAUSTED with grpc-retry-pushback-ms.
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_MAX_BLOCKS_PER_SECOND",
+          default_value_t = inferencecache_server::producer::ratelimit::DEFAULT_BLOCKS_PER_SECOND)]
+    pub producer_max_blocks_per_second: u64,
+
+    /// Largest burst of blocks per identity (the token bucket's size; a full
+    /// sidecar resync must fit).
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_BURST_BLOCKS",
+          default_value_t = inferencecache_server::producer::ratelimit::DEFAULT_BURST_BLOCKS)]
+    pub producer_burst_blocks: u64,
+
+    /// Open ReportCacheState streams per producer identity (0 = unlimited).
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_MAX_STREAMS",
+          default_value_t = inferencecache_server::producer::ratelimit::DEFAULT_MAX_STREAMS)]
+    pub producer_max_streams: u32,
+
+    /// Require a bearer token (TokenReview, --consumer-audience) on
+    /// LookupRoute, LookupPDRoute, RenderTemplate, GetCacheState and
+    /// StreamCacheEvents; cached per token.
+    #[arg(long, env = "INFERENCECACHE_CONSUMER_AUTH")]
+    pub consumer_auth: bool,
+
+    /// Audience consumer tokens must carry (--consumer-auth).
+    #[arg(long, env = "INFERENCECACHE_CONSUMER_AUDIENCE",
+          default_value = inferencecache_server::producer::DEFAULT_CONSUMER_AUDIENCE)]
+    pub consumer_audience: String,
 }
 
 /// Log output format.

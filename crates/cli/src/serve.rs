@@ -68,6 +68,23 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
         &args.tls_key_file,
         &args.tls_client_ca_file,
     )?;
+    let producer = inferencecache_server::producer::ProducerConfig {
+        auth: args.producer_auth,
+        audience: args.producer_audience.clone(),
+        tenants_file: args.producer_tenants_file.clone(),
+        limits: inferencecache_server::producer::ratelimit::Limits {
+            blocks_per_second: args.producer_max_blocks_per_second,
+            burst_blocks: args.producer_burst_blocks,
+            max_streams: args.producer_max_streams,
+        },
+        consumer_auth: args.consumer_auth,
+        consumer_audience: args.consumer_audience.clone(),
+        ..inferencecache_server::producer::ProducerConfig::default()
+    };
+    producer.validate(tls.as_ref())?;
+    if let Some(warning) = producer.exposure_warning(&grpc_addr) {
+        tracing::warn!(grpc_addr = %grpc_addr, warning = %warning, "producer_auth_disabled");
+    }
     let engine_block_size = u32::try_from(args.engine_block_size)
         .ok()
         .filter(|&n| n > 0)
@@ -120,6 +137,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
                 },
             ),
         state: args.state.settings(),
+        producer,
     })
 }
 

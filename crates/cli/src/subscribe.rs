@@ -142,6 +142,12 @@ pub struct SubscribeArgs {
     )]
     pub server_tls_server_name: String,
 
+    /// Bearer token for a server running --producer-auth token: a projected
+    /// service-account token with audience inferencecache.io/producer.
+    /// Re-read on every reconnect (and every minute), so rotation works.
+    #[arg(long, env = "INFERENCECACHE_SERVER_TOKEN_FILE", value_name = "PATH")]
+    pub server_token_file: Option<std::path::PathBuf>,
+
     /// Engine Prometheus endpoint for replica stats; "" disables the stats path.
     #[arg(
         long,
@@ -331,6 +337,7 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
                         limits,
                     },
                 ),
+            token_file: a.server_token_file.clone(),
             ..ForwardConfig::default()
         },
         stats,

@@ -155,6 +155,32 @@ pub struct SnapshotJson {
     /// Prefill/decode topologies in force (ours, additive).
     #[serde(default)]
     pub pd_topologies: Vec<PdTopologyRow>,
+    /// Producer identities (ours, additive; absent unless producer auth saw
+    /// someone, so the reference's key set is unchanged by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub producers: Vec<ProducerJson>,
+}
+
+/// One producer identity in `/snapshot`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProducerJson {
+    /// Namespace (or CN).
+    pub identity: String,
+    /// Last principal seen for it.
+    pub subject: String,
+    /// Last admitted update (RFC 3339; the zero time if none).
+    pub last_seen: String,
+    /// Blocks admitted.
+    pub blocks: u64,
+    /// Open report streams.
+    pub open_streams: u32,
+    /// Updates refused for tenant scope.
+    pub rejected_permission: u64,
+    /// Updates refused by the blocks/s limit.
+    pub rejected_rate: u64,
+    /// Streams refused by the open-stream cap.
+    pub rejected_streams: u64,
 }
 
 /// One template in force: its ref and revision.

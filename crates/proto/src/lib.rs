@@ -21,6 +21,23 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// Fully qualified service name, as registered in gRPC health and reflection.
 pub const SERVICE_NAME: &str = "inferencecache.v1alpha1.InferenceCache";
 
+/// Metadata key of gRPC's retry-pushback hint (milliseconds), sent with
+/// `RESOURCE_EXHAUSTED` when a producer is over its ingest limit.
+pub const RETRY_PUSHBACK_KEY: &str = "grpc-retry-pushback-ms";
+
+/// The retry-pushback hint a status carries, if any.
+pub fn retry_pushback(status: &tonic::Status) -> Option<std::time::Duration> {
+    status
+        .metadata()
+        .get(RETRY_PUSHBACK_KEY)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .map(std::time::Duration::from_millis)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

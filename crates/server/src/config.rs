@@ -228,6 +228,8 @@ pub struct ServerConfig {
     pub bus: Option<crate::replicate::BusSettings>,
     /// Warm restarts (`--state-dir`).
     pub state: Option<crate::state::StateSettings>,
+    /// Producer authorization, ingest limits and consumer auth (issue 19).
+    pub producer: crate::producer::ProducerConfig,
 }
 
 impl ServerConfig {
@@ -252,6 +254,7 @@ impl ServerConfig {
             limits: crate::limits::Limits::default(),
             bus: None,
             state: None,
+            producer: crate::producer::ProducerConfig::default(),
         }
     }
 }

@@ -29,6 +29,12 @@ pub enum ConfigError {
     /// Unusable `--nats-*` flags.
     #[error("{0}")]
     Bus(String),
+    /// `--producer-auth mtls` without a client CA.
+    #[error(
+        "--producer-auth mtls needs --tls-client-ca-file (and --tls-cert-file/--tls-key-file): \
+         the identity comes from the verified client certificate"
+    )]
+    ProducerMtlsWithoutClientCa,
     /// mTLS without server TLS.
     #[error(
         "--tls-client-ca-file needs --tls-cert-file and --tls-key-file (mTLS runs over server TLS)"
@@ -100,6 +106,9 @@ pub enum ServeError {
     /// `--pd-topology-file` could not be loaded at startup.
     #[error("pd topology file: {0}")]
     PdTopologyFile(String),
+    /// Producer authorization could not be set up (issue 19).
+    #[error("producer auth: {0}")]
+    Producer(String),
     /// Reflection could not be built from the embedded descriptors.
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),

@@ -325,11 +325,12 @@ async fn snapshot(State(state): State<HttpState>, method: Method, headers: Heade
     let core = state.core.clone();
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();
-        let body = with_stores(
+        let mut body = with_stores(
             snapshot_json(&snap),
             &core.templates.current(),
             &core.pd_topologies.current(),
         );
+        body.producers = core.metrics.producers.snapshot();
         serde_json::to_vec(&body)
     })
     .await;

@@ -34,6 +34,7 @@ pub mod pd;
 pub mod policy;
 pub mod probe;
 pub mod readiness;
+pub mod producer;
 pub mod reason;
 pub mod replicate;
 pub mod route;

@@ -150,6 +150,8 @@ pub struct Metrics {
     pub routing: crate::routing_metrics::RoutingMetrics,
     /// Template and PD-topology stores, RenderTemplate and LookupPDRoute.
     pub stores: crate::store_metrics::StoreMetrics,
+    /// Producer identities: auth outcomes, refusals, last seen (issue 19).
+    pub producers: crate::producer::status::ProducerMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -295,12 +297,14 @@ impl Metrics {
         let limits = crate::limits::LimitMetrics::default();
         limits.register(&mut registry);
         let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
+        let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
         Self {
             routing,
             stores,
             registry,
             limits,
             replication,
+            producers,
             snapshot_auth,
             policy_auth,
             probe_auth,

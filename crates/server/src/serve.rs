@@ -45,6 +45,7 @@ pub struct Server {
     auth: Option<Arc<crate::http::ControlAuthenticators>>,
     tls: Option<TlsAcceptor>,
     replication: crate::replicate::Replication,
+    producers: Option<Arc<crate::producer::Gate>>,
     grpc: TcpListener,
     http: TcpListener,
     control: TcpListener,
@@ -163,8 +164,10 @@ impl Server {
             }
             ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
         };
+        let producers = producer_gate(config, &metrics).await?;
         Ok(Self {
             auth,
+            producers,
             core,
             sweep_interval: config.index.sweep_interval,
             metrics_interval: config.stream_metrics_interval,
@@ -228,7 +231,8 @@ impl Server {
         let limits = self.core.limits;
         let oversize = self.core.metrics.limits.counter("oversize");
         let grpc = crate::grpc::router(
-            InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval),
+            InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval)
+                .with_producers(self.producers),
             limits.max_grpc_message_bytes,
             oversize,
         )
@@ -345,6 +349,31 @@ fn spawn_watcher<R: Reloadable>(
             Ok(())
         });
     }
+}
+
+/// The producer/consumer gate, or `None` when nothing is checked (issue 19).
+async fn producer_gate(
+    config: &ServerConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<crate::producer::Gate>>, ServeError> {
+    let p = &config.producer;
+    if p.is_open() {
+        return Ok(None);
+    }
+    p.validate(config.tls.as_ref())
+        .map_err(|e| ServeError::Producer(e.to_string()))?;
+    let client = if p.needs_kube() {
+        Some(
+            crate::auth::kube_client(config.kubeconfig.as_deref())
+                .await
+                .map_err(ServeError::Kube)?,
+        )
+    } else {
+        None
+    };
+    crate::producer::Gate::new(p, client, Arc::clone(metrics))
+        .map(|g| Some(Arc::new(g)))
+        .map_err(ServeError::Producer)
 }
 
 /// Runs the TTL + cap sweep every `period` on the blocking pool (a sweep

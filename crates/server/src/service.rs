@@ -34,6 +34,9 @@ pub struct InferenceCacheService {
     core: Core,
     stop: CancellationToken,
     metrics_interval: Duration,
+    /// Producer/consumer checks; `None` = `--producer-auth none` without
+    /// `--consumer-auth` (nothing checked).
+    producers: Option<Arc<crate::producer::Gate>>,
 }
 
 impl InferenceCacheService {
@@ -43,6 +46,22 @@ impl InferenceCacheService {
             core,
             stop,
             metrics_interval,
+            producers: None,
+        }
+    }
+
+    /// Adds producer authorization / consumer auth (issue 19).
+    #[must_use]
+    pub fn with_producers(mut self, gate: Option<Arc<crate::producer::Gate>>) -> Self {
+        self.producers = gate;
+        self
+    }
+
+    /// With `--consumer-auth`, refuses a read RPC without a valid token.
+    async fn consumer_check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        match &self.producers {
+            Some(g) => g.consumer(request).await,
+            None => Ok(()),
         }
     }
 }
@@ -89,6 +108,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<RenderTemplateRequest>,
     ) -> Result<Response<RenderTemplateResponse>, Status> {
+        self.consumer_check(&request).await?;
         Ok(Response::new(crate::templates::render_template(
             &self.core.templates,
             &self.core.metrics,
@@ -100,6 +120,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<LookupRouteRequest>,
     ) -> Result<Response<LookupRouteResponse>, Status> {
+        self.consumer_check(&request).await?;
         let caller_timeout = request
             .metadata()
             .get("grpc-timeout")
@@ -117,6 +138,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<LookupPdRouteRequest>,
     ) -> Result<Response<LookupPdRouteResponse>, Status> {
+        self.consumer_check(&request).await?;
         Ok(Response::new(
             self.core.pd_router().route(request.get_ref()),
         ))
@@ -126,6 +148,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<GetCacheStateRequest>,
     ) -> Result<Response<GetCacheStateResponse>, Status> {
+        self.consumer_check(&request).await?;
         let req = request.get_ref();
         if req.tenant_id == PROBE_TENANT {
             return Ok(Response::new(GetCacheStateResponse {
@@ -147,16 +170,34 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<Streaming<CacheStateUpdate>>,
     ) -> Result<Response<Ack>, Status> {
+        let gate = self.producers.as_deref();
+        let caller = match gate {
+            Some(g) => g.producer(&request).await?,
+            None => None,
+        };
+        let _slot = match (gate, &caller) {
+            (Some(g), Some(c)) => Some(g.open_stream(c)?),
+            _ => None,
+        };
+        // Limits first (INVALID_ARGUMENT ends the stream), then the
+        // producer's tenant scope and rate (PERMISSION_DENIED skips the
+        // update; the stream goes on for the entitled tenants and ends with
+        // the first refusal instead of an Ack).
+        let check = |u: &CacheStateUpdate| -> Result<(), Status> {
+            self.core.limits.check_update(u).inspect_err(|_| {
+                self.core.metrics.limits.reject("invalid_argument");
+            })?;
+            if let (Some(g), Some(c)) = (gate, &caller) {
+                g.admit(c, &u.tenant_id, crate::producer::ratelimit::update_blocks(u))?;
+            }
+            Ok(())
+        };
         if let Some(bus) = self.core.bus() {
-            let check = |u: &CacheStateUpdate| {
-                self.core.limits.check_update(u).inspect_err(|_| {
-                    self.core.metrics.limits.reject("invalid_argument");
-                })
-            };
             return bus
                 .report_stream(request.into_inner(), &self.stop, check)
                 .await;
         }
+        let mut denied: Option<Status> = None;
         let mut stream = request.into_inner();
         // Each message is ingested as it arrives; a broken stream returns its
         // error without an Ack, but what it delivered stays ingested. A
@@ -176,18 +217,30 @@ impl InferenceCache for InferenceCacheService {
             if update.tenant_id == PROBE_TENANT {
                 continue;
             }
-            if let Err(status) = self.core.limits.check_update(&update) {
-                self.core.metrics.limits.reject("invalid_argument");
-                return Err(status);
+            match check(&update) {
+                Ok(()) => {}
+                Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                    denied.get_or_insert(s);
+                    continue;
+                }
+                Err(s) => return Err(s),
             }
             if !self.core.ingest_on_lane(update_from_proto(update)).await {
                 return Err(replica_limit_status(&self.core));
             }
         }
-        Ok(ack())
+        match denied {
+            Some(s) => Err(s),
+            None => Ok(ack()),
+        }
     }
 
     async fn publish_event(&self, request: Request<CacheEvent>) -> Result<Response<Ack>, Status> {
+        let gate = self.producers.as_deref();
+        let caller = match gate {
+            Some(g) => g.producer(&request).await?,
+            None => None,
+        };
         let event = request.into_inner();
         if event.tenant_id == PROBE_TENANT {
             return Ok(ack());
@@ -195,6 +248,9 @@ impl InferenceCache for InferenceCacheService {
         if let Err(status) = self.core.limits.check_event(&event) {
             self.core.metrics.limits.reject("invalid_argument");
             return Err(status);
+        }
+        if let (Some(g), Some(c)) = (gate, &caller) {
+            g.admit(c, &event.tenant_id, 1)?;
         }
         if let Some(bus) = self.core.bus() {
             return bus.publish_event(event);
@@ -218,6 +274,7 @@ impl InferenceCache for InferenceCacheService {
         &self,
         request: Request<StreamEventsRequest>,
     ) -> Result<Response<Self::StreamCacheEventsStream>, Status> {
+        self.consumer_check(&request).await?;
         let req = request.into_inner();
         let filter = EventFilter {
             model_id: req.model_id,

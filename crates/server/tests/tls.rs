@@ -7,84 +7,16 @@
 mod common;
 
 use common::Running;
+use common::certs::{Ca, Dir, server_files, write_newer};
 use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::ServerConfig;
-use inferencecache_server::config::TlsFiles;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(DnType::CommonName, name);
-        Self {
-            issuer: CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap(),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// A leaf for `localhost` / 127.0.0.1: (cert PEM, key PEM).
-    fn leaf(&self) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let p =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        let cert = p.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("ic-tls-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Self(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Writes a file and pushes its mtime forward, so a rewrite within the same
-/// clock tick still counts as a change.
-fn write_newer(path: &Path, body: &str, ahead: Duration) {
-    std::fs::write(path, body).unwrap();
-    let f = std::fs::File::options().write(true).open(path).unwrap();
-    f.set_modified(SystemTime::now() + ahead).unwrap();
-}
+use std::time::Duration;
+use tonic::transport::Channel;
 
 async fn tls_server(dir: &Dir, ca: &Ca, client_ca: Option<&Ca>) -> Running {
-    let (cert, key) = ca.leaf();
-    std::fs::write(dir.path("tls.crt"), cert).unwrap();
-    std::fs::write(dir.path("tls.key"), key).unwrap();
-    let client_ca = client_ca.map(|c| {
-        std::fs::write(dir.path("client-ca.crt"), c.pem()).unwrap();
-        dir.path("client-ca.crt")
-    });
     let mut config = ServerConfig::ephemeral();
-    config.tls = Some(TlsFiles {
-        cert: dir.path("tls.crt"),
-        key: dir.path("tls.key"),
-        client_ca,
-    });
+    config.tls = Some(server_files(dir, ca, client_ca));
     Running::start_with(config).await
 }
 
@@ -93,20 +25,7 @@ async fn call(
     trust: &Ca,
     identity: Option<(String, String)>,
 ) -> Result<String, String> {
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(trust.pem()))
-        .domain_name("localhost");
-    if let Some((cert, key)) = identity {
-        tls = tls.identity(Identity::from_pem(cert, key));
-    }
-    let channel = Channel::from_shared(format!("https://{}", s.grpc))
-        .unwrap()
-        .tls_config(tls)
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| format!("connect: {e:?}"))?;
+    let channel = common::certs::channel(s.grpc, trust, identity).await?;
     let resp = InferenceCacheClient::new(channel)
         .lookup_route(LookupRouteRequest::default())
         .await

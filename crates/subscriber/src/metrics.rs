@@ -42,6 +42,9 @@ pub struct SidecarMetrics {
     pub engine_restarts: Counter,
     /// Full-state resyncs sent to the server.
     pub resyncs: Counter,
+    /// Times the server's ingest limit pushed the sidecar back
+    /// (RESOURCE_EXHAUSTED with a retry hint; it waited, then resynced).
+    pub throttled: Counter,
     /// Updates not sent because the send buffer was full or the server was
     /// unreachable (repaired by the next resync).
     pub send_overflow: Counter,
@@ -108,6 +111,7 @@ impl SidecarMetrics {
             lost_messages: Counter::default(),
             engine_restarts: Counter::default(),
             resyncs: Counter::default(),
+            throttled: Counter::default(),
             send_overflow: Counter::default(),
             rpc_errors: Family::default(),
             sent: Family::default(),
@@ -166,6 +170,11 @@ impl SidecarMetrics {
                 "resyncs",
                 "Full-state resyncs sent to the server (ALL_CLEARED + every tracked block)",
                 m.resyncs.clone(),
+            );
+            r.register(
+                "throttled",
+                "Times the server's producer ingest limit pushed back (waited for its retry hint, then resynced)",
+                m.throttled.clone(),
             );
             r.register("send_overflow", "Updates not sent (send buffer full or server unreachable); the next resync repairs them", m.send_overflow.clone());
             r.register(

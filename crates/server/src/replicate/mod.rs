@@ -88,6 +88,7 @@ impl BusRelay {
     ) -> Result<Response<Ack>, Status> {
         let mut resyncs = self.producer.resyncs();
         resyncs.borrow_and_update();
+        let mut denied: Option<Status> = None;
         loop {
             let next = tokio::select! {
                 () = stop.cancelled() => {
@@ -106,11 +107,23 @@ impl BusRelay {
                 continue;
             }
             // Refused before it reaches the stream: every replica would
-            // otherwise apply (or refuse) what this one should have.
-            check(&update)?;
+            // otherwise apply (or refuse) what this one should have. As
+            // without a bus, PERMISSION_DENIED skips the update and ends the
+            // stream with the first refusal; any other refusal ends it now.
+            match check(&update) {
+                Ok(()) => {}
+                Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                    denied.get_or_insert(s);
+                    continue;
+                }
+                Err(s) => return Err(s),
+            }
             if !self.producer.try_send(BusMessage::Update(update)) {
                 return Err(resync_status("buffer full"));
             }
+        }
+        if let Some(s) = denied {
+            return Err(s);
         }
         Ok(Response::new(Ack {
             accepted: true,

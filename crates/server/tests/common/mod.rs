@@ -1,6 +1,9 @@
 //! Boots a real server on ephemeral loopback ports for a test.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod certs;
+pub mod kube;
+
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::{Server, ServerConfig};
 use std::net::SocketAddr;

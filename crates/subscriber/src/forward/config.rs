@@ -32,6 +32,9 @@ pub struct ForwardConfig {
     pub stream_buffer: usize,
     /// `--nats-url`: publish to the bus instead of a server.
     pub bus: Option<super::bus::BusForward>,
+    /// `--server-token-file`: bearer token for `--producer-auth token`,
+    /// re-read on every reconnect.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ForwardConfig {
@@ -54,6 +57,7 @@ impl Default for ForwardConfig {
             backoff_max: Duration::from_secs(10),
             stream_buffer: 64,
             bus: None,
+            token_file: None,
         }
     }
 }

@@ -18,21 +18,19 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
-use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
-use tonic::transport::Channel;
-
 use super::outbox::Key;
+use super::token::ServerClient;
 use super::{Identity, SendFailed};
 use crate::mapping::PrefixEviction;
 use crate::metrics::SidecarMetrics;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 
 type Call = BoxFuture<'static, (Key, Result<(), SendFailed>)>;
 
 pub(super) struct Evictions {
-    client: InferenceCacheClient<Channel>,
+    client: ServerClient,
     identity: Identity,
     timeout: Duration,
     max_in_flight: usize,
@@ -47,7 +45,7 @@ pub(super) struct Evictions {
 
 impl Evictions {
     pub fn new(
-        client: InferenceCacheClient<Channel>,
+        client: ServerClient,
         identity: Identity,
         timeout: Duration,
         max_in_flight: usize,

@@ -52,6 +52,16 @@
 //! for the few milliseconds the resync takes (a missed hint, never a false
 //! one). While unreachable, nothing is buffered: the replica state itself is
 //! the buffer.
+//!
+//! # Producer auth and ingest limits
+//!
+//! With `--server-token-file` every call carries `authorization: Bearer`,
+//! the file re-read on every reconnect and at most a minute apart
+//! ([`token`]). A server over this producer's ingest limit answers
+//! `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`: the sidecar treats it
+//! like any failure (disconnect, then resync) but waits at least the hint,
+//! and a throttled resync waits out each hint and goes on where it stopped
+//! (its chunks are acknowledged one by one), so nothing is lost.
 
 pub mod backoff;
 pub mod bus;
@@ -62,15 +72,14 @@ pub mod messages;
 pub mod outbox;
 mod stream;
 pub mod thread;
+pub mod token;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{Ack, CacheEvent};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 use crate::error::SidecarError;
 use crate::mapping::Update;
@@ -85,12 +94,38 @@ use evictions::Evictions;
 pub use messages::Identity;
 pub use outbox::{Flush, Outbox};
 use stream::ReportStream;
+pub use token::{BearerToken, ServerClient};
+
+/// Most ingest-limit pushbacks one resync waits out before it gives up and
+/// the reconnect backoff takes over.
+const MAX_RESYNC_PUSHBACKS: u32 = 64;
 
 /// Why a send did not go through (the server is then treated as unreachable).
 #[derive(Debug)]
 struct SendFailed {
     rpc: &'static str,
     reason: String,
+    /// The server's `grpc-retry-pushback-ms` (an ingest limit): the next
+    /// attempt waits at least this long.
+    retry_after: Option<std::time::Duration>,
+}
+
+impl SendFailed {
+    fn new(rpc: &'static str, reason: String) -> Self {
+        Self {
+            rpc,
+            reason,
+            retry_after: None,
+        }
+    }
+
+    fn status(rpc: &'static str, s: &tonic::Status) -> Self {
+        Self {
+            rpc,
+            reason: format!("{}: {}", s.code(), s.message()),
+            retry_after: inferencecache_proto::retry_pushback(s),
+        }
+    }
 }
 
 /// A unary call's outcome, bounded by a timeout, as a send result.
@@ -98,15 +133,17 @@ fn check_ack(
     rpc: &'static str,
     r: Result<Result<tonic::Response<Ack>, tonic::Status>, tokio::time::error::Elapsed>,
 ) -> Result<(), SendFailed> {
-    let fail = |reason: String| SendFailed { rpc, reason };
     let ack = r
-        .map_err(|_| fail("timed out".into()))?
-        .map_err(|s| fail(format!("{}: {}", s.code(), s.message())))?
+        .map_err(|_| SendFailed::new(rpc, "timed out".into()))?
+        .map_err(|s| SendFailed::status(rpc, &s))?
         .into_inner();
     if ack.accepted {
         Ok(())
     } else {
-        Err(fail(format!("not accepted ({})", ack.reason_code)))
+        Err(SendFailed::new(
+            rpc,
+            format!("not accepted ({})", ack.reason_code),
+        ))
     }
 }
 
@@ -124,7 +161,8 @@ pub struct Inputs {
 
 struct Forwarder {
     config: ForwardConfig,
-    client: InferenceCacheClient<Channel>,
+    client: ServerClient,
+    token: BearerToken,
     metrics: Arc<SidecarMetrics>,
     outbox: Outbox,
     evictions: Evictions,
@@ -152,7 +190,8 @@ pub async fn run(
         mut stats,
         transports,
     } = inputs;
-    let client = InferenceCacheClient::new(channel);
+    let token = BearerToken::new(config.token_file.clone());
+    let client = token::client(channel, token.clone());
     let evictions = Evictions::new(
         client.clone(),
         config.identity.clone(),
@@ -162,6 +201,7 @@ pub async fn run(
     );
     let mut fw = Forwarder {
         client,
+        token,
         backoff: Backoff::new(config.backoff_initial, config.backoff_max),
         config,
         metrics,
@@ -181,7 +221,7 @@ pub async fn run(
             biased;
             _ = cancel.cancelled() => break,
             failure = stream::failed(&mut fw.stream) => {
-                fw.disconnect(SendFailed { rpc: "ReportCacheState", reason: failure });
+                fw.disconnect(failure);
             }
             done = fw.evictions.next() => {
                 if let Err(e) = done {
@@ -213,6 +253,9 @@ pub async fn run(
             _ = tick.tick() => {
                 fw.metrics.sync_transports(&transports);
                 if fw.connected {
+                    if let Err(e) = fw.token.refresh_if_stale() {
+                        tracing::warn!(error = %e, "token file unreadable; keeping the last token");
+                    }
                     fw.flush().await;
                     // An idle sidecar must still notice a restarted server:
                     // the open stream fails when the connection does.
@@ -266,8 +309,15 @@ impl Forwarder {
         if discarded > 0 {
             self.metrics.send_overflow.inc_by(discarded);
         }
-        let delay = self.backoff.next_delay();
+        // An ingest limit's hint is a floor: retrying sooner is refused again.
+        let delay = self
+            .backoff
+            .next_delay()
+            .max(why.retry_after.unwrap_or_default());
         self.next_attempt = Instant::now() + delay;
+        if why.retry_after.is_some() {
+            self.metrics.throttled.inc();
+        }
         if self.connected {
             tracing::warn!(server = %self.config.server, rpc = why.rpc, reason = %why.reason, discarded, retry_in_ms = delay.as_millis() as u64, "server unreachable; will resync when it is back");
         } else {
@@ -282,11 +332,35 @@ impl Forwarder {
         self.outbox.discard();
         self.evictions.discard();
         let result = async {
-            self.publish(self.config.identity.all_cleared()).await?;
+            // A reconnect is when a rotated projected token is picked up.
+            self.token
+                .reload()
+                .map_err(|reason| SendFailed::new("token", reason))?;
+            // An ingest limit (the server's `grpc-retry-pushback-ms`) is
+            // waited out and the refused part sent again: the state is the
+            // buffer, so a throttled resync goes on where it stopped. Each
+            // chunk is acknowledged before the next, which is where the
+            // server's refusal (and its hint) arrives.
+            let mut pushbacks = 0;
+            while let Err(e) = self.publish(self.config.identity.all_cleared()).await {
+                self.wait_pushback(e, &mut pushbacks).await?;
+            }
             let reports = state.current_reports();
             for chunk in reports.chunks(self.config.max_batch.max(1)) {
-                let msg = self.config.identity.update(chunk);
-                self.send_report(msg).await?;
+                loop {
+                    let sent = async {
+                        self.send_report(self.config.identity.update(chunk)).await?;
+                        self.close_stream().await
+                    }
+                    .await;
+                    match sent {
+                        Ok(()) => break,
+                        Err(e) => {
+                            self.stream = None;
+                            self.wait_pushback(e, &mut pushbacks).await?;
+                        }
+                    }
+                }
             }
             Ok::<usize, SendFailed>(reports.len())
         }
@@ -303,6 +377,25 @@ impl Forwarder {
                 // `connected` is false: logs at debug, schedules the retry.
                 self.disconnect(e);
             }
+        }
+    }
+
+    /// Waits out an ingest limit's retry hint during a resync; any other
+    /// failure, or more than [`MAX_RESYNC_PUSHBACKS`], is returned.
+    async fn wait_pushback(&self, e: SendFailed, waited: &mut u32) -> Result<(), SendFailed> {
+        match e.retry_after {
+            Some(hint) if *waited < MAX_RESYNC_PUSHBACKS => {
+                *waited += 1;
+                self.metrics.throttled.inc();
+                tracing::debug!(
+                    rpc = e.rpc,
+                    retry_in_ms = hint.as_millis() as u64,
+                    "resync throttled by the server's ingest limit"
+                );
+                tokio::time::sleep(hint).await;
+                Ok(())
+            }
+            _ => Err(e),
         }
     }
 
@@ -375,13 +468,7 @@ impl Forwarder {
                 .stream
                 .insert(ReportStream::open(&self.client, self.config.stream_buffer)),
         };
-        stream
-            .send(msg, self.config.rpc_timeout)
-            .await
-            .map_err(|reason| SendFailed {
-                rpc: "ReportCacheState",
-                reason,
-            })?;
+        stream.send(msg, self.config.rpc_timeout).await?;
         self.dirty = true;
         self.metrics.record_sent("ReportCacheState", started);
         Ok(())
@@ -394,12 +481,7 @@ impl Forwarder {
             return Ok(());
         };
         let started = Instant::now();
-        s.close(self.config.rpc_timeout)
-            .await
-            .map_err(|reason| SendFailed {
-                rpc: "ReportCacheState",
-                reason,
-            })?;
+        s.close(self.config.rpc_timeout).await?;
         self.dirty = false;
         self.metrics.record_sent("ReportCacheState_ack", started);
         Ok(())

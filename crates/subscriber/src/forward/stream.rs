@@ -3,12 +3,17 @@
 
 use std::time::Duration;
 
-use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{Ack, CacheStateUpdate};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
+
+use super::SendFailed;
+use super::token::ServerClient;
+
+fn failed_with(reason: String) -> SendFailed {
+    SendFailed::new("ReportCacheState", reason)
+}
 
 pub(super) struct ReportStream {
     /// `None` once closed: dropping the sender ends the request stream.
@@ -17,7 +22,7 @@ pub(super) struct ReportStream {
 }
 
 impl ReportStream {
-    pub(super) fn open(client: &InferenceCacheClient<Channel>, buffer: usize) -> Self {
+    pub(super) fn open(client: &ServerClient, buffer: usize) -> Self {
         let (tx, rx) = mpsc::channel(buffer.max(1));
         let mut client = client.clone();
         let ack = tokio::spawn(async move {
@@ -35,26 +40,26 @@ impl ReportStream {
         &self,
         msg: CacheStateUpdate,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), SendFailed> {
         let Some(tx) = &self.tx else {
-            return Err("stream closed".into());
+            return Err(failed_with("stream closed".into()));
         };
         match tokio::time::timeout(timeout, tx.send(msg)).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err("stream closed".into()),
-            Err(_) => Err("send buffer full (server not reading)".into()),
+            Ok(Err(_)) => Err(failed_with("stream closed".into())),
+            Err(_) => Err(failed_with("send buffer full (server not reading)".into())),
         }
     }
 
     /// Ends the request stream and waits for the `Ack`.
-    pub(super) async fn close(mut self, timeout: Duration) -> Result<(), String> {
+    pub(super) async fn close(mut self, timeout: Duration) -> Result<(), SendFailed> {
         self.tx = None;
         match tokio::time::timeout(timeout, &mut self.ack).await {
             Ok(Ok(Ok(a))) if a.accepted => Ok(()),
-            Ok(Ok(Ok(a))) => Err(format!("not accepted ({})", a.reason_code)),
-            Ok(Ok(Err(s))) => Err(format!("{}: {}", s.code(), s.message())),
-            Ok(Err(e)) => Err(format!("stream task: {e}")),
-            Err(_) => Err("no Ack in time".into()),
+            Ok(Ok(Ok(a))) => Err(failed_with(format!("not accepted ({})", a.reason_code))),
+            Ok(Ok(Err(s))) => Err(SendFailed::status("ReportCacheState", &s)),
+            Ok(Err(e)) => Err(failed_with(format!("stream task: {e}"))),
+            Err(_) => Err(failed_with("no Ack in time".into())),
         }
     }
 }
@@ -70,12 +75,12 @@ impl Drop for ReportStream {
 /// Resolves when the open stream ended on its own (the server answered or
 /// the connection broke while requests could still be sent); never resolves
 /// without a stream.
-pub(super) async fn failed(stream: &mut Option<ReportStream>) -> String {
+pub(super) async fn failed(stream: &mut Option<ReportStream>) -> SendFailed {
     match stream {
         Some(s) => match (&mut s.ack).await {
-            Ok(Ok(_)) => "server ended the stream".into(),
-            Ok(Err(status)) => format!("{}: {}", status.code(), status.message()),
-            Err(e) => format!("stream task: {e}"),
+            Ok(Ok(_)) => failed_with("server ended the stream".into()),
+            Ok(Err(status)) => SendFailed::status("ReportCacheState", &status),
+            Err(e) => failed_with(format!("stream task: {e}")),
         },
         None => std::future::pending().await,
     }
