@@ -147,6 +147,17 @@ pub struct GrpcBenchArgs {
     /// Prefixes per flood update.
     #[arg(long, default_value_t = 1000)]
     flood_batch: usize,
+    /// Bearer token sent with every LookupRoute (for a server with
+    /// --consumer-auth), read from this file.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<std::path::PathBuf>,
+    /// Run the in-process server with --consumer-auth, reviewing tokens
+    /// against the cluster of --kubeconfig (measures the cached check).
+    #[arg(long, requires = "kubeconfig")]
+    consumer_auth: bool,
+    /// Kubeconfig of the cluster that reviews tokens (with --consumer-auth).
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<std::path::PathBuf>,
 }
 
 const TENANT: &str = "bench";
@@ -246,6 +257,8 @@ async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
             if args.prompt_tokens > 0 {
                 config.tokenizer_models_dir = Some(args.tokenizer_models_dir.clone());
             }
+            config.producer.consumer_auth = args.consumer_auth;
+            config.kubeconfig.clone_from(&args.kubeconfig);
             let server = Server::bind(&config).await?;
             let addr = server.grpc_addr().to_string();
             (addr, Some(tokio::spawn(server.serve(shutdown.clone()))))
@@ -427,12 +440,25 @@ async fn level(
         stop.clone(),
     )
     .await?;
+    let auth = match &args.token_file {
+        Some(path) => {
+            let token = std::fs::read_to_string(path)
+                .with_context(|| format!("read --token-file {}", path.display()))?;
+            Some(
+                format!("Bearer {}", token.trim())
+                    .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+                    .context("--token-file is not a printable token")?,
+            )
+        }
+        None => None,
+    };
     let mut workers = Vec::new();
     for i in 0..concurrency {
         let client = InferenceCacheClient::new(channels[i % channels.len()].clone());
         workers.push(tokio::spawn(worker(
             i as u64,
             client,
+            auth.clone(),
             Arc::clone(w),
             Arc::clone(&measuring),
             stop.clone(),
@@ -494,6 +520,7 @@ struct WorkerResult {
 async fn worker(
     seed: u64,
     mut client: InferenceCacheClient<Channel>,
+    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     w: Arc<Workload>,
     measuring: Arc<AtomicBool>,
     stop: CancellationToken,
@@ -507,7 +534,10 @@ async fn worker(
     let mut rng = splitmix(seed + 1);
     while !stop.is_cancelled() {
         rng = splitmix(rng);
-        let req = w.lookup((rng % w.chains as u64) as usize);
+        let mut req = tonic::Request::new(w.lookup((rng % w.chains as u64) as usize));
+        if let Some(h) = &auth {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
         let t = Instant::now();
         let resp = client
             .lookup_route(req)

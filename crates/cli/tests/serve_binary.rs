@@ -199,3 +199,70 @@ fn go_style_single_dash_flags_are_accepted() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("must both be set"), "{}", stderr(&o));
 }
+
+/// Log messages of a server started with `args`, up to `listening`.
+fn startup_log(args: &[&str]) -> Vec<serde_json::Value> {
+    use std::io::BufRead;
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in reader.lines() {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let done = v["message"] == "listening";
+        seen.push(v);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
+#[test]
+fn open_producer_path_on_a_reachable_listener_warns() {
+    let local = [
+        "--http-bind-address",
+        "127.0.0.1:0",
+        "--snapshot-bind-address",
+        "127.0.0.1:0",
+    ];
+    for (grpc, warned) in [("0.0.0.0:0", true), ("127.0.0.1:0", false)] {
+        let mut args = vec!["--grpc-bind-address", grpc];
+        args.extend(local);
+        let log = startup_log(&args);
+        let warning = log
+            .iter()
+            .find(|v| v["message"] == "producer_auth_disabled");
+        assert_eq!(warning.is_some(), warned, "{grpc}: {log:?}");
+        if let Some(w) = warning {
+            assert_eq!(w["level"], "WARN");
+            assert!(
+                w["warning"].as_str().unwrap().contains("--producer-auth"),
+                "{w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn producer_mtls_without_a_client_ca_exits_2() {
+    let mut full = vec!["serve", "--producer-auth", "mtls"];
+    full.extend(EPHEMERAL);
+    let o = run(&full);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--tls-client-ca-file"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["serve", "--producer-auth", "jwt"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("none, token or mtls"), "{}", stderr(&o));
+}

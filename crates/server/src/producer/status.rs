@@ -77,6 +77,10 @@ pub struct IdentityState {
     blocks: AtomicU64,
     pub(super) streams: AtomicU32,
     pub(super) bucket: Mutex<Bucket>,
+    /// This identity's series, resolved once (no label allocation per update).
+    blocks_total: Counter,
+    last_seen_gauge: Gauge,
+    streams_gauge: Gauge,
 }
 
 /// The producer metrics and the identity table.
@@ -164,7 +168,13 @@ impl ProducerMetrics {
             Err(p) => p.into_inner(),
         };
         Arc::clone(table.entry(identity.to_owned()).or_insert_with(|| {
+            let label = IdentityLabel {
+                identity: identity.to_owned(),
+            };
             Arc::new(IdentityState {
+                blocks_total: self.blocks.get_or_create(&label).clone(),
+                last_seen_gauge: self.last_seen.get_or_create(&label).clone(),
+                streams_gauge: self.streams.get_or_create(&label).clone(),
                 identity: identity.to_owned(),
                 subject: RwLock::new(subject.to_owned()),
                 last_seen_ms: AtomicI64::new(0),
@@ -176,19 +186,13 @@ impl ProducerMetrics {
         }))
     }
 
-    fn label(s: &IdentityState) -> IdentityLabel {
-        IdentityLabel {
-            identity: s.identity.clone(),
-        }
-    }
-
     /// Counts admitted blocks and refreshes last-seen.
     pub fn admitted(&self, s: &IdentityState, subject: &str, blocks: u64) {
         let now = now_ms();
         s.last_seen_ms.store(now, Ordering::Relaxed);
         s.blocks.fetch_add(blocks, Ordering::Relaxed);
-        self.blocks.get_or_create(&Self::label(s)).inc_by(blocks);
-        self.last_seen.get_or_create(&Self::label(s)).set(now);
+        s.blocks_total.inc_by(blocks);
+        s.last_seen_gauge.set(now);
         let stale = match s.subject.read() {
             Ok(cur) => *cur != subject,
             Err(_) => false,
@@ -213,8 +217,7 @@ impl ProducerMetrics {
 
     /// Sets the open-stream gauge from the state.
     pub fn streams_changed(&self, s: &IdentityState) {
-        self.streams
-            .get_or_create(&Self::label(s))
+        s.streams_gauge
             .set(i64::from(s.streams.load(Ordering::Relaxed)));
     }
 
