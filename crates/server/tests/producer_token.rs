@@ -14,7 +14,8 @@ use common::Running;
 use common::kube::{Cluster, apiserver_binary};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{
-    CacheEvent, CacheStateUpdate, GetCacheStateRequest, LookupRouteRequest, PrefixEntry,
+    CacheEvent, CacheStateUpdate, GetCacheStateRequest, LookupPdRouteRequest, LookupRouteRequest,
+    PrefixEntry, RenderTemplateRequest,
     cache_event,
 };
 use inferencecache_server::ServerConfig;
@@ -215,12 +216,27 @@ async fn producers_write_only_their_namespaces_tenants() {
             .expect_err(what);
         assert_eq!(err.code(), Code::Unauthenticated, "{what}");
     }
+    // The other read RPCs a gateway calls are consumers too.
+    let pd = LookupPdRouteRequest {
+        tenant_id: "team-a".into(),
+        ..Default::default()
+    };
+    let render = RenderTemplateRequest {
+        tenant_id: "team-a".into(),
+        ..Default::default()
+    };
+    assert!(c.lookup_pd_route(with_token(pd.clone(), Some(&reader))).await.is_ok());
+    assert!(c.render_template(with_token(render.clone(), Some(&reader))).await.is_ok());
+    let err = c.lookup_pd_route(with_token(pd, None)).await.expect_err("pd");
+    assert_eq!(err.code(), Code::Unauthenticated, "LookupPDRoute");
+    let err = c.render_template(with_token(render, None)).await.expect_err("render");
+    assert_eq!(err.code(), Code::Unauthenticated, "RenderTemplate");
 
     let body = s.metrics_text().await;
     for line in [
         "inferencecache_producer_rejected_total{identity=\"team-a\",reason=\"permission_denied\"} 2",
         "inferencecache_producer_auth_total{result=\"unauthenticated\"} 8",
-        "inferencecache_consumer_auth_total{result=\"unauthenticated\"} 2",
+        "inferencecache_consumer_auth_total{result=\"unauthenticated\"} 4",
     ] {
         assert!(body.contains(line), "missing {line}\n{body}");
     }
