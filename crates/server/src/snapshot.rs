@@ -52,6 +52,7 @@ pub fn snapshot_json(s: &Snapshot) -> SnapshotJson {
         tentative_entries: s.tentative_entries,
         templates: Vec::new(),
         pd_topologies: Vec::new(),
+        producers: Vec::new(),
     }
 }
 
