@@ -41,6 +41,7 @@ pub mod templates;
 pub mod tiktoken;
 pub mod tls;
 pub mod tokenize;
+pub mod ui;
 pub mod watch;
 
 pub use config::{ControlAuth, ServerConfig};

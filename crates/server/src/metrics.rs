@@ -146,6 +146,8 @@ pub struct Metrics {
     pub routing: crate::routing_metrics::RoutingMetrics,
     /// Template and PD-topology stores, RenderTemplate and LookupPDRoute.
     pub stores: crate::store_metrics::StoreMetrics,
+    /// The status page's live feed (`/ui/events`).
+    pub ui: crate::ui::UiMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -288,9 +290,11 @@ impl Metrics {
         }
         let routing = crate::routing_metrics::RoutingMetrics::register(&mut registry);
         let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
+        let ui = crate::ui::UiMetrics::register(&mut registry);
         Self {
             routing,
             stores,
+            ui,
             registry,
             snapshot_auth,
             policy_auth,
