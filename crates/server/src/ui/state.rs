@@ -20,6 +20,8 @@ pub struct UiState {
     pub ready: bool,
     /// Version of the policy set in force.
     pub policy_version: i64,
+    /// Tenants (namespaces) with a CachePolicy in force, sorted.
+    pub policy_tenants: Vec<String>,
     /// One row per (tenant, replica).
     pub replicas: Vec<UiReplica>,
     /// One row per tenant.
@@ -151,12 +153,15 @@ pub fn build(core: &Core, ready: bool) -> UiState {
             hit_rate_reported: t.hit_rate_reported,
         })
         .collect();
+    let mut policy_tenants: Vec<String> = policies.policies.keys().cloned().collect();
+    policy_tenants.sort();
     let text = core.metrics.encode_text();
     let lookups = lookup_counters(&text);
     UiState {
         now_ms: now_ms(),
         ready,
         policy_version: policies.version,
+        policy_tenants,
         replicas,
         tenants,
         total_prefixes: snap.total_prefixes,
