@@ -173,6 +173,17 @@ pub fn serve(extra: &[&str]) -> Proc {
 /// `inferencecache subscribe` for one replica of model `m`, tenant `t`,
 /// fed by `engine`, reporting to the server's gRPC address.
 pub fn subscribe(engine: &Publisher, replica: &str, server_grpc: &str, extra: &[&str]) -> Proc {
+    subscribe_as(engine, replica, "t", server_grpc, extra)
+}
+
+/// As [`subscribe`], under another tenant.
+pub fn subscribe_as(
+    engine: &Publisher,
+    replica: &str,
+    tenant: &str,
+    server_grpc: &str,
+    extra: &[&str],
+) -> Proc {
     let mut args = vec![
         "subscribe",
         "--replica-id",
@@ -180,7 +191,7 @@ pub fn subscribe(engine: &Publisher, replica: &str, server_grpc: &str, extra: &[
         "--model-id",
         "m",
         "--tenant-id",
-        "t",
+        tenant,
         "--engine-endpoint",
         &engine.pub_endpoint,
         "--replay-endpoint",
