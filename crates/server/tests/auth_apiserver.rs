@@ -255,6 +255,14 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
     assert_eq!(get(&s, "/snapshot", Some(&wrong_audience)).await, 401);
     assert_eq!(get(&s, "/snapshot", Some("garbage")).await, 401);
     assert_eq!(get(&s, "/snapshot", None).await, 401);
+    // The status page's data passes the /snapshot gate; its shell holds no
+    // data and opens without a token (docs/decisions.md, issue 17).
+    for path in ["/ui/state", "/ui/events"] {
+        assert_eq!(get(&s, path, Some(&controller)).await, 200, "{path}");
+        assert_eq!(get(&s, path, Some(&other)).await, 403, "{path}");
+        assert_eq!(get(&s, path, None).await, 401, "{path}");
+    }
+    assert_eq!(get(&s, "/ui", None).await, 200);
     assert_eq!(
         post(&s, "/policy", &controller_policy, r#"{"version":7}"#).await,
         204

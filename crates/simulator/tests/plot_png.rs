@@ -44,7 +44,10 @@ async fn svg_path_writes_svg_and_png_png_path_writes_png() {
     assert!(png.len() > 20_000, "PNG of {} bytes looks blank", png.len());
 
     let only = dir.join("only.png");
-    assert_eq!(write_plot(&report, &only).unwrap(), [only.clone()]);
+    assert_eq!(
+        write_plot(&report, &only).unwrap(),
+        std::slice::from_ref(&only)
+    );
     assert!(!dir.join("only.svg").exists());
     assert!(write_plot(&report, &dir.join("fig.txt")).is_err());
     let _ = std::fs::remove_dir_all(&dir);
