@@ -313,9 +313,10 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
 
     let body = s.metrics_text().await;
     for line in [
-        "inferencecache_snapshot_auth_total{result=\"ok\"} 2",
-        "inferencecache_snapshot_auth_total{result=\"forbidden\"} 1",
-        "inferencecache_snapshot_auth_total{result=\"unauth\"} 3",
+        // (/ui/state and /ui/events count with /snapshot: +2 of each.)
+        "inferencecache_snapshot_auth_total{result=\"ok\"} 4",
+        "inferencecache_snapshot_auth_total{result=\"forbidden\"} 3",
+        "inferencecache_snapshot_auth_total{result=\"unauth\"} 5",
         "inferencecache_snapshot_auth_total{result=\"error\"} 1",
         "inferencecache_policy_auth_total{result=\"ok\"} 1",
         "inferencecache_policy_auth_total{result=\"unauth\"} 1",
