@@ -72,6 +72,10 @@ pub enum Command {
 
     /// Print the CRDs as YAML: `inferencecache crds | kubectl apply -f -`.
     Crds(crate::operator::CrdsArgs),
+
+    /// Check a deployment end to end (server, TLS, health, probe, policy,
+    /// sidecars, one lookup) and say how to fix what is broken.
+    Doctor(crate::doctor::DoctorArgs),
 }
 
 /// Flags of `serve`.

@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod bus_args;
+mod doctor;
 mod logging;
 mod operator;
 mod serve;
@@ -39,5 +40,6 @@ fn main() -> ExitCode {
         args::Command::Simulate(a) => simulate::run(a),
         args::Command::Operator(a) => operator::run(a),
         args::Command::Crds(a) => operator::crds(a),
+        args::Command::Doctor(a) => doctor::run(a),
     }
 }

@@ -104,8 +104,9 @@ pub struct SimulateArgs {
     /// Write one CSV row per policy.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Write the hit-rate / TTFT-over-time figure (SVG).
-    #[arg(long, value_name = "FILE.svg")]
+    /// Write the hit-rate / TTFT-over-time figure: X.svg writes the SVG and
+    /// X.png next to it; X.png only the PNG (needs a TTF font, e.g. DejaVu).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub plot: Option<PathBuf>,
     /// Print the table as Markdown.
     #[arg(long)]

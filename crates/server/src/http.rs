@@ -54,7 +54,7 @@ pub struct ControlAuthenticators {
 
 /// Which control endpoint a request is for.
 #[derive(Debug, Clone, Copy)]
-enum Endpoint {
+pub(crate) enum Endpoint {
     Snapshot,
     Policy,
     Probe,
@@ -79,6 +79,7 @@ pub fn control_router(state: HttpState) -> Router {
         .route("/probe", any(probe))
         .route("/templates", any(templates))
         .route("/pd-topologies", any(pd_topologies))
+        .merge(crate::ui::router())
         .with_state(state)
 }
 
@@ -127,7 +128,11 @@ fn method_not_allowed(allow: &'static str) -> Response {
 
 /// In TokenReview mode, the request's bearer token must belong to the
 /// controller's service account; `Some(response)` refuses it.
-async fn auth_gate(state: &HttpState, endpoint: Endpoint, headers: &HeaderMap) -> Option<Response> {
+pub(crate) async fn auth_gate(
+    state: &HttpState,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+) -> Option<Response> {
     if !matches!(state.control_auth, ControlAuth::TokenReview { .. }) {
         return None;
     }

@@ -152,6 +152,8 @@ pub struct Metrics {
     pub stores: crate::store_metrics::StoreMetrics,
     /// Producer identities: auth outcomes, refusals, last seen (issue 19).
     pub producers: crate::producer::status::ProducerMetrics,
+    /// The status page's live feed (`/ui/events`).
+    pub ui: crate::ui::UiMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -298,9 +300,11 @@ impl Metrics {
         limits.register(&mut registry);
         let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
         let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
+        let ui = crate::ui::UiMetrics::register(&mut registry);
         Self {
             routing,
             stores,
+            ui,
             registry,
             limits,
             replication,

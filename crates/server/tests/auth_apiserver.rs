@@ -66,6 +66,14 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
     assert_eq!(get(&s, "/snapshot", Some(&wrong_audience)).await, 401);
     assert_eq!(get(&s, "/snapshot", Some("garbage")).await, 401);
     assert_eq!(get(&s, "/snapshot", None).await, 401);
+    // The status page's data passes the /snapshot gate; its shell holds no
+    // data and opens without a token (docs/decisions.md, issue 17).
+    for path in ["/ui/state", "/ui/events"] {
+        assert_eq!(get(&s, path, Some(&controller)).await, 200, "{path}");
+        assert_eq!(get(&s, path, Some(&other)).await, 403, "{path}");
+        assert_eq!(get(&s, path, None).await, 401, "{path}");
+    }
+    assert_eq!(get(&s, "/ui", None).await, 200);
     assert_eq!(
         post(&s, "/policy", &controller_policy, r#"{"version":7}"#).await,
         204
@@ -116,9 +124,10 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
 
     let body = s.metrics_text().await;
     for line in [
-        "inferencecache_snapshot_auth_total{result=\"ok\"} 2",
-        "inferencecache_snapshot_auth_total{result=\"forbidden\"} 1",
-        "inferencecache_snapshot_auth_total{result=\"unauth\"} 3",
+        // (/ui/state and /ui/events count with /snapshot: +2 of each.)
+        "inferencecache_snapshot_auth_total{result=\"ok\"} 4",
+        "inferencecache_snapshot_auth_total{result=\"forbidden\"} 3",
+        "inferencecache_snapshot_auth_total{result=\"unauth\"} 5",
         "inferencecache_snapshot_auth_total{result=\"error\"} 1",
         "inferencecache_policy_auth_total{result=\"ok\"} 1",
         "inferencecache_policy_auth_total{result=\"unauth\"} 1",

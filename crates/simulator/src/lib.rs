@@ -34,6 +34,7 @@ pub mod engine;
 pub mod engine_events;
 mod error;
 pub mod plot;
+mod plot_png;
 pub mod policy;
 pub mod report;
 pub mod service_model;

@@ -1,8 +1,8 @@
 //! The over-time figure: hit rate (top) and median TTFT (bottom, log scale)
-//! per policy, as SVG.
+//! per policy, as SVG, and as PNG next to it (`plot_png.rs`).
 //!
-//! SVG keeps the build free of font rasterizers and system libraries: text is
-//! emitted as `<text>` and drawn by the viewer.
+//! Text is laid out (and, in the PNG, rasterized) by a pure-Rust glyph
+//! renderer with a TTF font found on the machine: no fontconfig or freetype.
 
 use crate::error::SimError;
 use crate::report::SimReport;
@@ -18,26 +18,53 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Writes the figure for `report` to `path` (must end in `.svg`).
-pub fn write_plot(report: &SimReport, path: &Path) -> Result<(), SimError> {
+/// Size of the figure in pixels.
+pub const FIGURE_SIZE: (u32, u32) = (1100, 760);
+
+/// Writes the figure for `report` to `path`: `X.svg` writes the SVG and
+/// `X.png` next to it; `X.png` writes only the PNG. Both need a TTF font on
+/// the machine (see `plot_png.rs`).
+/// Returns the files written.
+pub fn write_plot(report: &SimReport, path: &Path) -> Result<Vec<std::path::PathBuf>, SimError> {
     let out_err = |message: String| SimError::Output {
         path: path.to_owned(),
         message,
     };
-    if path.extension().and_then(|e| e.to_str()) != Some("svg") {
-        return Err(out_err(
-            "the plot is written as SVG (no font rasterizer needed): use a .svg file name".into(),
-        ));
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => {
+            let mut svg = String::new();
+            draw(report, &mut svg).map_err(out_err)?;
+            std::fs::write(path, svg).map_err(|e| out_err(e.to_string()))?;
+            let mut written = vec![path.to_owned()];
+            let png = path.with_extension("png");
+            crate::plot_png::write_png(report, &png)?;
+            written.push(png);
+            Ok(written)
+        }
+        Some("png") => {
+            crate::plot_png::write_png(report, path)?;
+            Ok(vec![path.to_owned()])
+        }
+        _ => Err(out_err(
+            "the plot is written as SVG (+ PNG next to it) or PNG: use a .svg or .png file name"
+                .into(),
+        )),
     }
-    let mut svg = String::new();
-    draw(report, &mut svg).map_err(out_err)?;
-    std::fs::write(path, svg).map_err(|e| out_err(e.to_string()))
 }
 
 /// Renders the figure into an SVG string.
 pub fn draw(report: &SimReport, svg: &mut String) -> Result<(), String> {
+    let root = SVGBackend::with_string(svg, FIGURE_SIZE).into_drawing_area();
+    draw_on(report, &root)
+}
+
+/// Renders the figure on any plotters drawing area.
+pub fn draw_on<DB: DrawingBackend>(
+    report: &SimReport,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), String> {
+    crate::plot_png::font().as_ref().map_err(Clone::clone)?;
     let e = |e: &dyn std::fmt::Display| e.to_string();
-    let root = SVGBackend::with_string(svg, (1100, 760)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (top, bottom) = root.split_vertically(380);
     let t_max = (report.trace_seconds / 60.0).max(1e-3);

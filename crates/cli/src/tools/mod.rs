@@ -4,7 +4,7 @@
 
 pub mod lookup;
 mod output;
-mod server;
+pub(crate) mod server;
 pub mod snapshot;
 pub mod state;
 pub mod watch;

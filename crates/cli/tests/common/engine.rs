@@ -1,0 +1,220 @@
+//! A real engine → sidecar → server chain for black-box tests: the Python
+//! engine-style KV-event publisher (pyzmq + msgspec, `python/engine_publisher.py`),
+//! `inferencecache subscribe` and `inferencecache serve`, each a child
+//! process on loopback. The same shapes as subscribe_e2e's private helpers,
+//! shared by the status-page, doctor and dashboard tests (include it with
+//! `#[path = "common/engine.rs"] mod engine;` next to `mod common;`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use super::common::{BIN, repo_root, wait_for_log};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// A Python that can import pyzmq and msgspec (skips the test, or fails it
+/// under INFERENCECACHE_REQUIRE_REAL_PARTS=1, when there is none).
+pub fn python() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var("INFERENCECACHE_PYTHON")
+            .ok()
+            .map(PathBuf::from),
+        Some(repo_root().join(".venv/bin/python")),
+        Some(PathBuf::from("python3")),
+    ];
+    let found = candidates.into_iter().flatten().find(|p| {
+        Command::new(p)
+            .args(["-c", "import zmq, msgspec"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    super::common::require(
+        "python with pyzmq + msgspec (.ci/install-real-parts)",
+        found,
+    )
+}
+
+/// Engine hashes above i64::MAX, as vLLM's default produces.
+pub fn big(h: u64) -> u64 {
+    u64::MAX - 1_000_000 + h
+}
+
+/// The Python engine publisher, driven over stdin/stdout.
+pub struct Publisher {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// ZMQ PUB endpoint.
+    pub pub_endpoint: String,
+    /// ZMQ replay ROUTER endpoint.
+    pub replay_endpoint: String,
+}
+
+impl Publisher {
+    /// Starts the publisher on ephemeral loopback ports.
+    pub fn start(py: &PathBuf) -> Self {
+        let script = repo_root().join("crates/cli/tests/python/engine_publisher.py");
+        let mut child = Command::new(py)
+            .arg(script)
+            .arg("kv-events")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn publisher");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        Self {
+            pub_endpoint: v["pub"].as_str().unwrap().to_owned(),
+            replay_endpoint: v["replay"].as_str().unwrap().to_owned(),
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// One command; its JSON answer.
+    pub fn send(&mut self, cmd: Value) -> Value {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("publisher said {line:?}"))
+    }
+
+    /// BlockStored (vLLM map form) of `n` 16-token blocks with engine
+    /// hashes `base..base+n`, tokens from `first`.
+    pub fn store(&mut self, base: u64, n: u64, parent: Option<u64>, first: u32) {
+        self.send(json!({
+            "op": "store", "form": "map",
+            "hashes": (base..base + n).map(big).collect::<Vec<_>>(),
+            "parent": parent.map(big),
+            "tokens": [first, first + 16 * n as u32],
+            "block_size": 16,
+        }));
+    }
+
+    /// BlockRemoved (GPU) of engine hashes `base..base+n`.
+    pub fn remove(&mut self, base: u64, n: u64) {
+        self.send(json!({
+            "op": "remove", "form": "map",
+            "hashes": (base..base + n).map(big).collect::<Vec<_>>(),
+            "medium": "GPU",
+        }));
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child whose JSON log is drained on a thread (so it never blocks on a
+/// full pipe), killed on drop.
+pub struct Proc {
+    /// The process.
+    pub child: Child,
+    /// The `listening` log line.
+    pub listening: Value,
+}
+
+impl Proc {
+    /// Spawns `inferencecache <args>` and waits for its `listening` line.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn inferencecache");
+        let unwrap: fn(std::io::Result<String>) -> String = |r| r.unwrap_or_default();
+        let mut lines = BufReader::new(child.stderr.take().unwrap())
+            .lines()
+            .map(unwrap);
+        let listening = wait_for_log(&mut lines, "listening");
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, listening }
+    }
+
+    /// An address from the `listening` line.
+    pub fn addr(&self, key: &str) -> String {
+        self.listening[key].as_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `inferencecache serve` on ephemeral loopback ports, once `/readyz` says
+/// so (the `listening` line comes just before the server marks itself ready).
+pub fn serve(extra: &[&str]) -> Proc {
+    let mut args = vec!["serve"];
+    args.extend_from_slice(&super::common::EPHEMERAL);
+    args.extend_from_slice(extra);
+    let p = Proc::start(&args);
+    let http = p.addr("http_addr");
+    for _ in 0..200 {
+        if super::common::http_get(&http, "/readyz").0.contains("200") {
+            return p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("serve never became ready");
+}
+
+/// `inferencecache subscribe` for one replica of model `m`, tenant `t`,
+/// fed by `engine`, reporting to the server's gRPC address.
+pub fn subscribe(engine: &Publisher, replica: &str, server_grpc: &str, extra: &[&str]) -> Proc {
+    subscribe_as(engine, replica, "t", server_grpc, extra)
+}
+
+/// As [`subscribe`], under another tenant.
+pub fn subscribe_as(
+    engine: &Publisher,
+    replica: &str,
+    tenant: &str,
+    server_grpc: &str,
+    extra: &[&str],
+) -> Proc {
+    let mut args = vec![
+        "subscribe",
+        "--replica-id",
+        replica,
+        "--model-id",
+        "m",
+        "--tenant-id",
+        tenant,
+        "--engine-endpoint",
+        &engine.pub_endpoint,
+        "--replay-endpoint",
+        &engine.replay_endpoint,
+        "--server",
+        server_grpc,
+        "--window",
+        "20ms",
+        "--http-bind-address",
+        "127.0.0.1:0",
+        "--engine-metrics-url",
+        "",
+        "--replay-timeout",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    Proc::start(&args)
+}
+
+/// Sum of the samples of a Prometheus text body whose line starts with `prefix`.
+pub fn metric(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
