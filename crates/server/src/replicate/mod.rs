@@ -64,6 +64,7 @@ pub struct BusSettings {
 pub struct BusRelay {
     producer: Producer,
     core_metrics: Arc<crate::metrics::Metrics>,
+    endpoint: String,
 }
 
 impl std::fmt::Debug for BusRelay {
@@ -129,6 +130,11 @@ impl BusRelay {
             accepted: true,
             reason_code: String::new(),
         }))
+    }
+
+    /// The bus's address as configured (`--nats-url`), credentials and all.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
     }
 
     /// `PublishEvent` in bus mode.
@@ -225,6 +231,7 @@ impl Replication {
                 let _ = core.bus.set(BusRelay {
                     producer: producer.clone(),
                     core_metrics: Arc::clone(&core.metrics),
+                    endpoint: b.config.url.clone(),
                 });
                 // Resume after the snapshot's position when it is a position
                 // in this stream; otherwise replay the stream from its start

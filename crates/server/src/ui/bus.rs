@@ -1,7 +1,6 @@
-//! Hook for the replication bus (issue 13): what the status page shows about
-//! it. No bus exists on this branch, so [`bus_status`] reports none and the
-//! page says so; when the bus lands, fill this in from its state (per-replica
-//! lag, connection) and the page's "bus" column lights up unchanged.
+//! What the status page shows about the replication bus (issue 13): its
+//! address, whether it is connected, and how far this server's index lags
+//! behind the stream. Without `--nats-url` there is none and the page says so.
 
 use crate::core::Core;
 use serde::Serialize;
@@ -19,12 +18,40 @@ pub struct BusStatus {
     pub lag_seconds: Option<f64>,
 }
 
-/// The bus's state, or `None` when the server runs without a bus.
-pub fn bus_status(_core: &Core) -> Option<BusStatus> {
-    None
+/// The bus's state, or `None` when the server runs without a bus. Read from
+/// the replication gauges (mirrored from the consumer every second).
+pub fn bus_status(core: &Core) -> Option<BusStatus> {
+    let relay = core.bus()?;
+    let m = &core.metrics.replication;
+    Some(BusStatus {
+        endpoint: without_credentials(relay.endpoint()),
+        connected: m.bus_connected.get() == 1,
+        lag_seconds: Some(m.bus_lag_seconds.get()),
+    })
 }
 
-/// Per-replica bus lag in seconds, or `None` without a bus.
-pub fn replica_bus_lag_seconds(_core: &Core, _replica_id: &str) -> Option<f64> {
-    None
+/// Per-replica bus lag in seconds, or `None` without a bus. Every engine
+/// replica's updates travel the same ordered stream, so their lag is this
+/// server's lag behind it.
+pub fn replica_bus_lag_seconds(core: &Core, _replica_id: &str) -> Option<f64> {
+    bus_status(core).and_then(|b| b.lag_seconds)
+}
+
+/// `nats://user:pass@host:4222` → `nats://host:4222`: the page is readable
+/// by anyone allowed `/snapshot`, who need not see bus credentials.
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_not_shown() {
+        assert_eq!(super::without_credentials("nats://u:p@h:4222"), "nats://h:4222");
+        assert_eq!(super::without_credentials("nats://h:4222"), "nats://h:4222");
+        assert_eq!(super::without_credentials("h:4222"), "h:4222");
+    }
 }
