@@ -35,6 +35,9 @@ impl Index {
             out.skipped_no_scheme = u.prefixes.len() as u64;
         } else if !u.prefixes.is_empty() {
             let (replica, replica_id) = self.intern_replica(&u.replica_id);
+            // A replica that reports its cache: tentative holdings there only
+            // cover the batching delay (`tentative.rs`).
+            self.tentative.mark_publisher(replica);
             let w = Writer {
                 replica,
                 replica_id: &replica_id,
