@@ -35,7 +35,7 @@
 //! recent(r) > load_bound × mean over the fleet of recent(·) + 1
 //! ```
 //!
-//! where `recent` is the decaying count of hints delivered (`load.rs`, 60 s
+//! where `recent` is the decaying count of hints delivered (`load.rs`, 120 s
 //! half-life; the `+ 1` lets a lone follow-up land where its prefix is in an
 //! idle fleet). The estimate balances work, not requests: the replicas
 //! holding the prefixes everybody shares finish their requests fastest and

@@ -404,7 +404,7 @@ fn a_replica_over_the_bounded_load_is_skipped_unless_all_are() {
     }
     assert_eq!(top(&route(&env, &prompt, w)), "a");
     // The count decays: three more hints on "a" (5 > 1.25 × 11/4 + 1), then
-    // two minutes (two half-lives) later it is a candidate again.
+    // one half-life later (2.5 ≤ 1.25 × 5.5/4 + 1) it is a candidate again.
     for k in 81..84 {
         deliver(&env, &[k], "a", 0.0, Duration::ZERO);
     }
