@@ -339,7 +339,10 @@ fn on_a_replica_without_kv_events_tentative_holdings_live_for_the_tenant_ttl() {
     // knows of its cache, so the next turn minutes later still finds it.
     env.advance(Duration::from_secs(300));
     let r = route(&env, &[1, 2, 3], TtftWeights::default());
-    assert_eq!((r.result.strategy, top(&r)), (Strategy::PrefixMatch, "b".into()));
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::PrefixMatch, "b".into())
+    );
     assert_eq!(env.idx.snapshot().tentative_entries, 2);
     assert_eq!(env.idx.sweep().tentative_expired, 0);
     // The tenant's TTL (30 min by default) bounds them like a real entry.
@@ -347,7 +350,11 @@ fn on_a_replica_without_kv_events_tentative_holdings_live_for_the_tenant_ttl() {
     env.stats(T, M, "a", 0.0, 0.0);
     env.stats(T, M, "b", 0.0, 0.0);
     let r = route(&env, &[1, 2, 3], TtftWeights::default());
-    assert_eq!(r.result.strategy, Strategy::None, "expired at the tenant TTL");
+    assert_eq!(
+        r.result.strategy,
+        Strategy::None,
+        "expired at the tenant TTL"
+    );
     assert_eq!(env.idx.sweep().tentative_expired, 2);
     assert_eq!(env.idx.tentative_entries(), 0);
 }
@@ -421,5 +428,8 @@ fn the_bounded_load_rule_keeps_the_only_replica() {
         deliver(&env, &[100 + k], "a", 0.0, Duration::ZERO);
     }
     let r = route(&env, &[1, 2], plain());
-    assert_eq!((r.result.strategy, top(&r)), (Strategy::PrefixMatch, "a".into()));
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::PrefixMatch, "a".into())
+    );
 }
