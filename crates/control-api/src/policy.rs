@@ -148,4 +148,7 @@ pub struct RoutingWire {
         skip_serializing_if = "Option::is_none"
     )]
     pub tentative_ttl_seconds: Option<f64>,
+    /// Bounded-load factor over the fleet's mean recent hint count; 0 = off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_bound: Option<f64>,
 }

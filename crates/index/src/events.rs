@@ -61,6 +61,7 @@ impl Index {
             };
             (c.tms[tm as usize].part_refs.clone(), r, c.replica_name(r))
         };
+        self.tentative.mark_publisher(replica);
         let wanted = parts
             .iter()
             .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id);
@@ -122,6 +123,7 @@ impl Index {
         let Some((tm, replica, name, is_part, scopes, parts, tenant, model)) = found else {
             return;
         };
+        self.tentative.mark_publisher(replica);
         if self.tentative.active() {
             let ids: Vec<u32> = (0..is_part.len() as u32)
                 .filter(|&p| is_part[p as usize])

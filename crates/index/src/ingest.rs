@@ -50,6 +50,9 @@ impl Index {
             out.skipped_no_scheme = u.prefixes.len() as u64;
         } else if let Some((replica, replica_id)) = interned.as_ref().filter(|_| writes_prefixes) {
             let (replica, replica_id) = (*replica, replica_id.clone());
+            // A replica that reports its cache: tentative holdings there only
+            // cover the batching delay (`tentative.rs`).
+            self.tentative.mark_publisher(replica);
             let w = Writer {
                 replica,
                 replica_id: &replica_id,

@@ -11,6 +11,12 @@
 //! the work it stands for, so the window is short and self-timed: a replica
 //! idle for longer than its queued work reads as empty.
 //!
+//! Beside the work, each replica keeps a decaying count of the hints it was
+//! delivered (half-life [`RECENT_HALF_LIFE`]): the bounded-load rule of the
+//! ranking (`routing.rs`) compares it with the fleet's mean. Work cannot
+//! serve for that rule: the replicas that attract the most requests are the
+//! ones holding the shared prefixes, whose requests cost the least work.
+//!
 //! What it cannot know: requests the gateway sent elsewhere than hinted, and
 //! the work other server replicas hinted. Reported pressure (a separate term
 //! of the estimate) corrects for those at the scrape interval.
@@ -20,11 +26,19 @@ use crate::shard::{read, write};
 use std::collections::HashMap;
 use std::sync::RwLock;
 
+/// Half-life of the recent-hint count: long enough that a replica's count
+/// spans tens of requests at a few requests per second over the fleet (so
+/// the bound's one-request slack is small), short enough to follow a shift of
+/// the traffic within minutes.
+pub const RECENT_HALF_LIFE_NS: i64 = 120_000_000_000;
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Queue {
     /// Work queued at `at_ns`, µs.
     work_us: f64,
     at_ns: i64,
+    /// Hints delivered, decayed with [`RECENT_HALF_LIFE_NS`], as of `at_ns`.
+    recent: f64,
     /// Hints delivered so far (metrics and tests).
     delivered: u64,
 }
@@ -33,6 +47,11 @@ impl Queue {
     fn at(&self, now_ns: i64) -> f64 {
         let elapsed_us = now_ns.saturating_sub(self.at_ns).max(0) as f64 / 1_000.0;
         (self.work_us - elapsed_us).max(0.0)
+    }
+
+    fn recent_at(&self, now_ns: i64) -> f64 {
+        let elapsed = now_ns.saturating_sub(self.at_ns).max(0) as f64;
+        self.recent * (-elapsed * std::f64::consts::LN_2 / RECENT_HALF_LIFE_NS as f64).exp()
     }
 }
 
@@ -56,9 +75,18 @@ impl LoadTracker {
         let mut queues = write(&self.queues);
         let q = queues.entry(replica).or_default();
         let left = q.at(now_ns);
+        q.recent = q.recent_at(now_ns) + 1.0;
         q.work_us = left + work_us.max(0.0);
         q.at_ns = now_ns.max(q.at_ns);
         q.delivered += 1;
+    }
+
+    /// Hints delivered to a replica recently (decayed count, see
+    /// [`RECENT_HALF_LIFE_NS`]).
+    pub(crate) fn recent_hints(&self, replica: u32, now_ns: i64) -> f64 {
+        read(&self.queues)
+            .get(&replica)
+            .map_or(0.0, |q| q.recent_at(now_ns))
     }
 
     /// Hints delivered to a replica so far.
@@ -87,5 +115,17 @@ mod tests {
         assert_eq!(t.queued_us(1, 9_000_000), 0.0);
         assert_eq!(t.queued_us(2, 0), 0.0);
         assert_eq!(t.delivered(1), 2);
+    }
+
+    #[test]
+    fn recent_hints_halve_every_half_life() {
+        let t = LoadTracker::default();
+        t.add(1, 0.0, 0);
+        t.add(1, 0.0, 0);
+        assert!((t.recent_hints(1, 0) - 2.0).abs() < 1e-9);
+        assert!((t.recent_hints(1, RECENT_HALF_LIFE_NS) - 1.0).abs() < 1e-9);
+        t.add(1, 0.0, 2 * RECENT_HALF_LIFE_NS); // 0.5 left + 1
+        assert!((t.recent_hints(1, 2 * RECENT_HALF_LIFE_NS) - 1.5).abs() < 1e-9);
+        assert_eq!(t.recent_hints(2, 0), 0.0);
     }
 }

@@ -50,6 +50,7 @@ impl Index {
             if idle && self.load.queued_us(id, now) < 1.0 {
                 catalog.release_replica(id);
                 self.load.forget(id);
+                self.tentative.forget_replica(id);
                 released += 1;
             }
         }

@@ -28,7 +28,19 @@
 //! - `pressure(r)` = the replica's last reported pressure (fresh stats only).
 //!
 //! The pick: drop replicas reporting pressure ≥ `affinity_max_pressure`
-//! unless they hold a match (or nothing else is left); among the rest, the
+//! unless they hold a match (or nothing else is left); then drop, unless
+//! that leaves nobody, every replica over the **bounded-load** rule:
+//!
+//! ```text
+//! recent(r) > load_bound × mean over the fleet of recent(·) + 1
+//! ```
+//!
+//! where `recent` is the decaying count of hints delivered (`load.rs`, 120 s
+//! half-life; the `+ 1` lets a lone follow-up land where its prefix is in an
+//! idle fleet). The estimate balances work, not requests: the replicas
+//! holding the prefixes everybody shares finish their requests fastest and
+//! would otherwise keep attracting more of them (1.29× the mean request count
+//! at 16 replicas on the synthetic trace, BENCHMARKS.md). Among the rest, the
 //! replicas with the lowest estimate tie, and the tie goes to the
 //! AFFINITY_HINT seed rule (SHA-256 of the chain seed mod the byte-sorted
 //! tied set), so identical prompts still co-locate and an idle fleet is
@@ -110,8 +122,15 @@ pub struct TtftWeights {
     /// Replicas reporting at least this pressure are skipped unless they hold
     /// a match (1.0).
     pub affinity_max_pressure: f32,
-    /// Lifetime of a tentative holding; zero turns approximate mode off (120 s).
+    /// Lifetime of a tentative holding on a replica that publishes KV
+    /// events; zero turns approximate mode off (120 s). On a replica that has
+    /// never published one, a holding lives for the tenant's TTL instead
+    /// (`tentative.rs`).
     pub tentative_ttl: Duration,
+    /// Bounded-load factor: a replica whose recent hint count exceeds this
+    /// times the fleet mean (plus one) is not a candidate unless all are;
+    /// zero turns the rule off (1.25).
+    pub load_bound: f64,
 }
 
 impl Default for TtftWeights {
@@ -124,6 +143,7 @@ impl Default for TtftWeights {
             t3_reload: 0.75,
             affinity_max_pressure: 1.0,
             tentative_ttl: Duration::from_secs(120),
+            load_bound: 1.25,
         }
     }
 }
@@ -220,9 +240,27 @@ struct Cand {
     tentative_tokens: i32,
     matched: i32,
     queued: f64,
+    recent: f64,
     pressure: f32,
     work: f64,
     est: f64,
+}
+
+/// The bounded-load rule (module docs): `ok` without the replicas whose
+/// recent hint count exceeds `bound` × the fleet mean + 1, unless that
+/// leaves nobody.
+fn bounded(cands: &[Cand], ok: Vec<usize>, bound: f64) -> Vec<usize> {
+    if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
+        return ok;
+    }
+    let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
+    let limit = bound * mean + 1.0;
+    let under: Vec<usize> = ok
+        .iter()
+        .copied()
+        .filter(|&i| cands[i].recent <= limit)
+        .collect();
+    if under.is_empty() { ok } else { under }
 }
 
 fn score_of(est_us: f64) -> f32 {
@@ -330,6 +368,7 @@ impl Index {
                 let credited = f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
                 let work = w.work_us(prompt - credited);
                 let queued = self.load.queued_us(r, now);
+                let recent = self.load.recent_hints(r, now);
                 let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
                 Cand {
                     replica: r,
@@ -337,6 +376,7 @@ impl Index {
                     tentative_tokens: ext,
                     matched,
                     queued,
+                    recent,
                     pressure,
                     work,
                     est,
@@ -351,11 +391,12 @@ impl Index {
             let ok: Vec<usize> = (0..cands.len())
                 .filter(|&i| is_match(&cands[i]) || cands[i].pressure < w.affinity_max_pressure)
                 .collect();
-            if ok.is_empty() {
+            let ok = if ok.is_empty() {
                 (0..cands.len()).collect()
             } else {
                 ok
-            }
+            };
+            bounded(&cands, ok, w.load_bound)
         };
         let best = eligible
             .iter()
@@ -474,7 +515,8 @@ impl Index {
     /// Reports a delivered hint: the pick's prefill work joins its queue
     /// (`load.rs`) and, when `tentative_ttl` is non-zero and the request
     /// carries a chain, the blocks past the replica's real run become its
-    /// tentative holdings (`tentative.rs`).
+    /// tentative holdings (`tentative.rs`): for `tentative_ttl` on a replica
+    /// that publishes KV events, for the tenant's TTL on one that never has.
     pub fn record_delivery<H: AsRef<[u8]>>(
         &self,
         req: &LookupRequest<'_, H>,
@@ -509,7 +551,13 @@ impl Index {
         if keys.is_empty() {
             return out;
         }
-        let expires = now.saturating_add(crate::clock::duration_ns(tentative_ttl));
+        let short = crate::clock::duration_ns(tentative_ttl);
+        let expires = crate::tentative::Expiry {
+            publishing: now.saturating_add(short),
+            // A silent replica's holdings are all the server knows of its
+            // cache: they live as long as a real entry would.
+            silent: now.saturating_add(short.max(self.tenant_ttl_ns(req.tenant))),
+        };
         let (stored, dropped) = self.tentative.insert(part.id, replica, &keys, expires);
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;

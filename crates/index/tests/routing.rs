@@ -265,6 +265,8 @@ fn tentative_holdings_expire() {
     let env = Env::new();
     env.stats(T, M, "a", 0.0, 0.0);
     env.stats(T, M, "b", 0.0, 0.0);
+    // "b" publishes KV events (of an unrelated block): the short TTL applies.
+    env.put_chain(T, M, S, "b", &[99], &[16]);
     let ttl = Duration::from_secs(120);
     deliver(&env, &[1, 2], "b", 0.0, ttl);
     env.advance(Duration::from_secs(119));
@@ -324,4 +326,110 @@ fn approximate_mode_off_records_load_but_no_holdings() {
     assert_eq!(env.idx.tentative_entries(), 0);
     let r = route(&env, &[1, 2], plain());
     assert_eq!(r.estimates[0].queued_us, 1_000.0);
+}
+
+#[test]
+fn on_a_replica_without_kv_events_tentative_holdings_live_for_the_tenant_ttl() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 0.0);
+    env.stats(T, M, "b", 0.0, 0.0);
+    let ttl = Duration::from_secs(120);
+    deliver(&env, &[1, 2], "b", 0.0, ttl);
+    // "b" has never published an event: the holdings are all the server
+    // knows of its cache, so the next turn minutes later still finds it.
+    env.advance(Duration::from_secs(300));
+    let r = route(&env, &[1, 2, 3], TtftWeights::default());
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::PrefixMatch, "b".into())
+    );
+    assert_eq!(env.idx.snapshot().tentative_entries, 2);
+    assert_eq!(env.idx.sweep().tentative_expired, 0);
+    // The tenant's TTL (30 min by default) bounds them like a real entry.
+    env.advance(Duration::from_secs(30 * 60 - 300));
+    env.stats(T, M, "a", 0.0, 0.0);
+    env.stats(T, M, "b", 0.0, 0.0);
+    let r = route(&env, &[1, 2, 3], TtftWeights::default());
+    assert_eq!(
+        r.result.strategy,
+        Strategy::None,
+        "expired at the tenant TTL"
+    );
+    assert_eq!(env.idx.sweep().tentative_expired, 2);
+    assert_eq!(env.idx.tentative_entries(), 0);
+}
+
+#[test]
+fn a_replica_that_starts_publishing_falls_back_to_the_short_ttl() {
+    let env = Env::new();
+    env.stats(T, M, "a", 0.0, 0.0);
+    let ttl = Duration::from_secs(120);
+    deliver(&env, &[1, 2], "a", 0.0, ttl);
+    deliver(&env, &[5, 6], "a", 0.0, ttl);
+    env.advance(Duration::from_secs(200));
+    assert_eq!(env.idx.snapshot().tentative_entries, 4);
+    // Its first KV event (block 1 only): the real report replaces block 1,
+    // and every other holding, 200 s old, is past the short TTL.
+    let out = env.idx.ingest(&upd(T, M, S, "a", vec![chain(&[1], &[16])]));
+    assert_eq!(out.tentative_confirmed, 1);
+    let r = route(&env, &[1, 2, 3], TtftWeights::default());
+    assert_eq!(r.result.scores[0].matched_tokens, 16, "real block 1 only");
+    assert_eq!(r.estimates[0].tentative_tokens, 0);
+    assert_eq!(env.idx.snapshot().tentative_entries, 0);
+    assert_eq!(env.idx.sweep().tentative_expired, 3);
+}
+
+#[test]
+fn a_replica_over_the_bounded_load_is_skipped_unless_all_are() {
+    let env = Env::new();
+    for r in ["a", "b", "c", "d"] {
+        env.stats(T, M, r, 0.0, 0.0);
+    }
+    let prompt: Vec<u64> = (1..=8).collect();
+    env.put_chain(T, M, S, "a", &prompt, &[16; 8]);
+    let w = plain();
+    assert_eq!(top(&route(&env, &prompt, w)), "a");
+    // One recent hint is within the slack: 1 ≤ 1.25 × 1/4 + 1.
+    deliver(&env, &[77], "a", 0.0, Duration::ZERO);
+    assert_eq!(top(&route(&env, &prompt, w)), "a");
+    // Two are not (2 > 1.25 × 2/4 + 1): the match is given up for a cold
+    // replica, which gets the miss.
+    deliver(&env, &[78], "a", 0.0, Duration::ZERO);
+    let r = route(&env, &prompt, w);
+    assert_eq!(r.result.strategy, Strategy::None);
+    assert_ne!(top(&r), "a");
+    // The rule off: the match wins again.
+    let off = TtftWeights {
+        load_bound: 0.0,
+        ..w
+    };
+    assert_eq!(top(&route(&env, &prompt, off)), "a");
+    // The rest of the fleet catches up: "a" is back under the bound (mean 2).
+    for r in ["b", "c", "d"] {
+        deliver(&env, &[79], r, 0.0, Duration::ZERO);
+        deliver(&env, &[80], r, 0.0, Duration::ZERO);
+    }
+    assert_eq!(top(&route(&env, &prompt, w)), "a");
+    // The count decays: three more hints on "a" (5 > 1.25 × 11/4 + 1), then
+    // one half-life later (2.5 ≤ 1.25 × 5.5/4 + 1) it is a candidate again.
+    for k in 81..84 {
+        deliver(&env, &[k], "a", 0.0, Duration::ZERO);
+    }
+    assert_ne!(top(&route(&env, &prompt, w)), "a");
+    env.advance(Duration::from_secs(120));
+    assert_eq!(top(&route(&env, &prompt, w)), "a");
+}
+
+#[test]
+fn the_bounded_load_rule_keeps_the_only_replica() {
+    let env = Env::new();
+    env.put_chain(T, M, S, "a", &[1, 2], &[16, 16]);
+    for k in 0..5 {
+        deliver(&env, &[100 + k], "a", 0.0, Duration::ZERO);
+    }
+    let r = route(&env, &[1, 2], plain());
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::PrefixMatch, "a".into())
+    );
 }

@@ -10,7 +10,10 @@
 //!   "t2ReloadCost": 0.25,              // host-memory match: fraction of a recompute
 //!   "t3ReloadCost": 0.75,              // disk / remote / shared-pool match
 //!   "affinityMaxPressure": 1.0,        // skip replicas at or above (unless they match)
-//!   "tentativeTTLSeconds": 120         // approximate mode; 0 = off
+//!   "tentativeTTLSeconds": 120,        // approximate mode; 0 = off (the tenant's
+//!                                      // TTL on replicas that publish no KV events)
+//!   "loadBound": 1.25                  // skip replicas over 1.25 × the fleet's mean
+//!                                      // recent hints (+ 1); 0 = off
 //! }}]}
 //! ```
 //!
@@ -58,6 +61,7 @@ pub fn resolve_routing(w: &RoutingWire) -> Result<(Option<RankingMode>, TtftWeig
                 .map_or(d.affinity_max_pressure, |x| x.max(0.0)),
             // A day at most: tentative holdings are meant to be short-lived.
             tentative_ttl: Duration::from_secs_f64(ttl.min(86_400.0)),
+            load_bound: non_negative(w.load_bound, d.load_bound),
         },
     ))
 }

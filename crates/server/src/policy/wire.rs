@@ -147,7 +147,7 @@ mod tests {
         use inferencecache_index::{RankingMode, TtftWeights};
         let body = |v: i64| {
             format!(
-                r#"{{"version":{v},"policies":[{{"namespace":"a","routing":{{"ranking":"contract","prefillMicrosPerToken":80,"t2ReloadCost":2,"pressureMicros":-1,"tentativeTTLSeconds":0}}}}]}}"#
+                r#"{{"version":{v},"policies":[{{"namespace":"a","routing":{{"ranking":"contract","prefillMicrosPerToken":80,"t2ReloadCost":2,"pressureMicros":-1,"tentativeTTLSeconds":0,"loadBound":2.5}}}}]}}"#
             )
         };
         let p = decode(&body(8)).unwrap().policies["a"];
@@ -156,6 +156,7 @@ mod tests {
         assert_eq!(p.ttft.t2_reload, 1.0, "clamped to [0, 1]");
         assert_eq!(p.ttft.pressure_us, 0.0, "negative clamped to 0");
         assert!(p.ttft.tentative_ttl.is_zero());
+        assert_eq!(p.ttft.load_bound, 2.5);
         let old = decode(&body(7)).unwrap().policies["a"];
         assert_eq!(old.ranking, None);
         assert_eq!(old.ttft, TtftWeights::default());

@@ -49,6 +49,7 @@ pub fn encode(set: &PolicySet) -> Vec<u8> {
                 t3_reload_cost: Some(p.ttft.t3_reload),
                 affinity_max_pressure: Some(p.ttft.affinity_max_pressure),
                 tentative_ttl_seconds: Some(p.ttft.tentative_ttl.as_secs_f64()),
+                load_bound: Some(p.ttft.load_bound),
             }),
         })
         .collect();
@@ -81,7 +82,7 @@ mod tests {
         for v in 3..=8 {
             let body = format!(
                 r#"{{"version":{v},"policies":[
-                    {{"namespace":"a","evictionTTL":60000000000,"minimumPrefixTokens":32,"routingFloorScore":0,"lookupTimeoutMs":7,"affinityRouting":false,"eviction":"LFU","strategy":{{"requireChain":true,"enableTenantHot":false}},"routing":{{"ranking":"contract","requestOverheadMicros":7000,"t3ReloadCost":0.5,"tentativeTTLSeconds":30}}}},
+                    {{"namespace":"a","evictionTTL":60000000000,"minimumPrefixTokens":32,"routingFloorScore":0,"lookupTimeoutMs":7,"affinityRouting":false,"eviction":"LFU","strategy":{{"requireChain":true,"enableTenantHot":false}},"routing":{{"ranking":"contract","requestOverheadMicros":7000,"t3ReloadCost":0.5,"tentativeTTLSeconds":30,"loadBound":1.5}}}},
                     {{"namespace":"b"}}],
                   "tenants":[{{"tenantID":"a","maxIndexEntries":10}},{{"tenantID":"c","maxIndexEntries":-4}}]}}"#
             );
