@@ -93,6 +93,7 @@ impl Evictions {
     pub fn supersede(&mut self, key: &Key) -> bool {
         if self.waiting.remove(key).is_some() {
             self.metrics.evictions_superseded.inc();
+            self.metrics.eviction_backlog.set(self.backlog() as i64);
         }
         self.in_flight.contains(key)
     }
@@ -104,6 +105,8 @@ impl Evictions {
             .inc_by(self.waiting.len() as u64);
         self.waiting.clear();
         self.order.clear();
+        // Nothing may be in flight to refresh the gauge later.
+        self.metrics.eviction_backlog.set(self.backlog() as i64);
     }
 
     /// Forgets everything, calls in flight included; returns how many
