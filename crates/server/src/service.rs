@@ -188,7 +188,11 @@ impl InferenceCache for InferenceCacheService {
                 self.core.metrics.limits.reject("invalid_argument");
             })?;
             if let (Some(g), Some(c)) = (gate, &caller) {
-                g.admit(c, &u.tenant_id, crate::producer::ratelimit::update_blocks(u))?;
+                g.admit(
+                    c,
+                    &u.tenant_id,
+                    crate::producer::ratelimit::update_blocks(u),
+                )?;
             }
             Ok(())
         };

@@ -15,8 +15,7 @@ use common::kube::{Cluster, apiserver_binary};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{
     CacheEvent, CacheStateUpdate, GetCacheStateRequest, LookupPdRouteRequest, LookupRouteRequest,
-    PrefixEntry, RenderTemplateRequest,
-    cache_event,
+    PrefixEntry, RenderTemplateRequest, cache_event,
 };
 use inferencecache_server::ServerConfig;
 use inferencecache_server::producer::{
@@ -225,11 +224,25 @@ async fn producers_write_only_their_namespaces_tenants() {
         tenant_id: "team-a".into(),
         ..Default::default()
     };
-    assert!(c.lookup_pd_route(with_token(pd.clone(), Some(&reader))).await.is_ok());
-    assert!(c.render_template(with_token(render.clone(), Some(&reader))).await.is_ok());
-    let err = c.lookup_pd_route(with_token(pd, None)).await.expect_err("pd");
+    assert!(
+        c.lookup_pd_route(with_token(pd.clone(), Some(&reader)))
+            .await
+            .is_ok()
+    );
+    assert!(
+        c.render_template(with_token(render.clone(), Some(&reader)))
+            .await
+            .is_ok()
+    );
+    let err = c
+        .lookup_pd_route(with_token(pd, None))
+        .await
+        .expect_err("pd");
     assert_eq!(err.code(), Code::Unauthenticated, "LookupPDRoute");
-    let err = c.render_template(with_token(render, None)).await.expect_err("render");
+    let err = c
+        .render_template(with_token(render, None))
+        .await
+        .expect_err("render");
     assert_eq!(err.code(), Code::Unauthenticated, "RenderTemplate");
 
     let body = s.metrics_text().await;

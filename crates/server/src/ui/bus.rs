@@ -41,7 +41,9 @@ pub fn replica_bus_lag_seconds(core: &Core, _replica_id: &str) -> Option<f64> {
 /// by anyone allowed `/snapshot`, who need not see bus credentials.
 fn without_credentials(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+        }
         _ => url.to_owned(),
     }
 }
@@ -50,7 +52,10 @@ fn without_credentials(url: &str) -> String {
 mod tests {
     #[test]
     fn credentials_are_not_shown() {
-        assert_eq!(super::without_credentials("nats://u:p@h:4222"), "nats://h:4222");
+        assert_eq!(
+            super::without_credentials("nats://u:p@h:4222"),
+            "nats://h:4222"
+        );
         assert_eq!(super::without_credentials("nats://h:4222"), "nats://h:4222");
         assert_eq!(super::without_credentials("h:4222"), "h:4222");
     }
