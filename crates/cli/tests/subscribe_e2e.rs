@@ -9,125 +9,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/engine.rs"]
+mod engine;
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, repo_root, wait_for_log};
+use common::{BIN, wait_for_log};
+use engine::big;
 use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const REPLICA: &str = "engine-0";
-
-/// A Python that can import pyzmq and msgspec.
-fn python() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var("INFERENCECACHE_PYTHON")
-            .ok()
-            .map(PathBuf::from),
-        Some(repo_root().join(".venv/bin/python")),
-        Some(PathBuf::from("python3")),
-    ];
-    let found = candidates.into_iter().flatten().find(|p| {
-        Command::new(p)
-            .args(["-c", "import zmq, msgspec"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if found.is_none() {
-        let msg = "python with pyzmq + msgspec not found; run .ci/install-real-parts";
-        if std::env::var("INFERENCECACHE_REQUIRE_REAL_PARTS").as_deref() == Ok("1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
-    }
-    found
-}
-
-/// The Python engine publisher, driven over stdin/stdout.
-struct Publisher {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    pub_endpoint: String,
-    replay_endpoint: String,
-}
-
-impl Publisher {
-    fn start(py: &PathBuf) -> Self {
-        let script = repo_root().join("crates/cli/tests/python/engine_publisher.py");
-        let mut child = Command::new(py)
-            .arg(script)
-            .arg("kv-events")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn publisher");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let v: Value = serde_json::from_str(&line).unwrap();
-        Self {
-            pub_endpoint: v["pub"].as_str().unwrap().to_owned(),
-            replay_endpoint: v["replay"].as_str().unwrap().to_owned(),
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("publisher said {line:?}"))
-    }
-
-    /// BlockStored of `n` 16-token blocks, engine hashes `base..base+n`
-    /// (offset past i64 to exercise u64 hashes), tokens from `first`.
-    fn store(&mut self, form: &str, base: u64, n: u64, parent: Option<u64>, first: u32) {
-        self.store_with(form, base, n, parent, first, json!({}));
-    }
-
-    fn store_with(
-        &mut self,
-        form: &str,
-        base: u64,
-        n: u64,
-        parent: Option<u64>,
-        first: u32,
-        extra: Value,
-    ) {
-        let mut cmd = json!({
-            "op": "store", "form": form,
-            "hashes": (base..base + n).map(big).collect::<Vec<_>>(),
-            "parent": parent.map(big),
-            "tokens": [first, first + 16 * n as u32],
-            "block_size": 16,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            cmd[k] = v.clone();
-        }
-        self.send(cmd);
-    }
-}
-
-/// Engine hashes above i64::MAX, as vLLM's default (low 64 bits of sha256) produces.
-fn big(h: u64) -> u64 {
-    u64::MAX - 1_000_000 + h
-}
-
-impl Drop for Publisher {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -183,7 +78,7 @@ struct Subscribe {
 }
 
 impl Subscribe {
-    fn start(p: &Publisher, grpc_port: u16, extra: &[&str]) -> Self {
+    fn start(p: &engine::Publisher, grpc_port: u16, extra: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args([
                 "subscribe",
@@ -324,11 +219,11 @@ fn expect(
 
 #[test]
 fn python_engine_to_real_server_with_faults() {
-    let Some(py) = python() else { return };
+    let Some(py) = engine::python() else { return };
     let port = free_port();
-    let mut engine = Publisher::start(&py);
+    let mut engine = engine::Publisher::start(&py);
     // blocks cached before the sidecar starts: only the replay from 0 has them
-    engine.store("map", 1, 4, None, 0);
+    engine.store_form("map", 1, 4, None, 0, json!({}));
 
     let server = Serve::start(port);
     let sub = Subscribe::start(&engine, port, &["--lora-adapter-names", "1=sql-lora"]);
@@ -336,28 +231,28 @@ fn python_engine_to_real_server_with_faults() {
     // 1. vLLM >= 0.26 map form → PREFIX_MATCH with the right matched_tokens, T1
     assert_eq!(expect(port, "vllm", "", 0..64, 64), 1);
     // 2. older vLLM tuple form, chained on the map-form parent
-    engine.store("tuple", 5, 2, Some(4), 64);
+    engine.store_form("tuple", 5, 2, Some(4), 64, json!({}));
     expect(port, "vllm", "", 0..96, 96);
 
     // 3. two messages dropped by the publisher: gap → replay → nothing lost
     engine.send(json!({"op": "drop", "count": 2}));
-    engine.store("map", 7, 1, Some(6), 96);
-    engine.store("map", 8, 1, Some(7), 112);
-    engine.store("map", 9, 1, Some(8), 128);
+    engine.store_form("map", 7, 1, Some(6), 96, json!({}));
+    engine.store_form("map", 8, 1, Some(7), 112, json!({}));
+    engine.store_form("map", 9, 1, Some(8), 128, json!({}));
     expect(port, "vllm", "", 0..144, 144);
     assert!(sub.metric("inferencecache_subscriber_gaps_total") >= 1.0);
 
     // 4. malformed msgpack: counted and skipped; the stream goes on
     engine.send(json!({"op": "raw", "hex": "c1c1ff00"}));
-    engine.store("map", 100, 4, None, 1000);
+    engine.store_form("map", 100, 4, None, 1000, json!({}));
     expect(port, "vllm", "", 1000..1064, 64);
     assert!(sub.metric("inferencecache_subscriber_decode_errors_total{kind=\"batch\"}") >= 1.0);
 
     // 5. unknown parent: never keyed as a fresh root
-    engine.store("map", 200, 4, Some(199), 2000);
+    engine.store_form("map", 200, 4, Some(199), 2000, json!({}));
     // 6. LoRA: a mapped id is indexed under its name, an unmapped one dropped
-    engine.store_with("map", 300, 4, None, 3000, json!({"lora_id": 1}));
-    engine.store_with("map", 400, 4, None, 4000, json!({"lora_id": 7}));
+    engine.store_form("map", 300, 4, None, 3000, json!({"lora_id": 1}));
+    engine.store_form("map", 400, 4, None, 4000, json!({"lora_id": 7}));
     expect(port, "vllm", "sql-lora", 3000..3064, 64);
     expect(port, "vllm", "", 2000..2064, 0);
     expect(port, "vllm", "", 4000..4064, 0);
@@ -372,7 +267,7 @@ fn python_engine_to_real_server_with_faults() {
     );
 
     // 7. offloaded to CPU, then gone from the GPU: T2, not evicted
-    engine.store_with("map", 100, 4, None, 1000, json!({"medium": "CPU"}));
+    engine.store_form("map", 100, 4, None, 1000, json!({"medium": "CPU"}));
     engine.send(json!({"op": "remove", "form": "map", "hashes": (100..104).map(big).collect::<Vec<_>>(), "medium": "GPU"}));
     let mut tier = 0;
     for _ in 0..100 {
@@ -397,7 +292,7 @@ fn python_engine_to_real_server_with_faults() {
     // 9. engine restarted (sequence back to 0): the old state is cleared
     engine.send(json!({"op": "restart"}));
     std::thread::sleep(Duration::from_millis(300)); // slow joiner
-    engine.store("tuple", 500, 4, None, 5000);
+    engine.store_form("tuple", 500, 4, None, 5000, json!({}));
     expect(port, "vllm", "", 5000..5064, 64);
     expect(port, "vllm", "", 0..144, 0);
     assert!(sub.metric("inferencecache_subscriber_engine_restarts_total") >= 1.0);
@@ -411,12 +306,12 @@ fn python_engine_to_real_server_with_faults() {
 
 #[test]
 fn server_down_at_start_then_up_and_sglang_tuples() {
-    let Some(py) = python() else { return };
+    let Some(py) = engine::python() else { return };
     let port = free_port();
-    let mut engine = Publisher::start(&py);
+    let mut engine = engine::Publisher::start(&py);
     let sub = Subscribe::start(&engine, port, &["--hash-scheme", "sglang"]);
-    engine.store("sglang", 1, 4, None, 0);
-    engine.store_with("sglang", 5, 1, Some(4), 64, json!({"medium": "CPU_TIER1"}));
+    engine.store_form("sglang", 1, 4, None, 0, json!({}));
+    engine.store_form("sglang", 5, 1, Some(4), 64, json!({"medium": "CPU_TIER1"}));
     // nothing to reach yet: not ready, and the state waits in the sidecar
     for _ in 0..100 {
         if sub.metric("inferencecache_subscriber_tracked_blocks") == 5.0 {

@@ -221,13 +221,8 @@ impl InferenceCache for InferenceCacheService {
             if update.tenant_id == PROBE_TENANT {
                 continue;
             }
-            match check(&update) {
-                Ok(()) => {}
-                Err(s) if s.code() == tonic::Code::PermissionDenied => {
-                    denied.get_or_insert(s);
-                    continue;
-                }
-                Err(s) => return Err(s),
+            if !crate::producer::admit_update(check(&update), &mut denied)? {
+                continue;
             }
             if !self.core.ingest_on_lane(update_from_proto(update)).await {
                 return Err(replica_limit_status(&self.core));

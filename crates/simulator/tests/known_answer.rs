@@ -67,17 +67,21 @@ async fn known_hit_rates() {
             assert_eq!(p.lookups, 4);
         }
         // The default ranking knows both replicas from their first stats
-        // scrape (t = 0): A1 is an AFFINITY_HINT, and the rest follow block 0
-        // (from the KV events, or only from the tentative holdings when the
-        // replicas publish none): the oracle's 7/16 as well.
+        // scrape (t = 0): A1 is an AFFINITY_HINT (sim-00), B1 and A2 follow
+        // block 0 there (from the KV events, or only from the tentative
+        // holdings when the replicas publish none). B2 then meets the
+        // bounded-load rule (loadBound 1.25): sim-00's three recent hints
+        // exceed 1.25 × the mean 1.5 + 1, so B2 goes to the idle sim-01
+        // (an AFFINITY_HINT, no match): 4/16, the price of the rule in a
+        // two-replica burst (docs/decisions.md); without it, the oracle's 7/16.
         for name in ["hints", "hints-approx"] {
             let p = policy(&report, name);
-            assert_eq!(p.hit_rate, 7.0 / 16.0, "{name} ({input:?})");
-            assert_eq!(p.hint_mix.get("AFFINITY_HINT"), Some(&1), "{name}");
-            assert_eq!(p.hint_mix.get("PREFIX_MATCH"), Some(&3), "{name}");
+            assert_eq!(p.hit_rate, 4.0 / 16.0, "{name} ({input:?})");
+            assert_eq!(p.hint_mix.get("AFFINITY_HINT"), Some(&2), "{name}");
+            assert_eq!(p.hint_mix.get("PREFIX_MATCH"), Some(&2), "{name}");
             let mut per = p.requests_per_replica.clone();
             per.sort_unstable();
-            assert_eq!(per, vec![0, 4], "{name}");
+            assert_eq!(per, vec![1, 3], "{name}");
         }
         assert!(policy(&report, "rr").hint_mix.is_empty());
         // Idle replicas: TTFT is the prefill of the uncached tokens alone

@@ -32,21 +32,16 @@ pub async fn call(
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let response = request.send().await.map_err(|e| chain(&e))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| crate::tools::snapshot::error_chain(&e))?;
     let status = response.status().as_u16();
-    let body = response.text().await.map_err(|e| chain(&e))?;
+    let body = response
+        .text()
+        .await
+        .map_err(|e| crate::tools::snapshot::error_chain(&e))?;
     Ok(Answer { status, body })
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// Samples of a Prometheus text body whose series starts with `prefix`

@@ -166,7 +166,8 @@ fn detail(body: &str) -> String {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error and its sources, `: `-joined (reqwest hides the cause otherwise).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -87,13 +87,31 @@ impl Publisher {
     /// BlockStored (vLLM map form) of `n` 16-token blocks with engine
     /// hashes `base..base+n`, tokens from `first`.
     pub fn store(&mut self, base: u64, n: u64, parent: Option<u64>, first: u32) {
-        self.send(json!({
-            "op": "store", "form": "map",
+        self.store_form("map", base, n, parent, first, json!({}));
+    }
+
+    /// BlockStored in `form` (`map`, `tuple`, `sglang`) with `extra` fields
+    /// (`lora_id`, `medium`, ...) merged into the command.
+    pub fn store_form(
+        &mut self,
+        form: &str,
+        base: u64,
+        n: u64,
+        parent: Option<u64>,
+        first: u32,
+        extra: Value,
+    ) {
+        let mut cmd = json!({
+            "op": "store", "form": form,
             "hashes": (base..base + n).map(big).collect::<Vec<_>>(),
             "parent": parent.map(big),
             "tokens": [first, first + 16 * n as u32],
             "block_size": 16,
-        }));
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            cmd[k] = v.clone();
+        }
+        self.send(cmd);
     }
 
     /// BlockRemoved (GPU) of engine hashes `base..base+n`.

@@ -368,6 +368,24 @@ fn exhausted(message: String, wait: std::time::Duration) -> Status {
     Status::with_metadata(Code::ResourceExhausted, message, md)
 }
 
+/// What a report stream does with one update's check: `Ok(true)` goes on,
+/// `Ok(false)` skips the update and keeps the first PERMISSION_DENIED for the
+/// stream's end (the stream stays usable for the entitled tenants), `Err`
+/// ends the stream now (bad input, rate limit).
+pub(crate) fn admit_update(
+    check: Result<(), Status>,
+    denied: &mut Option<Status>,
+) -> Result<bool, Status> {
+    match check {
+        Ok(()) => Ok(true),
+        Err(s) if s.code() == Code::PermissionDenied => {
+            denied.get_or_insert(s);
+            Ok(false)
+        }
+        Err(s) => Err(s),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,13 +111,8 @@ impl BusRelay {
             // otherwise apply (or refuse) what this one should have. As
             // without a bus, PERMISSION_DENIED skips the update and ends the
             // stream with the first refusal; any other refusal ends it now.
-            match check(&update) {
-                Ok(()) => {}
-                Err(s) if s.code() == tonic::Code::PermissionDenied => {
-                    denied.get_or_insert(s);
-                    continue;
-                }
-                Err(s) => return Err(s),
+            if !crate::producer::admit_update(check(&update), &mut denied)? {
+                continue;
             }
             if !self.producer.try_send(BusMessage::Update(update)) {
                 return Err(resync_status("buffer full"));

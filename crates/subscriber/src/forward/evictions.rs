@@ -84,6 +84,12 @@ impl Evictions {
     /// none).
     pub fn resume(&mut self) {
         self.fill();
+        self.sync_gauge();
+    }
+
+    /// The backlog gauge follows every change of the backlog: a clear or a
+    /// drain can leave nothing in flight whose completion would refresh it.
+    fn sync_gauge(&self) {
         self.metrics.eviction_backlog.set(self.backlog() as i64);
     }
 
@@ -93,7 +99,7 @@ impl Evictions {
     pub fn supersede(&mut self, key: &Key) -> bool {
         if self.waiting.remove(key).is_some() {
             self.metrics.evictions_superseded.inc();
-            self.metrics.eviction_backlog.set(self.backlog() as i64);
+            self.sync_gauge();
         }
         self.in_flight.contains(key)
     }
@@ -106,7 +112,7 @@ impl Evictions {
         self.waiting.clear();
         self.order.clear();
         // Nothing may be in flight to refresh the gauge later.
-        self.metrics.eviction_backlog.set(self.backlog() as i64);
+        self.sync_gauge();
     }
 
     /// Forgets everything, calls in flight included; returns how many
@@ -137,6 +143,7 @@ impl Evictions {
     pub async fn drain_in_flight(&mut self) -> Result<(), SendFailed> {
         while let Some((key, result)) = self.calls.next().await {
             self.in_flight.remove(&key);
+            self.sync_gauge();
             result?;
         }
         Ok(())
