@@ -249,18 +249,18 @@ struct Cand {
 /// The bounded-load rule (module docs): `ok` without the replicas whose
 /// recent hint count exceeds `bound` × the fleet mean + 1, unless that
 /// leaves nobody.
-fn bounded(cands: &[Cand], ok: Vec<usize>, bound: f64) -> Vec<usize> {
+fn bounded(cands: &[Cand], mut ok: Vec<usize>, bound: f64) -> Vec<usize> {
     if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
         return ok;
     }
     let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
     let limit = bound * mean + 1.0;
-    let under: Vec<usize> = ok
-        .iter()
-        .copied()
-        .filter(|&i| cands[i].recent <= limit)
-        .collect();
-    if under.is_empty() { ok } else { under }
+    let under = |i: &usize| cands[*i].recent <= limit;
+    // Filtered in place: no second vector on the lookup path.
+    if ok.iter().any(under) {
+        ok.retain(under);
+    }
+    ok
 }
 
 fn score_of(est_us: f64) -> f32 {
