@@ -10,8 +10,8 @@
 mod common;
 
 use common::Running;
-use common::kube::{Cluster, apiserver_binary};
 use inferencecache_server::{ControlAuth, ServerConfig};
+use inferencecache_testkit::kube::{Cluster, apiserver_binary};
 
 const ALLOWED: &str = "system:serviceaccount:default:controller";
 
@@ -44,7 +44,7 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
     let Some(bin) = apiserver_binary() else {
         return;
     };
-    let mut cluster = Cluster::start(&bin, "control").await;
+    let mut cluster = Cluster::start(&bin).await;
     cluster.service_account("default", "controller").await;
     cluster.service_account("default", "other").await;
     let mut config = ServerConfig::ephemeral();
@@ -113,7 +113,7 @@ async fn control_endpoints_admit_only_the_controller_service_account() {
 
     // Apiserver gone: the cached token still passes (no second review), an
     // unseen one cannot be reviewed.
-    cluster.apiserver.take();
+    cluster.stop_apiserver();
     assert_eq!(
         get(&s, "/snapshot", Some(&controller)).await,
         200,

@@ -11,7 +11,6 @@
 mod common;
 
 use common::Running;
-use common::kube::{Cluster, apiserver_binary};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{
     CacheEvent, CacheStateUpdate, GetCacheStateRequest, LookupPdRouteRequest, LookupRouteRequest,
@@ -21,6 +20,7 @@ use inferencecache_server::ServerConfig;
 use inferencecache_server::producer::{
     DEFAULT_CONSUMER_AUDIENCE, DEFAULT_PRODUCER_AUDIENCE, ProducerAuth, ProducerConfig,
 };
+use inferencecache_testkit::kube::{Cluster, apiserver_binary};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -79,7 +79,7 @@ async fn producers_write_only_their_namespaces_tenants() {
     let Some(bin) = apiserver_binary() else {
         return;
     };
-    let cluster = Cluster::start(&bin, "producer").await;
+    let cluster = Cluster::start(&bin).await;
     for ns in ["team-a", "team-b", "gateways"] {
         cluster.service_account(ns, "sidecar").await;
     }

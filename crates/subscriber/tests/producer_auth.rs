@@ -8,9 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[allow(dead_code)]
-#[path = "../../server/tests/common/kube.rs"]
-mod kube_cluster;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -158,10 +155,10 @@ fn counter(body: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_token_file_is_used_after_the_old_token_dies() {
-    let Some(bin) = kube_cluster::apiserver_binary() else {
+    let Some(bin) = inferencecache_testkit::kube::apiserver_binary() else {
         return;
     };
-    let cluster = kube_cluster::Cluster::start(&bin, "sidecar-rotation").await;
+    let cluster = inferencecache_testkit::kube::Cluster::start(&bin).await;
     cluster.service_account(TENANT, "old").await;
     cluster.service_account(TENANT, "new").await;
     let token_file = cluster.path("token");

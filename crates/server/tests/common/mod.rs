@@ -2,7 +2,6 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod certs;
-pub mod kube;
 
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::{Server, ServerConfig};
