@@ -31,17 +31,7 @@ impl Index {
                 .get(&tm)
                 .map(|m| {
                     m.iter()
-                        .map(|(&r, s)| ReplicaStatsView {
-                            replica_id: catalog.replica_name(r),
-                            cache_memory_bytes: s.cache_memory_bytes,
-                            hit_rate: s.hit_rate,
-                            pressure: s.pressure,
-                            client_version: s.client_version.clone(),
-                            t2_hit_tokens: s.t2_hit_tokens,
-                            t2_query_tokens: s.t2_query_tokens,
-                            last_seen_ns: s.last_seen,
-                            stats_reported_ns: s.stats_reported,
-                        })
+                        .map(|(&r, s)| s.view(catalog.replica_name(r)))
                         .collect()
                 })
                 .unwrap_or_default()

@@ -159,7 +159,7 @@ impl Index {
                 out.push(StatsState {
                     tenant: tenant.clone(),
                     model: model.clone(),
-                    stats: view(replica_id.clone(), s),
+                    stats: s.view(replica_id.clone()),
                 });
             }
         }
@@ -182,20 +182,6 @@ impl Index {
             out: ImportOutcome::default(),
             scratch: IngestOutcome::default(),
         }
-    }
-}
-
-fn view(replica_id: Arc<str>, s: &StatsEntry) -> ReplicaStatsView {
-    ReplicaStatsView {
-        replica_id,
-        cache_memory_bytes: s.cache_memory_bytes,
-        hit_rate: s.hit_rate,
-        pressure: s.pressure,
-        client_version: s.client_version.clone(),
-        t2_hit_tokens: s.t2_hit_tokens,
-        t2_query_tokens: s.t2_query_tokens,
-        last_seen_ns: s.last_seen,
-        stats_reported_ns: s.stats_reported,
     }
 }
 

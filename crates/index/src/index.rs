@@ -25,6 +25,24 @@ pub(crate) struct StatsEntry {
     pub(crate) stats_reported: i64,
 }
 
+impl StatsEntry {
+    /// The public view of these stats under `replica_id` (aggregates and
+    /// the export share it).
+    pub(crate) fn view(&self, replica_id: Arc<str>) -> crate::types::ReplicaStatsView {
+        crate::types::ReplicaStatsView {
+            replica_id,
+            cache_memory_bytes: self.cache_memory_bytes,
+            hit_rate: self.hit_rate,
+            pressure: self.pressure,
+            client_version: self.client_version.clone(),
+            t2_hit_tokens: self.t2_hit_tokens,
+            t2_query_tokens: self.t2_query_tokens,
+            last_seen_ns: self.last_seen,
+            stats_reported_ns: self.stats_reported,
+        }
+    }
+}
+
 /// (tenant, model) id → replica id → stats.
 pub(crate) type StatsMap = HashMap<u32, HashMap<u32, StatsEntry, FoldBuild>, FoldBuild>;
 
