@@ -11,7 +11,6 @@ mod sniff;
 
 use crate::tools::server::{BAD_FLAGS, ServerArgs};
 use clap::Args;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -49,18 +48,8 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "URL")]
     control: Option<String>,
 
-    /// Bearer token for the control listener (TokenReview mode).
-    #[arg(
-        long,
-        env = "INFERENCECACHE_TOKEN",
-        hide_env_values = true,
-        conflicts_with = "token_file"
-    )]
-    token: Option<String>,
-
-    /// File holding the bearer token.
-    #[arg(long, value_name = "PATH")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    token: crate::tools::token::TokenArgs,
 
     /// A sidecar's HTTP address (its /metrics and /readyz); repeat for more.
     #[arg(long, value_name = "URL")]
@@ -89,18 +78,12 @@ pub struct DoctorArgs {
 
 /// Runs `doctor`; returns the process exit code.
 pub fn run(args: DoctorArgs) -> ExitCode {
-    let token = match &args.token_file {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(t) => Some(t.trim().to_owned()),
-            Err(e) => {
-                eprintln!(
-                    "inferencecache doctor: --token-file {}: {e}",
-                    path.display()
-                );
-                return ExitCode::from(BAD_FLAGS);
-            }
-        },
-        None => args.token.as_ref().map(|t| t.trim().to_owned()),
+    let token = match args.token.resolve() {
+        Ok(t) => t,
+        Err(message) => {
+            eprintln!("inferencecache doctor: {message}");
+            return ExitCode::from(BAD_FLAGS);
+        }
     };
     let target = match checks::Target::new(&args, token) {
         Ok(t) => t,

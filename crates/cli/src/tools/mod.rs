@@ -7,4 +7,5 @@ mod output;
 pub(crate) mod server;
 pub mod snapshot;
 pub mod state;
+pub(crate) mod token;
 pub mod watch;

@@ -4,7 +4,6 @@ use super::output::{bytes, table};
 use super::server::{Failure, OK, block_on};
 use clap::Args;
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -44,18 +43,8 @@ pub struct SnapshotArgs {
     )]
     url: String,
 
-    /// Bearer token for the control endpoint.
-    #[arg(
-        long,
-        env = "INFERENCECACHE_TOKEN",
-        hide_env_values = true,
-        conflicts_with = "token_file"
-    )]
-    token: Option<String>,
-
-    /// File holding the bearer token (e.g. a projected service-account token).
-    #[arg(long, value_name = "PATH")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    token: super::token::TokenArgs,
 
     /// Print the /snapshot JSON (pretty) instead of the summary.
     #[arg(long)]
@@ -69,7 +58,7 @@ pub struct SnapshotArgs {
 /// Runs `snapshot`; returns the process exit code.
 pub fn run(args: SnapshotArgs) -> ExitCode {
     let url = snapshot_url(&args.url);
-    let token = match token(&args) {
+    let token = match args.token.resolve() {
         Ok(t) => t,
         Err(message) => return Failure::flags(message).report("snapshot"),
     };
@@ -105,15 +94,6 @@ fn snapshot_url(url: &str) -> String {
     } else {
         format!("{url}/snapshot")
     }
-}
-
-fn token(args: &SnapshotArgs) -> Result<Option<String>, String> {
-    if let Some(path) = &args.token_file {
-        let t = std::fs::read_to_string(path)
-            .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
-        return Ok(Some(t.trim().to_owned()));
-    }
-    Ok(args.token.as_ref().map(|t| t.trim().to_owned()))
 }
 
 async fn fetch(url: &str, token: Option<&str>, timeout: Duration) -> Result<String, Failure> {
