@@ -540,17 +540,18 @@ impl Index {
             return out;
         }
         let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
-        let keys: Vec<u64> = req
+        // Hashed while stored: no key vector per delivered hint.
+        let mut hashes = req
             .block_hashes
             .iter()
             .skip(delivery.real_blocks)
             .map(AsRef::as_ref)
             .filter(|h| !h.is_empty())
-            .map(|h| key_hash(part.id, h))
-            .collect();
-        if keys.is_empty() {
+            .peekable();
+        if hashes.peek().is_none() {
             return out;
         }
+        let keys = hashes.map(|h| key_hash(part.id, h));
         let short = crate::clock::duration_ns(tentative_ttl);
         let expires = crate::tentative::Expiry {
             publishing: now.saturating_add(short),
@@ -558,7 +559,7 @@ impl Index {
             // cache: they live as long as a real entry would.
             silent: now.saturating_add(short.max(self.tenant_ttl_ns(req.tenant))),
         };
-        let (stored, dropped) = self.tentative.insert(part.id, replica, &keys, expires);
+        let (stored, dropped) = self.tentative.insert(part.id, replica, keys, expires);
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;
         out

@@ -136,13 +136,13 @@ impl Tentative {
         &self,
         part: u32,
         replica: u32,
-        keys: &[u64],
+        keys: impl IntoIterator<Item = u64>,
         expires: Expiry,
     ) -> (u64, u64) {
         let mut parts = write(&self.parts);
         let blocks = parts.entry(part).or_default().entry(replica).or_default();
         let (mut stored, mut dropped) = (0, 0);
-        for &k in keys {
+        for k in keys {
             if let Some(e) = blocks.get_mut(&k) {
                 e.publishing = e.publishing.max(expires.publishing);
                 e.silent = e.silent.max(expires.silent);
@@ -281,10 +281,10 @@ mod tests {
     #[test]
     fn cap_drops_and_counts() {
         let t = Tentative::new(3);
-        assert_eq!(t.insert(1, 7, &[1, 2, 3, 4], both(100)), (3, 1));
+        assert_eq!(t.insert(1, 7, [1, 2, 3, 4], both(100)), (3, 1));
         assert_eq!(t.len(), 3);
         // Renewing an existing key is not growth.
-        assert_eq!(t.insert(1, 7, &[1], both(200)), (1, 0));
+        assert_eq!(t.insert(1, 7, [1], both(200)), (1, 0));
         assert_eq!(t.run_from(1, 7, &[1, 2, 3, 4], 0, 150), 1);
         assert_eq!(t.run_from(1, 7, &[1, 2, 3, 4], 0, 50), 3);
         assert_eq!(t.sweep(150), 2);
@@ -300,8 +300,8 @@ mod tests {
             publishing: 100,
             silent: 1_000,
         };
-        t.insert(1, 7, &[1, 2], e);
-        t.insert(1, 8, &[1, 2], e);
+        t.insert(1, 7, [1, 2], e);
+        t.insert(1, 8, [1, 2], e);
         // Neither has published: both hold until the long expiry.
         assert_eq!(t.run_from(1, 7, &[1, 2], 0, 500), 2);
         assert_eq!(t.counts(500).len(), 2);
