@@ -552,7 +552,10 @@ async fn worker(
             r.server
                 .saturating_record(u64::try_from(resp.lookup_latency_us).unwrap_or(0).max(1));
             r.calls += 1;
-            r.hits += u64::from(resp.reason_code == "PREFIX_MATCH" || !resp.token_ids.is_empty());
+            r.hits += u64::from(
+                resp.reason_code == inferencecache_proto::Reason::PrefixMatch.as_str()
+                    || !resp.token_ids.is_empty(),
+            );
         }
     }
     Ok(r)

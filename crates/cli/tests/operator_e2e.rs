@@ -324,13 +324,18 @@ async fn cachepolicy_lifecycle_reaches_lookups_and_survives_a_server_restart() {
     assert!(op.get(op.health, "/readyz").0.contains(" 200"), "readyz");
     // /templates and /pd-topologies are pushed too; a server without them
     // (404) is "unsupported", never an error that holds up the policy.
+    // They go out after the policy, so give them a moment on a loaded machine.
     for target in ["templates", "pd-topologies"] {
-        let m = op.metrics_text();
-        assert!(
+        let pushed = |m: &str| {
             m.contains(&format!("{{target=\"{target}\",result=\"ok\"}}"))
-                || m.contains(&format!("{{target=\"{target}\",result=\"unsupported\"}}")),
-            "{target}: {m}"
-        );
+                || m.contains(&format!("{{target=\"{target}\",result=\"unsupported\"}}"))
+        };
+        eventually(Duration::from_secs(10), target, || {
+            let m = op.metrics_text();
+            async move { pushed(&m) }
+        })
+        .await;
+        let m = op.metrics_text();
         assert!(
             !m.contains(&format!("{{target=\"{target}\",result=\"error\"}}")),
             "{m}"

@@ -5,6 +5,7 @@
 //! `replica_scores` is a no-op whatever the code, and a code this SDK does
 //! not know is treated as no hint.
 
+use inferencecache_proto::Reason;
 use inferencecache_proto::v1alpha1::{CacheTier, LookupRouteResponse, ReplicaScore};
 use std::time::Duration;
 
@@ -123,12 +124,12 @@ impl NoHintReason {
     /// `UNAVAILABLE`, `ERROR`) for outcomes that never reached the wire.
     pub fn code(&self) -> &str {
         match self {
-            Self::NoHint => "NO_HINT",
-            Self::Timeout => "TIMEOUT",
-            Self::PolicyRequiresChain => "POLICY_REQUIRES_CHAIN",
-            Self::UnknownTenant => "UNKNOWN_TENANT",
-            Self::UnknownModel => "UNKNOWN_MODEL",
-            Self::UnknownHashScheme => "UNKNOWN_HASH_SCHEME",
+            Self::NoHint => Reason::NoHint.as_str(),
+            Self::Timeout => Reason::Timeout.as_str(),
+            Self::PolicyRequiresChain => Reason::PolicyRequiresChain.as_str(),
+            Self::UnknownTenant => Reason::UnknownTenant.as_str(),
+            Self::UnknownModel => Reason::UnknownModel.as_str(),
+            Self::UnknownHashScheme => Reason::UnknownHashScheme.as_str(),
             Self::UnknownReason(code) => code,
             Self::DeadlineExceeded => "DEADLINE_EXCEEDED",
             Self::Unavailable => "UNAVAILABLE",
@@ -169,9 +170,9 @@ impl Hint {
     /// label for failures (see [`NoHintReason::code`]).
     pub fn reason_code(&self) -> &str {
         match self {
-            Self::PrefixMatch(_) => "PREFIX_MATCH",
-            Self::Affinity(_) => "AFFINITY_HINT",
-            Self::TenantHot(_) => "TENANT_HOT",
+            Self::PrefixMatch(_) => Reason::PrefixMatch.as_str(),
+            Self::Affinity(_) => Reason::AffinityHint.as_str(),
+            Self::TenantHot(_) => Reason::TenantHot.as_str(),
             Self::NoHint(reason) => reason.code(),
         }
     }
@@ -186,23 +187,32 @@ impl Hint {
                 .map(Candidate::from_wire)
                 .collect::<Vec<_>>()
         };
-        let positive = !response.replica_scores.is_empty();
-        match response.reason_code.as_str() {
-            "PREFIX_MATCH" if positive => Self::PrefixMatch(candidates()),
-            "AFFINITY_HINT" if positive => Self::Affinity(candidates()),
-            "TENANT_HOT" if positive => Self::TenantHot(candidates()),
+        let code = response.reason_code.as_str();
+        if code.is_empty() {
+            return Self::NoHint(NoHintReason::NoHint);
+        }
+        let Some(reason) = Reason::from_wire(code) else {
+            return Self::NoHint(NoHintReason::UnknownReason(code.to_owned()));
+        };
+        if reason.is_hint() && response.replica_scores.is_empty() {
             // Empty replicas make any positive code a no-op (fail open); keep
             // the code visible for diagnostics.
-            code @ ("PREFIX_MATCH" | "AFFINITY_HINT" | "TENANT_HOT") => {
+            return Self::NoHint(NoHintReason::UnknownReason(code.to_owned()));
+        }
+        match reason {
+            Reason::PrefixMatch => Self::PrefixMatch(candidates()),
+            Reason::AffinityHint => Self::Affinity(candidates()),
+            Reason::TenantHot => Self::TenantHot(candidates()),
+            Reason::NoHint => Self::NoHint(NoHintReason::NoHint),
+            Reason::Timeout => Self::NoHint(NoHintReason::Timeout),
+            Reason::PolicyRequiresChain => Self::NoHint(NoHintReason::PolicyRequiresChain),
+            Reason::UnknownTenant => Self::NoHint(NoHintReason::UnknownTenant),
+            Reason::UnknownModel => Self::NoHint(NoHintReason::UnknownModel),
+            Reason::UnknownHashScheme => Self::NoHint(NoHintReason::UnknownHashScheme),
+            // RenderTemplate's codes are not LookupRoute answers.
+            Reason::Ok | Reason::TemplateNotFound | Reason::RenderError => {
                 Self::NoHint(NoHintReason::UnknownReason(code.to_owned()))
             }
-            "NO_HINT" | "" => Self::NoHint(NoHintReason::NoHint),
-            "TIMEOUT" => Self::NoHint(NoHintReason::Timeout),
-            "POLICY_REQUIRES_CHAIN" => Self::NoHint(NoHintReason::PolicyRequiresChain),
-            "UNKNOWN_TENANT" => Self::NoHint(NoHintReason::UnknownTenant),
-            "UNKNOWN_MODEL" => Self::NoHint(NoHintReason::UnknownModel),
-            "UNKNOWN_HASH_SCHEME" => Self::NoHint(NoHintReason::UnknownHashScheme),
-            other => Self::NoHint(NoHintReason::UnknownReason(other.to_owned())),
         }
     }
 }

@@ -83,7 +83,7 @@
 //! let counts = [16, 16];
 //! let req = LookupRequest::new("team-a", "llama", "vllm").chain(&hashes, &counts);
 //! let res = idx.lookup_route(&req);
-//! assert_eq!(res.strategy.reason_code(), "PREFIX_MATCH");
+//! assert_eq!(res.strategy, Strategy::PrefixMatch);
 //! assert_eq!(res.scores[0].matched_tokens, 32);
 //! idx.credit(&res.hits); // only when the handler delivers the hint
 //! ```

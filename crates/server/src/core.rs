@@ -3,7 +3,7 @@
 //! handlers are thin adapters over this.
 
 use crate::events::EventHub;
-use crate::metrics::{Metrics, ModelLabel};
+use crate::metrics::Metrics;
 use crate::policy::PolicyStore;
 use crate::route::LookupPipeline;
 pub use inferencecache_index::RankingMode;
@@ -116,6 +116,7 @@ impl Core {
                 .observer(Arc::new(events.clone()))
                 .build(),
         );
+        metrics.index_gauges.bind(&index);
         metrics.index_max_entries.set(settings.max_entries.max(0));
         metrics
             .limits
@@ -211,7 +212,6 @@ impl Core {
         m.add_ingest_dropped("empty_hash", out.dropped_empty_hash);
         self.record_evictions(&out.evictions);
         m.routing.tentative("confirmed", out.tentative_confirmed);
-        self.refresh_gauges();
         true
     }
 
@@ -221,7 +221,6 @@ impl Core {
         self.metrics
             .routing
             .tentative("removed", out.tentative_removed);
-        self.refresh_gauges();
     }
 
     /// One TTL + cap sweep.
@@ -231,7 +230,6 @@ impl Core {
         self.metrics
             .routing
             .tentative("expired", out.tentative_expired);
-        self.refresh_gauges();
     }
 
     fn record_evictions(&self, e: &EvictionCounts) {
@@ -243,27 +241,5 @@ impl Core {
         for (tenant, n) in &e.quota {
             m.add_tenant_evictions(tenant, *n);
         }
-    }
-
-    fn refresh_gauges(&self) {
-        for (model, n) in self.index.entry_counts_by_model() {
-            self.metrics
-                .index_entries
-                .get_or_create(&ModelLabel {
-                    model: model.to_string(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-        self.metrics
-            .index_replica_entries
-            .set(i64::try_from(self.index.total_entries()).unwrap_or(i64::MAX));
-        self.metrics
-            .routing
-            .tentative_holdings
-            .set(i64::try_from(self.index.tentative_entries()).unwrap_or(i64::MAX));
-        self.metrics
-            .limits
-            .index_replicas
-            .set(i64::try_from(self.index.live_replicas()).unwrap_or(i64::MAX));
     }
 }

@@ -8,17 +8,39 @@
 //! removes its own entries) are never published: no watcher, filtered or
 //! not, sees them.
 
-use inferencecache_index::{IndexObserver, PROBE_TENANT, PrefixChange, RemovalReason};
-use inferencecache_proto::v1alpha1::{CacheEvent, cache_event::Type};
+use inferencecache_index::{EventKind, IndexObserver, PROBE_TENANT, PrefixChange, RemovalReason};
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Events a subscriber may fall behind before it is disconnected.
 pub const EVENT_BUFFER: usize = 4096;
 
+/// One index change as the feed carries it. The strings are the index's own
+/// shared ones, so fanning an event out to many subscribers copies pointers,
+/// not bytes; `convert.rs` turns it into a wire `CacheEvent` per subscriber.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEvent {
+    /// What changed. Every removal (TTL, cap, quota, engine eviction) is a
+    /// `PrefixEvicted`: the wire event has no reason field.
+    pub kind: EventKind,
+    /// Replica.
+    pub replica_id: Arc<str>,
+    /// Model.
+    pub model: Arc<str>,
+    /// Tenant.
+    pub tenant: Arc<str>,
+    /// Adapter partition (`""` = base model; empty for replica events).
+    pub adapter: Arc<str>,
+    /// Prefix hash (empty for replica events).
+    pub prefix_hash: Arc<[u8]>,
+    /// Unix µs.
+    pub timestamp_us: i64,
+}
+
 /// Fans index changes out to StreamCacheEvents subscribers.
 #[derive(Debug, Clone)]
 pub struct EventHub {
-    tx: broadcast::Sender<CacheEvent>,
+    tx: broadcast::Sender<FeedEvent>,
 }
 
 impl Default for EventHub {
@@ -44,38 +66,44 @@ impl EventHub {
     }
 
     /// A new subscription to every later event.
-    pub fn subscribe(&self) -> broadcast::Receiver<CacheEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<FeedEvent> {
         self.tx.subscribe()
     }
 
-    fn publish(&self, tenant: &str, make: impl FnOnce() -> CacheEvent) {
+    fn publish(&self, tenant: &str, make: impl FnOnce() -> FeedEvent) {
         // No subscriber: build nothing. The probe tenant is never shown.
         if self.tx.receiver_count() > 0 && tenant != PROBE_TENANT {
             let _ = self.tx.send(make());
         }
     }
 
-    fn prefix_event(kind: Type, c: &PrefixChange) -> CacheEvent {
-        CacheEvent {
-            r#type: kind as i32,
-            replica_id: c.replica_id.to_string(),
-            model_id: c.model.to_string(),
-            tenant_id: c.tenant.to_string(),
-            prefix_hash: c.prefix_hash.to_vec(),
+    fn prefix_event(kind: EventKind, c: &PrefixChange) -> FeedEvent {
+        FeedEvent {
+            kind,
+            replica_id: Arc::clone(&c.replica_id),
+            model: Arc::clone(&c.model),
+            tenant: Arc::clone(&c.tenant),
+            adapter: Arc::clone(&c.adapter),
+            prefix_hash: Arc::clone(&c.prefix_hash),
             timestamp_us: micros(c.last_seen_ns),
-            adapter_id: c.adapter.to_string(),
         }
     }
 
-    fn replica_event(kind: Type, tenant: &str, model: &str, replica: &str, ns: i64) -> CacheEvent {
-        CacheEvent {
-            r#type: kind as i32,
-            replica_id: replica.to_owned(),
-            model_id: model.to_owned(),
-            tenant_id: tenant.to_owned(),
-            prefix_hash: Vec::new(),
+    fn replica_event(
+        kind: EventKind,
+        tenant: &str,
+        model: &str,
+        replica: &str,
+        ns: i64,
+    ) -> FeedEvent {
+        FeedEvent {
+            kind,
+            replica_id: replica.into(),
+            model: model.into(),
+            tenant: tenant.into(),
+            adapter: "".into(),
+            prefix_hash: Arc::from(&[][..]),
             timestamp_us: micros(ns),
-            adapter_id: String::new(),
         }
     }
 }
@@ -83,28 +111,32 @@ impl EventHub {
 impl IndexObserver for EventHub {
     fn prefix_added(&self, change: &PrefixChange) {
         self.publish(&change.tenant, || {
-            Self::prefix_event(Type::PrefixAdded, change)
+            Self::prefix_event(EventKind::PrefixAdded, change)
         });
     }
 
     fn prefix_removed(&self, change: &PrefixChange, _reason: RemovalReason) {
-        // CacheEvent has no reason field: TTL, cap, quota and engine
-        // evictions all surface as PREFIX_EVICTED.
         self.publish(&change.tenant, || {
-            Self::prefix_event(Type::PrefixEvicted, change)
+            Self::prefix_event(EventKind::PrefixEvicted, change)
         });
     }
 
     fn replica_cleared(&self, tenant: &str, model: &str, replica_id: &str, timestamp_ns: i64) {
         self.publish(tenant, || {
-            Self::replica_event(Type::AllCleared, tenant, model, replica_id, timestamp_ns)
+            Self::replica_event(
+                EventKind::AllCleared,
+                tenant,
+                model,
+                replica_id,
+                timestamp_ns,
+            )
         });
     }
 
     fn replica_updated(&self, tenant: &str, model: &str, replica_id: &str, timestamp_ns: i64) {
         self.publish(tenant, || {
             Self::replica_event(
-                Type::ReplicaUpdated,
+                EventKind::ReplicaUpdated,
                 tenant,
                 model,
                 replica_id,
@@ -121,15 +153,16 @@ pub struct EventFilter {
     pub model_id: String,
     /// Tenant id, or empty.
     pub tenant_id: String,
-    /// Event types, or empty.
+    /// Wire event type numbers, or empty (a number no event has matches
+    /// nothing, as in the reference).
     pub types: Vec<i32>,
 }
 
 impl EventFilter {
     /// True when the event passes.
-    pub fn matches(&self, e: &CacheEvent) -> bool {
-        (self.model_id.is_empty() || self.model_id == e.model_id)
-            && (self.tenant_id.is_empty() || self.tenant_id == e.tenant_id)
-            && (self.types.is_empty() || self.types.contains(&e.r#type))
+    pub fn matches(&self, e: &FeedEvent) -> bool {
+        (self.model_id.is_empty() || *self.model_id == *e.model)
+            && (self.tenant_id.is_empty() || *self.tenant_id == *e.tenant)
+            && (self.types.is_empty() || self.types.contains(&e.kind.to_wire()))
     }
 }

@@ -7,6 +7,7 @@ use crate::auth::{AuthOutcome, Authenticator};
 use crate::config::ControlAuth;
 use crate::core::Core;
 use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
+use crate::http_error::HttpError;
 use crate::http_serve::{BodyError, read_body};
 use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json, decode_policy_json_lenient};
 use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
@@ -14,7 +15,7 @@ use crate::snapshot::{snapshot_json, with_stores};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use std::sync::Arc;
@@ -83,65 +84,47 @@ pub fn control_router(state: HttpState) -> Router {
         .with_state(state)
 }
 
-/// A plain-text error shaped like Go's `http.Error`, which the controller
-/// and existing tooling parse.
-pub fn http_error(status: StatusCode, message: &str) -> Response {
-    let mut r = (status, format!("{message}\n")).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    r
-}
-
-/// The response to a body that could not be read: the reference's "too
-/// large" 400, or 408 when the client stalled past the body timeout.
-fn body_error(state: &HttpState, e: &BodyError, what: &str) -> Response {
+/// The error a body that could not be read answers with (a timeout is
+/// also counted: it is how a stalled or slow-loris client shows up).
+fn body_error(state: &HttpState, e: &BodyError, what: &'static str) -> HttpError {
     match e {
-        BodyError::TooLarge => {
-            http_error(e.status(), &format!("{what}: http: request body too large"))
-        }
+        BodyError::TooLarge => HttpError::BodyTooLarge { what },
         BodyError::Timeout => {
             state.core.metrics.limits.reject("http_body_timeout");
-            http_error(
-                e.status(),
-                &format!(
-                    "{what}: request body not received within {:?} (--http-body-timeout)",
-                    state.body_timeout
-                ),
-            )
+            HttpError::BodyTimeout {
+                what,
+                timeout: state.body_timeout,
+            }
         }
     }
 }
 
-fn method_not_allowed(allow: &'static str) -> Response {
-    let mut r = http_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
-    r.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(allow));
-    r
+/// Refuses any method but those in `allowed` (`allow` is their header form).
+pub(crate) fn allow_methods(
+    method: &Method,
+    allowed: &[Method],
+    allow: &'static str,
+) -> Result<(), HttpError> {
+    if allowed.contains(method) {
+        Ok(())
+    } else {
+        Err(HttpError::MethodNotAllowed { allow })
+    }
 }
 
 /// In TokenReview mode, the request's bearer token must belong to the
-/// controller's service account; `Some(response)` refuses it.
+/// controller's service account.
 pub(crate) async fn auth_gate(
     state: &HttpState,
     endpoint: Endpoint,
     headers: &HeaderMap,
-) -> Option<Response> {
+) -> Result<(), HttpError> {
     if !matches!(state.control_auth, ControlAuth::TokenReview { .. }) {
-        return None;
+        return Ok(());
     }
     let Some(auth) = &state.auth else {
         // TokenReview configured but no client: fail closed.
-        return Some(http_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "token review unavailable",
-        ));
+        return Err(HttpError::AuthUnavailable);
     };
     let authenticator = match endpoint {
         Endpoint::Snapshot => &auth.snapshot,
@@ -154,13 +137,10 @@ pub(crate) async fn auth_gate(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match authenticator.check(header).await {
-        AuthOutcome::Ok => None,
-        AuthOutcome::Unauthorized => Some(http_error(StatusCode::UNAUTHORIZED, "unauthorized")),
-        AuthOutcome::Forbidden => Some(http_error(StatusCode::FORBIDDEN, "forbidden")),
-        AuthOutcome::Unavailable => Some(http_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "token review unavailable",
-        )),
+        AuthOutcome::Ok => Ok(()),
+        AuthOutcome::Unauthorized => Err(HttpError::Unauthorized),
+        AuthOutcome::Forbidden => Err(HttpError::Forbidden),
+        AuthOutcome::Unavailable => Err(HttpError::AuthUnavailable),
     }
 }
 
@@ -169,18 +149,14 @@ async fn policy(
     method: Method,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    if method != Method::POST && method != Method::PUT {
-        return method_not_allowed("POST, PUT");
-    }
-    if let Some(denied) = auth_gate(&state, Endpoint::Policy, &headers).await {
-        return denied;
-    }
+) -> Result<Response, HttpError> {
+    allow_methods(&method, &[Method::POST, Method::PUT], "POST, PUT")?;
+    auth_gate(&state, Endpoint::Policy, &headers).await?;
     let bytes = match read_body(body, MAX_POLICY_BODY_BYTES, state.body_timeout).await {
         Ok(b) => b,
         Err(e) => {
             state.core.metrics.policy_rejected("http");
-            return body_error(&state, &e, "decode policy snapshot");
+            return Err(body_error(&state, &e, "decode policy snapshot"));
         }
     };
     let decoded = if state.core.limits.lenient_policy_validation {
@@ -192,50 +168,46 @@ async fn policy(
         Ok(set) => {
             state.core.metrics.policy_applied("http", set.version);
             state.core.policies.replace(set);
-            StatusCode::NO_CONTENT.into_response()
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
         Err(e) => {
             state.core.metrics.policy_rejected("http");
-            http_error(StatusCode::BAD_REQUEST, &e.to_string())
+            Err(HttpError::BadRequest(e.to_string()))
         }
     }
 }
 
 /// One replace-on-write push of a named store (`/templates`,
-/// `/pd-topologies`): the same methods, auth and body limit as `/policy`.
-/// `decode` refuses the whole body or returns the new set; `apply` puts it
-/// in force.
+/// `/pd-topologies`): the same methods, auth, body limit and body timeout
+/// as `/policy`. `decode` refuses the whole body or returns the new set;
+/// `apply` puts it in force.
 async fn push<T>(
     state: &HttpState,
     endpoint: Endpoint,
-    what: &str,
+    what: &'static str,
     request: (Method, HeaderMap, Body),
     decode: fn(&[u8]) -> Result<crate::named::NamedSet<T>, String>,
     apply: impl FnOnce(crate::named::NamedSet<T>),
     rejected: impl FnOnce(),
-) -> Response {
+) -> Result<Response, HttpError> {
     let (method, headers, body) = request;
-    if method != Method::POST && method != Method::PUT {
-        return method_not_allowed("POST, PUT");
-    }
-    if let Some(denied) = auth_gate(state, endpoint, &headers).await {
-        return denied;
-    }
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_POLICY_BODY_BYTES).await else {
-        rejected();
-        return http_error(
-            StatusCode::BAD_REQUEST,
-            &format!("decode {what}: http: request body too large"),
-        );
+    allow_methods(&method, &[Method::POST, Method::PUT], "POST, PUT")?;
+    auth_gate(state, endpoint, &headers).await?;
+    let bytes = match read_body(body, MAX_POLICY_BODY_BYTES, state.body_timeout).await {
+        Ok(b) => b,
+        Err(e) => {
+            rejected();
+            return Err(body_error(state, &e, what));
+        }
     };
     match decode(&bytes) {
         Ok(set) => {
             apply(set);
-            StatusCode::NO_CONTENT.into_response()
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
         Err(e) => {
             rejected();
-            http_error(StatusCode::BAD_REQUEST, &e)
+            Err(HttpError::BadRequest(e))
         }
     }
 }
@@ -245,12 +217,12 @@ async fn templates(
     method: Method,
     headers: HeaderMap,
     body: Body,
-) -> Response {
+) -> Result<Response, HttpError> {
     let core = &state.core;
     push(
         &state,
         Endpoint::Templates,
-        "templates",
+        "decode templates",
         (method, headers, body),
         crate::templates::decode_templates_json,
         |set| {
@@ -268,12 +240,12 @@ async fn pd_topologies(
     method: Method,
     headers: HeaderMap,
     body: Body,
-) -> Response {
+) -> Result<Response, HttpError> {
     let core = &state.core;
     push(
         &state,
         Endpoint::PdTopologies,
-        "pd topologies",
+        "decode pd topologies",
         (method, headers, body),
         crate::pd::decode_pd_topologies_json,
         |set| {
@@ -320,13 +292,13 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> impl Int
     }
 }
 
-async fn snapshot(State(state): State<HttpState>, method: Method, headers: HeaderMap) -> Response {
-    if method != Method::GET {
-        return method_not_allowed("GET");
-    }
-    if let Some(denied) = auth_gate(&state, Endpoint::Snapshot, &headers).await {
-        return denied;
-    }
+async fn snapshot(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    allow_methods(&method, &[Method::GET], "GET")?;
+    auth_gate(&state, Endpoint::Snapshot, &headers).await?;
     let core = state.core.clone();
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();
@@ -342,16 +314,10 @@ async fn snapshot(State(state): State<HttpState>, method: Method, headers: Heade
     match built {
         Ok(Ok(mut body)) => {
             body.push(b'\n');
-            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
         }
-        Ok(Err(e)) => http_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("encode snapshot: {e}"),
-        ),
-        Err(e) => http_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("snapshot task: {e}"),
-        ),
+        Ok(Err(e)) => Err(HttpError::Internal(format!("encode snapshot: {e}"))),
+        Err(e) => Err(HttpError::Internal(format!("snapshot task: {e}"))),
     }
 }
 
@@ -360,28 +326,17 @@ async fn probe(
     method: Method,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    if method != Method::POST {
-        return method_not_allowed("POST");
-    }
-    if let Some(denied) = auth_gate(&state, Endpoint::Probe, &headers).await {
-        return denied;
-    }
-    let bytes = match read_body(body, MAX_PROBE_BODY_BYTES, state.body_timeout).await {
-        Ok(b) => b,
-        Err(e) => return body_error(&state, &e, "decode probe request"),
-    };
-    let req = match parse_probe_request(&bytes) {
-        Ok(r) => r,
-        Err(e) => return http_error(StatusCode::BAD_REQUEST, &e.to_string()),
-    };
+) -> Result<Response, HttpError> {
+    allow_methods(&method, &[Method::POST], "POST")?;
+    auth_gate(&state, Endpoint::Probe, &headers).await?;
+    let bytes = read_body(body, MAX_PROBE_BODY_BYTES, state.body_timeout)
+        .await
+        .map_err(|e| body_error(&state, &e, "decode probe request"))?;
+    let req = parse_probe_request(&bytes).map_err(|e| HttpError::BadRequest(e.to_string()))?;
     let index = std::sync::Arc::clone(&state.core.index);
     let prober = state.prober.clone();
     match tokio::task::spawn_blocking(move || prober.run(&index, &req)).await {
-        Ok(resp) => axum::Json(resp).into_response(),
-        Err(e) => http_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("probe task: {e}"),
-        ),
+        Ok(resp) => Ok(axum::Json(resp).into_response()),
+        Err(e) => Err(HttpError::Internal(format!("probe task: {e}"))),
     }
 }

@@ -11,7 +11,6 @@
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::StatusCode;
 use bytes::Bytes;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -27,16 +26,6 @@ pub enum BodyError {
     TooLarge,
     /// Not complete within the body timeout.
     Timeout,
-}
-
-impl BodyError {
-    /// The status a handler answers with.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::TooLarge => StatusCode::BAD_REQUEST,
-            Self::Timeout => StatusCode::REQUEST_TIMEOUT,
-        }
-    }
 }
 
 /// Reads a whole body of at most `limit` bytes within `timeout`.

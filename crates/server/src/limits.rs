@@ -179,8 +179,6 @@ pub struct LimitMetrics {
     /// limit was reached: `tokenize_concurrency`, `tokenize_memory`,
     /// `prompt_too_large`.
     pub shed: Family<LimitLabel, Counter>,
-    /// Distinct replica ids the index holds.
-    pub index_replicas: Gauge,
     /// `--index-max-replicas`.
     pub index_max_replicas: Gauge,
     /// Tokenizer working memory claimed by running tokenizations.
@@ -199,11 +197,6 @@ impl LimitMetrics {
             "inferencecache_lookup_shed",
             "LookupRoute calls answered NO_HINT at once because a tokenizer limit was reached, by reason (tokenize_concurrency|tokenize_memory|prompt_too_large)",
             self.shed.clone(),
-        );
-        registry.register(
-            "inferencecache_index_replicas",
-            "Distinct replica ids the index holds (entries, stats, or reported since the last sweep)",
-            self.index_replicas.clone(),
         );
         registry.register(
             "inferencecache_index_max_replicas",

@@ -1,6 +1,7 @@
 //! The server's Prometheus metrics (`server.md` §8): names, types, labels,
 //! buckets and help strings are part of the contract.
 
+use inferencecache_proto::Reason;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -78,23 +79,21 @@ fn latency_histogram() -> Histogram {
     Histogram::new(LOOKUP_LATENCY_BUCKETS)
 }
 
-/// Reason codes with a pre-resolved series (the contract's LookupRoute codes).
-const REASON_CODES: [&str; 9] = [
-    crate::reason::PREFIX_MATCH,
-    crate::reason::TENANT_HOT,
-    crate::reason::AFFINITY_HINT,
-    crate::reason::NO_HINT,
-    crate::reason::TIMEOUT,
-    crate::reason::POLICY_REQUIRES_CHAIN,
-    crate::reason::UNKNOWN_TENANT,
-    crate::reason::UNKNOWN_MODEL,
-    crate::reason::UNKNOWN_HASH_SCHEME,
-];
+/// LookupRoute counters summed over models.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct LookupTotals {
+    /// Calls by reason code (codes never answered are absent).
+    pub by_reason: std::collections::BTreeMap<&'static str, u64>,
+    /// Sum of handler latencies, seconds.
+    pub latency_sum: f64,
+    /// Observations behind `latency_sum`.
+    pub latency_count: u64,
+}
 
 /// One model's LookupRoute series: a counter per (reason, hint_used),
 /// created on first use, and the latency histogram.
 struct ModelSeries {
-    calls: [OnceLock<Counter>; REASON_CODES.len() * 2],
+    calls: [OnceLock<Counter>; Reason::ALL.len() * 2],
     latency: Histogram,
 }
 
@@ -118,8 +117,8 @@ pub struct Metrics {
     pub policy_version: Gauge,
     /// Policy pushes and file reloads by source and result.
     pub policy_updates: Family<PolicyUpdateLabels, Counter>,
-    /// Distinct prefixes per model.
-    pub index_entries: Family<ModelLabel, Gauge>,
+    /// The index's size gauges, read at scrape time.
+    pub index_gauges: Arc<crate::index_gauges::IndexGauges>,
     /// Quota evictions (distinct prefixes).
     pub tenant_evictions: Family<TenantEvictionLabels, Counter>,
     /// Cap and TTL evictions (entries).
@@ -132,8 +131,6 @@ pub struct Metrics {
     pub ingest_dropped: Family<ReasonLabel, Counter>,
     /// CacheEvents received, by type.
     pub events: Family<TypeLabel, Counter>,
-    /// Replica×prefix entries held (the cap unit).
-    pub index_replica_entries: Gauge,
     /// The configured global cap (0 = unbounded).
     pub index_max_entries: Gauge,
     /// Open StreamCacheEvents / StreamMetrics streams.
@@ -212,22 +209,15 @@ impl Metrics {
             "Policy pushes (/policy) and policy-file reloads, by source (http|file) and result (applied|rejected)",
             policy_updates.clone(),
         );
-        let index_entries = Family::<ModelLabel, Gauge>::default();
         let tenant_evictions = Family::<TenantEvictionLabels, Counter>::default();
         let index_evictions = Family::<IndexEvictionLabels, Counter>::default();
         let ingest_updates = Counter::default();
         let ingest_entries = Counter::default();
         let ingest_dropped = Family::<ReasonLabel, Counter>::default();
         let events = Family::<TypeLabel, Counter>::default();
-        let index_replica_entries = Gauge::default();
         let index_max_entries = Gauge::default();
         let stream_subscribers = Family::<TypeLabel, Gauge>::default();
         let stream_lagged = Family::<TypeLabel, Counter>::default();
-        registry.register(
-            "inferencecache_index_entries",
-            "Distinct prefix entries currently held in the cache index, per model",
-            index_entries.clone(),
-        );
         registry.register(
             "inferencecache_tenant_evictions",
             "Index prefixes evicted to enforce a CacheTenant quota, by tenant and reason",
@@ -257,11 +247,6 @@ impl Metrics {
             "inferencecache_events",
             "CacheEvents received through PublishEvent, by type",
             events.clone(),
-        );
-        registry.register(
-            "inferencecache_index_replica_entries",
-            "Replica x prefix entries held in the index (the unit of the global cap)",
-            index_replica_entries.clone(),
         );
         registry.register(
             "inferencecache_index_max_entries",
@@ -301,11 +286,14 @@ impl Metrics {
         let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
         let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
         let ui = crate::ui::UiMetrics::register(&mut registry);
+        let index_gauges = Arc::new(crate::index_gauges::IndexGauges::default());
+        registry.register_collector(Box::new(Arc::clone(&index_gauges)));
         Self {
             routing,
             stores,
             ui,
             registry,
+            index_gauges,
             limits,
             replication,
             producers,
@@ -313,14 +301,12 @@ impl Metrics {
             policy_auth,
             probe_auth,
             lookup_series: RwLock::default(),
-            index_entries,
             tenant_evictions,
             index_evictions,
             ingest_updates,
             ingest_entries,
             ingest_dropped,
             events,
-            index_replica_entries,
             index_max_entries,
             stream_subscribers,
             stream_lagged,
@@ -334,24 +320,19 @@ impl Metrics {
     }
 
     /// Records one LookupRoute call.
-    pub fn observe_lookup(&self, model: &str, reason_code: &str, hint_used: bool, seconds: f64) {
-        let Some(reason) = REASON_CODES.iter().position(|r| *r == reason_code) else {
-            // Not a contract code: the slow path, which allocates labels.
-            self.lookup_counter(model, reason_code, hint_used).inc();
-            return;
-        };
+    pub fn observe_lookup(&self, model: &str, reason: Reason, hint_used: bool, seconds: f64) {
         let series = self.model_series(model);
-        series.calls[reason * 2 + usize::from(hint_used)]
-            .get_or_init(|| self.lookup_counter(model, reason_code, hint_used))
+        series.calls[reason as usize * 2 + usize::from(hint_used)]
+            .get_or_init(|| self.lookup_counter(model, reason, hint_used))
             .inc();
         series.latency.observe(seconds);
     }
 
-    fn lookup_counter(&self, model: &str, reason_code: &str, hint_used: bool) -> Counter {
+    fn lookup_counter(&self, model: &str, reason: Reason, hint_used: bool) -> Counter {
         self.lookup_route_calls
             .get_or_create(&LookupLabels {
                 model: model.to_owned(),
-                reason_code: reason_code.to_owned(),
+                reason_code: reason.as_str().to_owned(),
                 hint_used: if hint_used { "true" } else { "false" }.to_owned(),
             })
             .clone()
@@ -445,6 +426,39 @@ impl Metrics {
         }
     }
 
+    /// LookupRoute calls by reason and the latency sum/count, over every
+    /// model, read from the typed series (the status page's counters).
+    pub fn lookup_totals(&self) -> LookupTotals {
+        let mut out = LookupTotals::default();
+        {
+            let series = match self.lookup_series.read() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            for s in series.values() {
+                for (i, call) in s.calls.iter().enumerate() {
+                    if let Some(c) = call.get() {
+                        let reason = Reason::ALL[i / 2].as_str();
+                        *out.by_reason.entry(reason).or_default() += c.get();
+                    }
+                }
+            }
+        }
+        // prometheus-client reads a histogram's sum and count back only
+        // through an encoder; the typed families are that encoder's output.
+        let latency = self
+            .families()
+            .into_iter()
+            .find(|f| f.name == "inferencecache_lookup_route_latency_seconds");
+        for series in latency.iter().flat_map(|f| &f.metric) {
+            if let Some(h) = &series.histogram {
+                out.latency_sum += h.sample_sum;
+                out.latency_count += h.sample_count;
+            }
+        }
+        out
+    }
+
     /// OpenMetrics text exposition (ends with `# EOF`).
     pub fn encode_openmetrics(&self) -> String {
         let mut out = String::new();
@@ -458,6 +472,51 @@ impl Metrics {
 
     /// Prometheus classic text exposition, version 0.0.4.
     pub fn encode_text(&self) -> String {
-        crate::exposition::openmetrics_to_text(&self.encode_openmetrics())
+        let mut out = String::new();
+        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Every family as typed samples (StreamMetrics reads these).
+    pub fn families(
+        &self,
+    ) -> Vec<prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily>
+    {
+        prometheus_client::encoding::prometheus_protobuf::encode(&self.registry).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_totals_sum_every_model_by_reason() {
+        let m = Metrics::new();
+        m.observe_lookup("a", Reason::PrefixMatch, true, 0.5);
+        m.observe_lookup("a", Reason::PrefixMatch, true, 0.0);
+        m.observe_lookup("b", Reason::PrefixMatch, true, 0.25);
+        m.observe_lookup("b", Reason::NoHint, false, 0.0);
+        let t = m.lookup_totals();
+        assert_eq!(t.by_reason["PREFIX_MATCH"], 3);
+        assert_eq!(t.by_reason["NO_HINT"], 1);
+        assert!(!t.by_reason.contains_key("TIMEOUT"));
+        assert!((t.latency_sum - 0.75).abs() < 1e-9);
+        assert_eq!(t.latency_count, 4);
+    }
+
+    #[test]
+    fn the_text_exposition_names_counters_with_total_and_has_no_eof() {
+        let m = Metrics::new();
+        m.observe_lookup("a", Reason::NoHint, false, 0.001);
+        let text = m.encode_text();
+        assert!(text.contains("# TYPE inferencecache_lookup_route_calls_total counter"));
+        assert!(text.contains(
+            "inferencecache_lookup_route_calls_total{model=\"a\",reason_code=\"NO_HINT\",hint_used=\"false\"} 1"
+        ));
+        assert!(!text.contains("# EOF"));
+        assert!(!text.contains("# UNIT"));
     }
 }

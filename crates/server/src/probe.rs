@@ -203,7 +203,7 @@ impl Prober {
                 stage: "routing",
                 message: format!(
                     "LookupRoute returned {}, expected PREFIX_MATCH — the index did not route to the probe prefix",
-                    routed.strategy.reason_code()
+                    crate::route::strategy_reason(routed.strategy)
                 ),
             });
             return;

@@ -4,7 +4,6 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// A single `event` label.
@@ -24,8 +23,6 @@ pub struct RankingLabel {
 /// The routing metrics.
 #[derive(Debug, Clone, Default)]
 pub struct RoutingMetrics {
-    /// Tentative holdings stored now.
-    pub tentative_holdings: Gauge,
     /// Tentative holding lifecycle: stored, confirmed (replaced by a real
     /// report), removed (with a real removal or clear), expired, dropped (at
     /// the overlay's bound).
@@ -41,11 +38,6 @@ impl RoutingMetrics {
     /// Creates and registers the metrics.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        registry.register(
-            "inferencecache_tentative_holdings",
-            "Tentative (approximate-mode) replica x prefix holdings stored, not counted in the index entries",
-            m.tentative_holdings.clone(),
-        );
         registry.register(
             "inferencecache_tentative_holding_events",
             "Tentative holdings by event (stored|confirmed|removed|expired|dropped)",

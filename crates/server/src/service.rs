@@ -126,11 +126,9 @@ impl InferenceCache for InferenceCacheService {
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout);
-        let resp = self
-            .core
-            .pipeline
-            .lookup_route(request.get_ref(), caller_timeout)
-            .await;
+        let resp =
+            crate::convert::lookup_route(&self.core.pipeline, request.get_ref(), caller_timeout)
+                .await;
         Ok(Response::new(resp))
     }
 
@@ -295,6 +293,7 @@ impl InferenceCache for InferenceCacheService {
                     };
                     match next {
                         Ok(e) if filter.matches(&e) => {
+                            let e = crate::convert::feed_event_to_proto(&e);
                             return Some((Ok(e), Some((rx, filter, stop, guard, metrics))));
                         }
                         Ok(_) => {}
@@ -340,7 +339,10 @@ impl InferenceCache for InferenceCacheService {
                 let now_us = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-                let batch = crate::sampler::samples(&metrics.encode_text(), &names, now_us);
+                let batch: Vec<Metric> = crate::sampler::samples(&metrics.families(), &names)
+                    .into_iter()
+                    .map(|m| crate::convert::sample_to_proto(m, now_us))
+                    .collect();
                 Some((batch, (tick, names, metrics, stop, guard)))
             },
         );

@@ -134,7 +134,7 @@ proptest! {
             core.ingest(&inferencecache_server::convert::update_from_proto(u));
         }
         for req in reqs {
-            let resp = rt.block_on(core.pipeline.lookup_route(&req, None));
+            let resp = rt.block_on(inferencecache_server::convert::lookup_route(&core.pipeline, &req, None));
             prop_assert!(REASONS.contains(&resp.reason_code.as_str()), "{}", resp.reason_code);
             prop_assert!(resp.lookup_latency_us >= 0);
             let scores = &resp.replica_scores;

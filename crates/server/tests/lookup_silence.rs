@@ -99,7 +99,11 @@ fn lookup_route_emits_no_logs_on_any_branch() {
         .unwrap();
     tracing::subscriber::with_default(Counter(Arc::clone(&count)), || {
         for r in &requests {
-            rt.block_on(core.pipeline.lookup_route(r, None));
+            rt.block_on(inferencecache_server::convert::lookup_route(
+                &core.pipeline,
+                r,
+                None,
+            ));
         }
         // Sanity: the counter does see events.
         tracing::info!("probe_of_the_counter");

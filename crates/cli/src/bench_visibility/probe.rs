@@ -30,7 +30,7 @@ pub(super) fn request(tokens: Range<u32>) -> LookupRouteRequest {
 
 /// PREFIX_MATCH, and the sidecar's replica matches all `tokens` of it.
 pub(super) fn full_match(r: &LookupRouteResponse, tokens: usize) -> bool {
-    r.reason_code == "PREFIX_MATCH"
+    r.reason_code == inferencecache_proto::Reason::PrefixMatch.as_str()
         && r.replica_scores
             .iter()
             .any(|s| s.replica_id == REPLICA && s.matched_tokens as usize >= tokens)

@@ -46,9 +46,10 @@ pub(super) async fn one_rate(args: &VisibilityBenchArgs, rate: u64) -> anyhow::R
                 let (mut c, v) = (rig.client.clone(), visible.clone());
                 samplers.spawn(async move {
                     let req = request(tokens);
-                    let seen =
-                        poll_until(&mut c, &req, published, |r| r.reason_code == "PREFIX_MATCH")
-                            .await;
+                    let seen = poll_until(&mut c, &req, published, |r| {
+                        r.reason_code == inferencecache_proto::Reason::PrefixMatch.as_str()
+                    })
+                    .await;
                     v.add(seen);
                 });
             }

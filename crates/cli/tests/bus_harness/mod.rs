@@ -489,13 +489,18 @@ pub fn same_entries(a: &Answer, b: &Answer) -> bool {
     a.reason == b.reason && sorted(a) == sorted(b)
 }
 
+/// Same reason, same ranking, and scores equal up to the freshness decay
+/// between the replicas' answers: the replicas are asked one after another,
+/// and on a loaded 2-core machine those answers can be a second or more
+/// apart (seen: 0.7% at a 300 s TTL). A replica that missed an update
+/// differs by far more (a whole entry's score or a different ranking).
 pub fn same_answer(a: &Answer, b: &Answer) -> bool {
     a.reason == b.reason
         && a.ranked == b.ranked
         && a.scores
             .iter()
             .zip(&b.scores)
-            .all(|(x, y)| (x - y).abs() <= 1e-3 * x.abs().max(y.abs()).max(1.0))
+            .all(|(x, y)| (x - y).abs() <= 2e-2 * x.abs().max(y.abs()).max(1.0))
 }
 
 /// Runs every lookup against every replica (8 workers, each with its own

@@ -36,8 +36,8 @@ pub use source::{PD_TOPOLOGY_FILE, decode_pd_topologies_json, load_pd_topology_f
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
 use crate::policy::PolicyStore;
-use crate::reason;
 use inferencecache_index::{Index, LookupRequest, PROBE_TENANT, affinity_index};
+use inferencecache_proto::Reason;
 use inferencecache_proto::v1alpha1::{LookupPdRouteRequest, LookupPdRouteResponse};
 
 /// One topology, validated: pools sorted byte-wise and deduplicated.
@@ -102,7 +102,7 @@ impl PdRouter<'_> {
 
     fn pick(&self, req: &LookupPdRouteRequest) -> LookupPdRouteResponse {
         let no_hint = || LookupPdRouteResponse {
-            reason_code: reason::NO_HINT.into(),
+            reason_code: Reason::NoHint.as_str().into(),
             ..Default::default()
         };
         if req.tenant_id == PROBE_TENANT {
@@ -114,10 +114,10 @@ impl PdRouter<'_> {
         let prefill_pool: Vec<&str> = t.prefill.iter().map(String::as_str).collect();
         let decode_pool: Vec<&str> = t.decode.iter().map(String::as_str).collect();
         let (prefill, reason) = match self.cached_prefill(req, &prefill_pool) {
-            Some(r) => (Some(r), reason::PREFIX_MATCH),
+            Some(r) => (Some(r), Reason::PrefixMatch),
             None => (
                 least_loaded(self.index, req, &prefill_pool),
-                reason::AFFINITY_HINT,
+                Reason::AffinityHint,
             ),
         };
         let decode = least_loaded(self.index, req, &decode_pool);
@@ -128,7 +128,7 @@ impl PdRouter<'_> {
             prefill_replica_id: prefill.to_owned(),
             decode_replica_id: decode.to_owned(),
             transport_hint: t.transport.clone(),
-            reason_code: reason.into(),
+            reason_code: reason.as_str().into(),
         }
     }
 

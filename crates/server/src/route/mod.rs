@@ -1,27 +1,31 @@
 //! The LookupRoute pipeline (`server.md` §3.2–§3.5), in the reference's exact
-//! step order. Every outcome is a response with a reason code: never a gRPC
+//! step order. Every outcome is an answer with a reason code: never a gRPC
 //! error, never a log line.
+//!
+//! The pipeline works on its own types ([`RouteRequest`] borrowed from the
+//! wire request, [`RouteOutcome`] turned into the wire response by
+//! `convert.rs`), so the protobuf types stay at the edge.
 //!
 //! Index lookups take no global lock and finish in microseconds, so they run
 //! inline on the handler task and the deadline is checked around them, rather
 //! than paying a thread hop per lookup.
 
 mod deadline;
+mod request;
 mod resolve;
 mod ttft;
 
 pub use deadline::parse_grpc_timeout;
+pub use request::{RouteOutcome, RouteRequest, strategy_reason};
 pub use resolve::{MAX_LOOKUP_TOKENS, MAX_PROMPT_TEXT_BYTES};
 
-use crate::convert::score_to_proto;
 use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, TenantPolicy};
-use crate::reason;
 use crate::tokenize::Tokenizers;
 use inferencecache_index::{
     Index, LookupRequest, LookupRouteResult, PROBE_TENANT, RankingMode, Strategy,
 };
-use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse};
+use inferencecache_proto::Reason;
 use resolve::{ChainHashes, Input, Resolved};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,10 +56,6 @@ impl std::fmt::Debug for LookupPipeline {
     }
 }
 
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
 fn expired(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
@@ -68,14 +68,8 @@ enum Tokenized {
 }
 
 /// A fail-open envelope: empty scores, no adapter echo.
-fn envelope(reason: &str, start: Instant, echo: Vec<u32>) -> LookupRouteResponse {
-    LookupRouteResponse {
-        replica_scores: Vec::new(),
-        reason_code: reason.to_owned(),
-        lookup_latency_us: micros(start.elapsed()),
-        token_ids: echo,
-        adapter_id: String::new(),
-    }
+fn envelope(reason: Reason, start: Instant, echo: Vec<u32>) -> RouteOutcome {
+    RouteOutcome::envelope(reason, start.elapsed(), echo)
 }
 
 impl LookupPipeline {
@@ -117,37 +111,34 @@ impl LookupPipeline {
     }
 
     /// Answers one LookupRoute. `caller_timeout` is the gRPC deadline.
-    pub async fn lookup_route(
+    pub async fn route(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         caller_timeout: Option<Duration>,
-    ) -> LookupRouteResponse {
+    ) -> RouteOutcome {
         let start = Instant::now();
-        if req.tenant_id == PROBE_TENANT {
+        if req.tenant == PROBE_TENANT {
             self.metrics
-                .observe_lookup(&req.model_id, reason::NO_HINT, false, 0.0);
-            return LookupRouteResponse {
-                reason_code: reason::NO_HINT.into(),
-                ..Default::default()
-            };
+                .observe_lookup(req.model, Reason::NoHint, false, 0.0);
+            return RouteOutcome::envelope(Reason::NoHint, Duration::ZERO, Vec::new());
         }
-        let resp = self.run(req, caller_timeout, start).await;
+        let outcome = self.run(req, caller_timeout, start).await;
         self.metrics.observe_lookup(
-            &req.model_id,
-            &resp.reason_code,
-            !resp.replica_scores.is_empty(),
+            req.model,
+            outcome.reason,
+            outcome.hint_used(),
             start.elapsed().as_secs_f64(),
         );
-        resp
+        outcome
     }
 
     async fn run(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         caller_timeout: Option<Duration>,
         start: Instant,
-    ) -> LookupRouteResponse {
-        let policy = self.policies.policy(&req.tenant_id);
+    ) -> RouteOutcome {
+        let policy = self.policies.policy(req.tenant);
         // Step 2-3: the tighter of the caller's deadline and the tenant budget.
         let budget = policy.lookup_timeout;
         let mut deadline = [caller_timeout, budget]
@@ -156,7 +147,7 @@ impl LookupPipeline {
             .map(|d| start + d)
             .min();
         let chain_enabled = policy.enable_chain_matching;
-        let no_chain = req.block_hashes.is_empty() && req.block_token_counts.is_empty();
+        let no_chain = !req.has_chain();
         let will_tokenize = !req.prompt_text.is_empty()
             && (!chain_enabled || no_chain)
             && req.prefix_hash.is_empty()
@@ -166,32 +157,32 @@ impl LookupPipeline {
         }
         // Step 4.
         if expired(deadline) {
-            return envelope(reason::TIMEOUT, start, Vec::new());
+            return envelope(Reason::Timeout, start, Vec::new());
         }
         // Step 5, on the raw request.
         let well_formed_chain =
             !req.block_hashes.is_empty() && req.block_hashes.len() == req.block_token_counts.len();
         if policy.require_chain && !well_formed_chain {
-            return envelope(reason::POLICY_REQUIRES_CHAIN, start, Vec::new());
+            return envelope(Reason::PolicyRequiresChain, start, Vec::new());
         }
         // Step 6-8.
         let mut resolved = match resolve::resolve(req, self.block_size, chain_enabled) {
             Input::Ready(r) => r,
-            Input::FailOpen => return envelope(reason::NO_HINT, start, Vec::new()),
+            Input::FailOpen => return envelope(Reason::NoHint, start, Vec::new()),
             Input::PromptText => match self.tokenize(req, chain_enabled, deadline).await {
                 Tokenized::Ready(r) => r,
-                Tokenized::FailOpen(echo) => return envelope(reason::NO_HINT, start, echo),
-                Tokenized::Timeout => return envelope(reason::TIMEOUT, start, Vec::new()),
+                Tokenized::FailOpen(echo) => return envelope(Reason::NoHint, start, echo),
+                Tokenized::Timeout => return envelope(Reason::Timeout, start, Vec::new()),
             },
         };
         if expired(deadline) {
-            return envelope(reason::TIMEOUT, start, resolved.echo_tokens);
+            return envelope(Reason::Timeout, start, resolved.echo_tokens);
         }
         // Step 9: pre-lookup min-prefix gate (affinity disabled only).
         let min_prefix = i64::from(policy.minimum_prefix_tokens);
         let below_min_prefix = min_prefix > 0 && resolved.effective_prefix_tokens() < min_prefix;
         if below_min_prefix && !policy.affinity_routing {
-            return envelope(reason::NO_HINT, start, resolved.echo_tokens);
+            return envelope(Reason::NoHint, start, resolved.echo_tokens);
         }
         // Step 10.
         if !chain_enabled {
@@ -206,7 +197,7 @@ impl LookupPipeline {
         let lookup_start = Instant::now();
         let mut result = self.index_lookup(req, &resolved);
         if expired(deadline) || budget.is_some_and(|b| lookup_start.elapsed() > b) {
-            return envelope(reason::TIMEOUT, start, resolved.echo_tokens);
+            return envelope(Reason::Timeout, start, resolved.echo_tokens);
         }
         // Step 12.
         if result.strategy == Strategy::TenantHot && !policy.enable_tenant_hot {
@@ -219,20 +210,20 @@ impl LookupPipeline {
     /// failing open on every error.
     async fn tokenize(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         chain_enabled: bool,
         deadline: Option<Instant>,
     ) -> Tokenized {
         if req.prompt_text.len() > MAX_PROMPT_TEXT_BYTES {
             return Tokenized::FailOpen(Vec::new());
         }
-        let Ok(tokenizer) = self.tokenizers.get(&req.model_id) else {
+        let Ok(tokenizer) = self.tokenizers.get(req.model) else {
             return Tokenized::FailOpen(Vec::new());
         };
         let Ok(permit) = self.tokenize_budget.try_acquire(req.prompt_text.len()) else {
             return Tokenized::FailOpen(Vec::new());
         };
-        let text = req.prompt_text.clone();
+        let text = req.prompt_text.to_owned();
         // The permit travels with the work: a timed-out request's
         // tokenization still holds its slot until it really ends.
         let work = tokio::task::spawn_blocking(move || {
@@ -256,7 +247,7 @@ impl LookupPipeline {
         }
     }
 
-    fn index_lookup(&self, req: &LookupRouteRequest, r: &Resolved<'_>) -> LookupRouteResult {
+    fn index_lookup(&self, req: &RouteRequest<'_>, r: &Resolved<'_>) -> LookupRouteResult {
         match &r.chain {
             ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, r, h)),
             ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, r, h)),
@@ -266,13 +257,13 @@ impl LookupPipeline {
     /// Step 13: floors, affinity, LFU credit, response.
     fn respond(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         policy: &TenantPolicy,
         resolved: Resolved<'_>,
         mut result: LookupRouteResult,
         below_min_prefix: bool,
         start: Instant,
-    ) -> LookupRouteResponse {
+    ) -> RouteOutcome {
         let hinted = matches!(result.strategy, Strategy::PrefixMatch | Strategy::TenantHot);
         if below_min_prefix && hinted {
             result.demote();
@@ -291,34 +282,29 @@ impl LookupPipeline {
         }
         if result.strategy == Strategy::None {
             if let Some(replica) = self.affinity(req, policy, &resolved) {
-                return LookupRouteResponse {
-                    replica_scores: vec![inferencecache_proto::v1alpha1::ReplicaScore {
-                        replica_id: replica.to_string(),
-                        ..Default::default()
-                    }],
-                    reason_code: reason::AFFINITY_HINT.into(),
-                    lookup_latency_us: micros(start.elapsed()),
-                    token_ids: resolved.echo_tokens,
-                    adapter_id: req.adapter_id.clone(),
-                };
+                return RouteOutcome::ranked(
+                    Reason::AffinityHint,
+                    vec![RouteOutcome::affinity_score(replica)],
+                    start.elapsed(),
+                    resolved.echo_tokens,
+                );
             }
         }
         if !result.hits.is_empty() {
             self.index.credit(&result.hits);
         }
-        LookupRouteResponse {
-            replica_scores: result.scores.iter().map(score_to_proto).collect(),
-            reason_code: result.strategy.reason_code().into(),
-            lookup_latency_us: micros(start.elapsed()),
-            token_ids: resolved.echo_tokens,
-            adapter_id: req.adapter_id.clone(),
-        }
+        RouteOutcome::ranked(
+            strategy_reason(result.strategy),
+            result.scores,
+            start.elapsed(),
+            resolved.echo_tokens,
+        )
     }
 
     /// §3.4: a stable replica for a miss, so repeats of a prefix co-locate.
     fn affinity(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         policy: &TenantPolicy,
         resolved: &Resolved<'_>,
     ) -> Option<Arc<str>> {
@@ -327,21 +313,20 @@ impl LookupPipeline {
         }
         let seed = affinity_seed(resolved);
         self.index
-            .affinity_hint(&req.tenant_id, &req.model_id, &req.hash_scheme, &seed)
+            .affinity_hint(req.tenant, req.model, req.hash_scheme, &seed)
     }
 }
 
 /// §3.4's conditions on the request and policy for an AFFINITY_HINT.
-fn affinity_allowed(req: &LookupRouteRequest, policy: &TenantPolicy) -> bool {
+fn affinity_allowed(req: &RouteRequest<'_>, policy: &TenantPolicy) -> bool {
     if !policy.affinity_routing
-        || req.tenant_id.is_empty()
-        || req.model_id.is_empty()
+        || req.tenant.is_empty()
+        || req.model.is_empty()
         || req.hash_scheme.is_empty()
     {
         return false;
     }
-    let raw_chain = !req.block_hashes.is_empty() || !req.block_token_counts.is_empty();
-    !raw_chain || req.block_hashes.len() == req.block_token_counts.len()
+    !req.has_chain() || req.block_hashes.len() == req.block_token_counts.len()
 }
 
 /// §3.4's canonical seed: the chain seed, else the exact key.
@@ -355,13 +340,13 @@ fn affinity_seed(resolved: &Resolved<'_>) -> Vec<u8> {
 
 /// The index request over a chain of either hash container.
 fn index_request<'a, H>(
-    req: &'a LookupRouteRequest,
+    req: &RouteRequest<'a>,
     r: &'a Resolved<'_>,
     hashes: &'a [H],
 ) -> LookupRequest<'a, H> {
-    LookupRequest::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
-        .adapter(&req.adapter_id)
+    LookupRequest::new(req.tenant, req.model, req.hash_scheme)
+        .adapter(req.adapter)
         .exact(r.exact_hash.as_bytes(), r.exact_count)
         .chain(hashes, r.counts.as_slice())
-        .slo_ttft_ms(req.slo.map_or(0, |s| s.ttft_ms))
+        .slo_ttft_ms(req.slo_ttft_ms)
 }

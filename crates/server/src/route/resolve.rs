@@ -2,8 +2,8 @@
 //! and/or chain) > `token_ids` > `prompt_text`. Never mutates the request and
 //! borrows its hashes rather than copying them.
 
+use super::request::RouteRequest;
 use inferencecache_fingerprint as fingerprint;
-use inferencecache_proto::v1alpha1::LookupRouteRequest;
 
 /// Most tokens a lookup may carry (1 Mi).
 pub const MAX_LOOKUP_TOKENS: usize = 1 << 20;
@@ -74,9 +74,9 @@ impl Counts<'_> {
 }
 
 impl<'a> Resolved<'a> {
-    fn exact_only(req: &'a LookupRouteRequest) -> Self {
+    fn exact_only(req: &RouteRequest<'a>) -> Self {
         Self {
-            exact_hash: ExactHash::Request(&req.prefix_hash),
+            exact_hash: ExactHash::Request(req.prefix_hash),
             exact_count: req.prefix_token_count,
             chain: ChainHashes::Request(&[]),
             counts: Counts::Request(&[]),
@@ -150,8 +150,8 @@ pub enum Input<'a> {
 }
 
 /// Resolves everything that needs no tokenizer.
-pub fn resolve(req: &LookupRouteRequest, block_size: u32, chain_enabled: bool) -> Input<'_> {
-    let has_chain = !req.block_hashes.is_empty() || !req.block_token_counts.is_empty();
+pub fn resolve<'a>(req: &RouteRequest<'a>, block_size: u32, chain_enabled: bool) -> Input<'a> {
+    let has_chain = req.has_chain();
     let mut ignored_chain = false;
     if !chain_enabled {
         if !req.prefix_hash.is_empty() {
@@ -163,13 +163,13 @@ pub fn resolve(req: &LookupRouteRequest, block_size: u32, chain_enabled: bool) -
             return Input::FailOpen;
         }
         return Input::Ready(Resolved {
-            chain: ChainHashes::Request(&req.block_hashes),
-            counts: Counts::Request(&req.block_token_counts),
+            chain: ChainHashes::Request(req.block_hashes),
+            counts: Counts::Request(req.block_token_counts),
             ..Resolved::exact_only(req)
         });
     }
     if !req.token_ids.is_empty() {
-        return match from_tokens(&req.token_ids, block_size, chain_enabled, Vec::new()) {
+        return match from_tokens(req.token_ids, block_size, chain_enabled, Vec::new()) {
             Ok(r) => Input::Ready(r),
             Err(_) => Input::FailOpen,
         };
@@ -197,10 +197,10 @@ mod tests {
 
     #[test]
     fn explicit_chain_beats_token_ids() {
-        let req = LookupRouteRequest {
-            block_hashes: vec![vec![1; 8]],
-            block_token_counts: vec![16],
-            token_ids: (0..64).collect(),
+        let req = RouteRequest {
+            block_hashes: &[vec![1; 8]],
+            block_token_counts: &[16],
+            token_ids: &(0..64).collect::<Vec<u32>>(),
             ..Default::default()
         };
         let r = ready(resolve(&req, 16, true));
@@ -211,8 +211,8 @@ mod tests {
     #[test]
     fn token_ids_equal_the_explicit_chain() {
         let tokens: Vec<u32> = (0..40).collect();
-        let req = LookupRouteRequest {
-            token_ids: tokens.clone(),
+        let req = RouteRequest {
+            token_ids: &tokens,
             ..Default::default()
         };
         let r = ready(resolve(&req, 16, true));
@@ -230,8 +230,8 @@ mod tests {
     #[test]
     fn chain_disabled_token_ids_use_the_last_block_as_exact_key() {
         let tokens: Vec<u32> = (0..48).collect();
-        let req = LookupRouteRequest {
-            token_ids: tokens.clone(),
+        let req = RouteRequest {
+            token_ids: &tokens,
             ..Default::default()
         };
         let r = ready(resolve(&req, 16, false));
@@ -245,25 +245,25 @@ mod tests {
 
     #[test]
     fn fail_open_cases() {
-        let sub_block = LookupRouteRequest {
-            token_ids: vec![1, 2, 3],
+        let sub_block = RouteRequest {
+            token_ids: &[1, 2, 3],
             ..Default::default()
         };
         assert!(matches!(resolve(&sub_block, 16, true), Input::FailOpen));
-        let counts_only = LookupRouteRequest {
-            block_token_counts: vec![16],
+        let counts_only = RouteRequest {
+            block_token_counts: &[16],
             ..Default::default()
         };
         assert!(matches!(resolve(&counts_only, 16, true), Input::FailOpen));
-        let too_many = LookupRouteRequest {
-            token_ids: vec![0; MAX_LOOKUP_TOKENS + 1],
+        let too_many = RouteRequest {
+            token_ids: &vec![0; MAX_LOOKUP_TOKENS + 1],
             ..Default::default()
         };
         assert!(matches!(resolve(&too_many, 16, true), Input::FailOpen));
         // Chain ignored (matching disabled) and nothing else to go on.
-        let ignored = LookupRouteRequest {
-            block_hashes: vec![vec![1; 8]],
-            block_token_counts: vec![16],
+        let ignored = RouteRequest {
+            block_hashes: &[vec![1; 8]],
+            block_token_counts: &[16],
             ..Default::default()
         };
         assert!(matches!(resolve(&ignored, 16, false), Input::FailOpen));
@@ -271,11 +271,11 @@ mod tests {
 
     #[test]
     fn chain_disabled_with_prefix_hash_uses_only_the_exact_key() {
-        let req = LookupRouteRequest {
-            prefix_hash: vec![9; 8],
+        let req = RouteRequest {
+            prefix_hash: &[9; 8],
             prefix_token_count: 100,
-            block_hashes: vec![vec![1; 8]],
-            block_token_counts: vec![16, 16],
+            block_hashes: &[vec![1; 8]],
+            block_token_counts: &[16, 16],
             ..Default::default()
         };
         let r = ready(resolve(&req, 16, false));
@@ -285,8 +285,8 @@ mod tests {
 
     #[test]
     fn prompt_text_needs_the_tokenizer() {
-        let req = LookupRouteRequest {
-            prompt_text: "hello".into(),
+        let req = RouteRequest {
+            prompt_text: "hello",
             ..Default::default()
         };
         assert!(matches!(resolve(&req, 16, true), Input::PromptText));

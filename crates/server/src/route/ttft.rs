@@ -15,21 +15,20 @@
 //!   `routing.tentativeTTLSeconds` is 0, records the chain as tentative
 //!   holdings there (approximate mode).
 
+use super::request::{RouteOutcome, RouteRequest, strategy_reason};
 use super::resolve::{ChainHashes, Resolved};
-use super::{
-    LookupPipeline, affinity_allowed, affinity_seed, envelope, expired, index_request, micros,
-};
-use crate::convert::score_to_proto;
+use super::{LookupPipeline, affinity_allowed, affinity_seed, envelope, expired, index_request};
 use crate::policy::TenantPolicy;
-use crate::reason;
-use inferencecache_index::{Delivery, LookupRequest, RouteParams, Strategy, TtftRoute};
-use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse, ReplicaScore};
+use inferencecache_index::{
+    Delivery, LookupRequest, ReplicaScore, RouteParams, Strategy, TtftRoute,
+};
+use inferencecache_proto::Reason;
 use std::time::Instant;
 
 /// What the ranking decided, before the response takes the echo tokens.
 enum Decision {
     Answer {
-        reason: &'static str,
+        reason: Reason,
         scores: Vec<ReplicaScore>,
     },
     Timeout,
@@ -38,13 +37,13 @@ enum Decision {
 impl LookupPipeline {
     pub(super) fn run_ttft(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         policy: &TenantPolicy,
         resolved: Resolved<'_>,
         below_min_prefix: bool,
         start: Instant,
         deadline: Option<Instant>,
-    ) -> LookupRouteResponse {
+    ) -> RouteOutcome {
         let seed = affinity_seed(&resolved);
         let decision = match &resolved.chain {
             ChainHashes::Request(h) => self.decide(
@@ -65,20 +64,16 @@ impl LookupPipeline {
             ),
         };
         match decision {
-            Decision::Timeout => envelope(reason::TIMEOUT, start, resolved.echo_tokens),
-            Decision::Answer { reason, scores } => LookupRouteResponse {
-                replica_scores: scores,
-                reason_code: reason.into(),
-                lookup_latency_us: micros(start.elapsed()),
-                token_ids: resolved.echo_tokens,
-                adapter_id: req.adapter_id.clone(),
-            },
+            Decision::Timeout => envelope(Reason::Timeout, start, resolved.echo_tokens),
+            Decision::Answer { reason, scores } => {
+                RouteOutcome::ranked(reason, scores, start.elapsed(), resolved.echo_tokens)
+            }
         }
     }
 
     fn decide<H: AsRef<[u8]>>(
         &self,
-        req: &LookupRouteRequest,
+        req: &RouteRequest<'_>,
         policy: &TenantPolicy,
         ireq: LookupRequest<'_, H>,
         seed: &[u8],
@@ -112,8 +107,8 @@ impl LookupPipeline {
                 self.index.credit(&result.hits);
             }
             return Decision::Answer {
-                reason: reason::PREFIX_MATCH,
-                scores: result.scores.iter().map(score_to_proto).collect(),
+                reason: Reason::PrefixMatch,
+                scores: result.scores,
             };
         }
         if let Some(pick) = pick.filter(|_| affinity_allowed(req, policy)) {
@@ -121,15 +116,12 @@ impl LookupPipeline {
                 self.deliver(&ireq, d, policy);
             }
             return Decision::Answer {
-                reason: reason::AFFINITY_HINT,
-                scores: vec![ReplicaScore {
-                    replica_id: pick.to_string(),
-                    ..Default::default()
-                }],
+                reason: Reason::AffinityHint,
+                scores: vec![RouteOutcome::affinity_score(pick)],
             };
         }
         Decision::Answer {
-            reason: result.strategy.reason_code(),
+            reason: strategy_reason(result.strategy),
             scores: Vec::new(),
         }
     }
@@ -147,7 +139,5 @@ impl LookupPipeline {
         m.delivered_hints.inc();
         m.tentative("stored", out.tentative_stored);
         m.tentative("dropped", out.tentative_dropped);
-        m.tentative_holdings
-            .set(i64::try_from(self.index.tentative_entries()).unwrap_or(i64::MAX));
     }
 }

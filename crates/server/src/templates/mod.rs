@@ -22,7 +22,7 @@ pub use source::{TEMPLATES_DIR, decode_templates_json, load_templates_dir};
 
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
-use crate::reason;
+use inferencecache_proto::Reason;
 use inferencecache_proto::v1alpha1::{RenderTemplateRequest, RenderTemplateResponse};
 
 /// The loaded templates, by `namespace/name`.
@@ -37,7 +37,7 @@ pub fn render_template(
 ) -> RenderTemplateResponse {
     let resp = match store.get(&req.template_ref) {
         None => RenderTemplateResponse {
-            reason_code: reason::TEMPLATE_NOT_FOUND.into(),
+            reason_code: Reason::TemplateNotFound.as_str().into(),
             ..Default::default()
         },
         Some(t) => match t.render(&req.variables) {
@@ -45,7 +45,7 @@ pub fn render_template(
                 stable_prefix_hash: r.stable_prefix_hash(),
                 rendered_prompt: r.prompt.into_bytes(),
                 tenant_namespace: t.namespace().as_bytes().to_vec(),
-                reason_code: reason::OK.into(),
+                reason_code: Reason::Ok.as_str().into(),
                 template_revision: t.revision().to_owned(),
             },
             Err(e) => {
@@ -57,7 +57,7 @@ pub fn render_template(
                     "render_template_failed"
                 );
                 RenderTemplateResponse {
-                    reason_code: reason::RENDER_ERROR.into(),
+                    reason_code: Reason::RenderError.as_str().into(),
                     template_revision: t.revision().to_owned(),
                     tenant_namespace: t.namespace().as_bytes().to_vec(),
                     ..Default::default()

@@ -10,9 +10,10 @@
 //! wait, and never holds more than its queue.
 
 use crate::core::Core;
+use crate::events::FeedEvent;
 use crate::metrics::Metrics;
 use axum::response::sse::Event;
-use inferencecache_proto::v1alpha1::{CacheEvent, cache_event::Type};
+use inferencecache_proto::v1alpha1::cache_event::Type;
 use serde::Serialize;
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -36,7 +37,7 @@ const PREFIX_SHOWN: usize = 8;
 /// What a client's queue carries.
 #[derive(Debug)]
 enum Item {
-    Change(CacheEvent),
+    Change(FeedEvent),
     Dropped { dropped: u64, total: u64 },
 }
 
@@ -80,13 +81,13 @@ fn hex_prefix(bytes: &[u8]) -> String {
 fn to_sse(item: &Item) -> Event {
     match item {
         Item::Change(e) => {
-            let kind = Type::try_from(e.r#type).map_or("UNKNOWN", |t| t.as_str_name());
+            let kind = Type::try_from(e.kind.to_wire()).map_or("UNKNOWN", |t| t.as_str_name());
             let change = Change {
                 r#type: kind,
                 replica: &e.replica_id,
-                model: &e.model_id,
-                tenant: &e.tenant_id,
-                adapter: &e.adapter_id,
+                model: &e.model,
+                tenant: &e.tenant,
+                adapter: &e.adapter,
                 prefix: hex_prefix(&e.prefix_hash),
                 ts_us: e.timestamp_us,
             };
@@ -122,7 +123,7 @@ pub(crate) fn open(
 /// Moves hub events into one client's queue until the client goes away or
 /// the server stops serving.
 async fn forward(
-    mut events: tokio::sync::broadcast::Receiver<CacheEvent>,
+    mut events: tokio::sync::broadcast::Receiver<FeedEvent>,
     tx: mpsc::Sender<Item>,
     ready: Arc<AtomicBool>,
     guard: ClientGuard,

@@ -20,10 +20,11 @@ pub use feed::CLIENT_BUFFER;
 pub use metrics::UiMetrics;
 pub use state::{FeedState, UiReplica, UiState, UiTenant};
 
-use crate::http::{Endpoint, HttpState, auth_gate, http_error};
+use crate::http::{Endpoint, HttpState, allow_methods, auth_gate};
+use crate::http_error::HttpError;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -49,17 +50,8 @@ pub fn router() -> Router<HttpState> {
         .route("/ui/events", any(events))
 }
 
-fn method_not_allowed() -> Response {
-    let mut r = http_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
-    r.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("GET"));
-    r
-}
-
-async fn page(method: Method) -> Response {
-    if method != Method::GET && method != Method::HEAD {
-        return method_not_allowed();
-    }
+async fn page(method: Method) -> Result<Response, HttpError> {
+    allow_methods(&method, &[Method::GET, Method::HEAD], "GET")?;
     let mut r = PAGE.into_response();
     let h = r.headers_mut();
     h.insert(
@@ -75,49 +67,43 @@ async fn page(method: Method) -> Response {
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
-    r
+    Ok(r)
 }
 
-async fn ui_state(State(state): State<HttpState>, method: Method, headers: HeaderMap) -> Response {
-    if method != Method::GET {
-        return method_not_allowed();
-    }
-    if let Some(denied) = auth_gate(&state, Endpoint::Snapshot, &headers).await {
-        return denied;
-    }
+async fn ui_state(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    allow_methods(&method, &[Method::GET], "GET")?;
+    auth_gate(&state, Endpoint::Snapshot, &headers).await?;
     let core = state.core.clone();
     let ready = state.ready.load(Ordering::Acquire);
     let built =
         tokio::task::spawn_blocking(move || serde_json::to_vec(&state::build(&core, ready))).await;
     match built {
-        Ok(Ok(body)) => (
+        Ok(Ok(body)) => Ok((
             [
                 (header::CONTENT_TYPE, "application/json"),
                 (header::CACHE_CONTROL, "no-store"),
             ],
             body,
         )
-            .into_response(),
-        Ok(Err(e)) => http_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("encode ui state: {e}"),
-        ),
-        Err(e) => http_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("ui state task: {e}"),
-        ),
+            .into_response()),
+        Ok(Err(e)) => Err(HttpError::Internal(format!("encode ui state: {e}"))),
+        Err(e) => Err(HttpError::Internal(format!("ui state task: {e}"))),
     }
 }
 
-async fn events(State(state): State<HttpState>, method: Method, headers: HeaderMap) -> Response {
-    if method != Method::GET {
-        return method_not_allowed();
-    }
-    if let Some(denied) = auth_gate(&state, Endpoint::Snapshot, &headers).await {
-        return denied;
-    }
+async fn events(
+    State(state): State<HttpState>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    allow_methods(&method, &[Method::GET], "GET")?;
+    auth_gate(&state, Endpoint::Snapshot, &headers).await?;
     if !state.ready.load(Ordering::Acquire) {
-        return http_error(StatusCode::SERVICE_UNAVAILABLE, "not ready");
+        return Err(HttpError::NotReady);
     }
     let stream = feed::open(&state.core, Arc::clone(&state.ready));
     let mut r = Sse::new(stream)
@@ -125,5 +111,5 @@ async fn events(State(state): State<HttpState>, method: Method, headers: HeaderM
         .into_response();
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    Ok(r)
 }

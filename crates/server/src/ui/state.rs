@@ -35,7 +35,7 @@ pub struct UiState {
     /// CacheStateUpdate messages ingested so far.
     pub ingest_updates: u64,
     /// LookupRoute calls so far by reason code (all models).
-    pub lookups_by_reason: BTreeMap<String, u64>,
+    pub lookups_by_reason: BTreeMap<&'static str, u64>,
     /// Sum and count of LookupRoute latency (seconds), all models.
     pub lookup_latency_sum: f64,
     /// Observations behind `lookup_latency_sum`.
@@ -155,8 +155,7 @@ pub fn build(core: &Core, ready: bool) -> UiState {
         .collect();
     let mut policy_tenants: Vec<String> = policies.policies.keys().cloned().collect();
     policy_tenants.sort();
-    let text = core.metrics.encode_text();
-    let lookups = lookup_counters(&text);
+    let lookups = core.metrics.lookup_totals();
     UiState {
         now_ms: now_ms(),
         ready,
@@ -165,7 +164,7 @@ pub fn build(core: &Core, ready: bool) -> UiState {
         replicas,
         tenants,
         total_prefixes: snap.total_prefixes,
-        replica_entries: core.metrics.index_replica_entries.get(),
+        replica_entries: core.metrics.index_gauges.replica_entries(),
         max_entries: core.metrics.index_max_entries.get(),
         ingest_updates: core.metrics.ingest_updates.get(),
         lookups_by_reason: lookups.by_reason,
@@ -177,68 +176,5 @@ pub fn build(core: &Core, ready: bool) -> UiState {
             dropped: core.metrics.ui.dropped.get(),
             buffer: CLIENT_BUFFER,
         },
-    }
-}
-
-/// LookupRoute counters summed over models, read from the server's own
-/// exposition (the per-model families are not enumerable otherwise).
-#[derive(Debug, Default, PartialEq)]
-struct LookupCounters {
-    by_reason: BTreeMap<String, u64>,
-    latency_sum: f64,
-    latency_count: u64,
-}
-
-fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let key = format!("{name}=\"");
-    let start = line.find(&key)? + key.len();
-    let len = line[start..].find('"')?;
-    Some(&line[start..start + len])
-}
-
-fn value(line: &str) -> Option<f64> {
-    line.rsplit(' ').next()?.trim().parse().ok()
-}
-
-fn lookup_counters(text: &str) -> LookupCounters {
-    let mut out = LookupCounters::default();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("inferencecache_lookup_route_calls_total{") {
-            if let (Some(reason), Some(v)) = (label(rest, "reason_code"), value(rest)) {
-                // Counter values are whole numbers printed as floats.
-                let n = v as u64;
-                *out.by_reason.entry(reason.to_owned()).or_default() += n;
-            }
-        } else if line.starts_with("inferencecache_lookup_route_latency_seconds_sum") {
-            out.latency_sum += value(line).unwrap_or(0.0);
-        } else if line.starts_with("inferencecache_lookup_route_latency_seconds_count") {
-            let n = value(line).unwrap_or(0.0) as u64;
-            out.latency_count += n;
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lookup_counters_sum_models() {
-        let text = "\
-# HELP inferencecache_lookup_route_calls LookupRoute calls
-inferencecache_lookup_route_calls_total{model=\"a\",reason_code=\"PREFIX_MATCH\",hint_used=\"true\"} 3
-inferencecache_lookup_route_calls_total{model=\"b\",reason_code=\"PREFIX_MATCH\",hint_used=\"true\"} 2
-inferencecache_lookup_route_calls_total{model=\"b\",reason_code=\"NO_HINT\",hint_used=\"false\"} 1
-inferencecache_lookup_route_latency_seconds_sum{model=\"a\"} 0.5
-inferencecache_lookup_route_latency_seconds_count{model=\"a\"} 4
-inferencecache_lookup_route_latency_seconds_sum{model=\"b\"} 0.25
-inferencecache_lookup_route_latency_seconds_count{model=\"b\"} 2
-";
-        let c = lookup_counters(text);
-        assert_eq!(c.by_reason["PREFIX_MATCH"], 5);
-        assert_eq!(c.by_reason["NO_HINT"], 1);
-        assert!((c.latency_sum - 0.75).abs() < 1e-9);
-        assert_eq!(c.latency_count, 6);
     }
 }
