@@ -256,8 +256,9 @@ async fn state_dir_gives_a_single_server_a_warm_restart_with_ages_kept() {
     for (q, was) in reqs.iter().zip(&before) {
         let now = Answer::from(c.lookup_route(q.clone()).await.unwrap().into_inner());
         // Entries kept their ages: scores only decayed by the seconds the
-        // restart took (30 min TTL: well under 1 %), ranks and reasons are
-        // unchanged. A cold start would answer NO_HINT / UNKNOWN_TENANT.
+        // restart and these lookups took (30 min TTL: 1 % per 18 s; seen
+        // 1.6 % on a loaded 2-core machine, so 5 % is allowed), ranks and
+        // reasons are unchanged. A cold start would answer NO_HINT / UNKNOWN_TENANT.
         // TENANT_HOT ranks by recency over a 5 min window: it moves faster,
         // so only its replica set is compared.
         let set = |a: &Answer| {
@@ -274,7 +275,7 @@ async fn state_dir_gives_a_single_server_a_warm_restart_with_ages_kept() {
                         .scores
                         .iter()
                         .zip(&was.scores)
-                        .all(|(x, y)| (x - y).abs() <= 0.01 * y.abs().max(1.0))
+                        .all(|(x, y)| (x - y).abs() <= 0.05 * y.abs().max(1.0))
             };
         if !close {
             differing.push((q.clone(), was.clone(), now));

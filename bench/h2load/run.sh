@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# LookupRoute over the wire, measured by an independent C load generator
+# (h2load, Debian's nghttp2-client) against the gRPC health Check on the same
+# server in the same run (the framework's floor). The server runs on core 0,
+# h2load on core 1.
+#
+#   bench/h2load/run.sh [BINARY] [-- extra serve flags]
+#
+# BINARY defaults to target/release/inferencecache. Prints requests/s and
+# latency for both RPCs and the LookupRoute/Check ratio.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-target/release/inferencecache}
+shift || true
+[ "${1:-}" = "--" ] && shift
+command -v h2load >/dev/null || { echo "h2load missing: apt-get install -y --no-install-recommends nghttp2-client" >&2; exit 2; }
+[ -x "$bin" ] || { echo "$bin missing: cargo build --release -p inferencecache-cli" >&2; exit 2; }
+N=${N:-400000}
+C=${C:-4}
+M=${M:-16}
+work=$(mktemp -d)
+port=$((20000 + RANDOM % 20000))
+python3 bench/h2load/frames.py "$work" --blocks "${BLOCKS:-32}"
+taskset -c 0 "$bin" --log-level error serve --grpc-bind-address "127.0.0.1:$port" \
+  --http-bind-address 127.0.0.1:0 --snapshot-bind-address 127.0.0.1:0 "$@" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
+url="http://127.0.0.1:$port"
+hdr=(-H 'content-type: application/grpc' -H 'te: trailers')
+for _ in $(seq 50); do
+  h2load -n 1 -c 1 "${hdr[@]}" -d "$work/health.bin" "$url/grpc.health.v1.Health/Check" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+for f in "$work"/report-*.bin; do
+  h2load -n 1 -c 1 "${hdr[@]}" -d "$f" \
+    "$url/inferencecache.v1alpha1.InferenceCache/ReportCacheState" >/dev/null
+done
+# The lookup must be a real hint (h2load counts any HTTP 200 as success).
+if [ -x .venv/bin/grpcurl ]; then
+  .venv/bin/grpcurl -plaintext -d "{\"modelId\":\"m\",\"tenantId\":\"t\",\"hashScheme\":\"vllm\",\"blockHashes\":[$(python3 -c '
+import base64,struct,sys
+n=int(sys.argv[1]); print(",".join("\""+base64.b64encode(struct.pack(">Q",0xB10C0000+i)).decode()+"\"" for i in range(n)))' "${BLOCKS:-32}")],\"blockTokenCounts\":[$(python3 -c 'import sys; print(",".join(["16"]*int(sys.argv[1])))' "${BLOCKS:-32}")]}" \
+    "127.0.0.1:$port" inferencecache.v1alpha1.InferenceCache/LookupRoute | grep -q PREFIX_MATCH \
+    || { echo "the seeded lookup is not a PREFIX_MATCH" >&2; exit 1; }
+fi
+run() {
+  local name=$1 path=$2 body=$3
+  # Warm-up, then the measured run.
+  taskset -c 1 h2load -n $((N / 10)) -c "$C" -m "$M" "${hdr[@]}" -d "$body" "$url$path" >/dev/null
+  taskset -c 1 h2load -n "$N" -c "$C" -m "$M" "${hdr[@]}" -d "$body" "$url$path" \
+    | awk -v n="$name" '/^finished in/ {rps=$4} /^requests:/ {ok=$8} /^time for request:/ {mean=$6; sd=$8} END {printf "%-12s %10s req/s  ok %s  mean %s sd %s\n", n, rps, ok, mean, sd}' \
+    | tee -a "$work/out"
+}
+run Check /grpc.health.v1.Health/Check "$work/health.bin"
+run LookupRoute /inferencecache.v1alpha1.InferenceCache/LookupRoute "$work/lookup.bin"
+awk '{gsub(",","",$2); r[NR]=$2} END {printf "LookupRoute / Check = %.2f\n", r[2]/r[1]}' "$work/out"
