@@ -3,14 +3,19 @@
 //! trip, policy for the tenant, each sidecar's engine stream and server
 //! link, one real LookupRoute) and prints every step with a remediation
 //! line. Exit 0 when nothing failed, 1 otherwise, 2 for unusable flags.
+//! With `--kubeconfig` it first finds the server, the operator and the
+//! sidecars in a cluster (`discover`) and checks what it found.
 
 mod checks;
+mod discover;
 mod http;
+mod reach;
 mod report;
 mod sniff;
 
 use crate::tools::server::{BAD_FLAGS, ServerArgs};
 use clap::Args;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,11 +30,28 @@ Walks the path a routing hint takes and says what is broken and how to fix it:\n
   tenant.replicas replicas report under --tenant, and how fresh\n\
   sidecar.*       each --sidecar: engine KV-event stream, server link, events flowing\n\
   lookup          one real LookupRoute for --tenant/--model\n\n\
+With --kubeconfig it first looks in the cluster and checks what it finds:\n\
+  kube.cluster    the API server answers with this kubeconfig/--context\n\
+  kube.server     a Service labelled app.kubernetes.io/name=inference-cache-server in\n\
+                  --namespace (its grpc/http/control ports become --server/--http/--control)\n\
+  kube.server.deployment  its Deployment has ready replicas (and TLS or not)\n\
+  kube.operator   the inference-cache-controller Deployment has ready replicas\n\
+  kube.crds       the inferencecache.io CRDs are served; CacheBackend/CacheTenant/CachePolicy counts\n\
+  kube.sidecars   pods labelled inferencecache.io/cache-domain carry an injected\n\
+                  kvevent-subscriber; each one's pod IP and port become a --sidecar, and the\n\
+                  first one's tenant/model/hash scheme the defaults of --tenant/--model\n\
+Flags given on the command line win over what was found. Cluster IPs and pod IPs are only\n\
+reachable from inside the cluster's network; from a laptop, port-forward and say where:\n  \
+kubectl -n inference-cache-system port-forward svc/inference-cache-server 9090 8080 8081 &\n  \
+kubectl -n team-a port-forward pod/vllm-0 18090:8090 &\n  \
+inferencecache doctor --kubeconfig --address-override svc/inference-cache-server=127.0.0.1 \\\n      \
+--address-override pod/team-a/vllm-0:8090=127.0.0.1:18090\n\n\
 Exit status: 0 when no check failed (warnings allowed), 1 when one did, 2 for bad flags.\n\n\
 Examples:\n  \
 inferencecache doctor\n  \
 inferencecache doctor --server http://10.0.0.5:9090 --sidecar http://10.0.0.7:9400 --tenant team-a --model llama-3-8b\n  \
-inferencecache doctor --server https://ic.example:9090 --tls-ca-file ca.pem --json | jq '.checks[] | select(.status==\"fail\")'";
+inferencecache doctor --server https://ic.example:9090 --tls-ca-file ca.pem --json | jq '.checks[] | select(.status==\"fail\")'\n  \
+inferencecache doctor --kubeconfig ~/.kube/config --context prod --namespace inference-cache-system";
 
 /// Flags of `doctor`.
 #[derive(Debug, Args)]
@@ -55,17 +77,41 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "URL")]
     sidecar: Vec<String>,
 
-    /// Tenant to check policy, replicas and the lookup for.
-    #[arg(long, default_value = "default")]
-    tenant: String,
+    /// Tenant to check policy, replicas and the lookup for [default: the
+    /// first discovered sidecar's, else "default"].
+    #[arg(long)]
+    tenant: Option<String>,
 
-    /// Model for the lookup and the probe.
-    #[arg(long, default_value = "default")]
-    model: String,
+    /// Model for the lookup and the probe [default: the first discovered
+    /// sidecar's, else "default"].
+    #[arg(long)]
+    model: Option<String>,
 
-    /// Hash scheme of the lookup.
-    #[arg(long, default_value = inferencecache_client::DEFAULT_HASH_SCHEME)]
-    hash_scheme: String,
+    /// Hash scheme of the lookup [default: the first discovered sidecar's,
+    /// else the client's default].
+    #[arg(long)]
+    hash_scheme: Option<String>,
+
+    /// Discover the server, operator and sidecars in a Kubernetes cluster
+    /// first. PATH, or without one: KUBECONFIG, ~/.kube/config, or the
+    /// pod's service account when run in a cluster.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use (default: the current one).
+    #[arg(long, value_name = "NAME", requires = "kubeconfig")]
+    context: Option<String>,
+
+    /// Namespace of the server and the operator (with --kubeconfig).
+    #[arg(long, value_name = "NAME", default_value = "inference-cache-system")]
+    namespace: String,
+
+    /// Where to reach a discovered object whose cluster address is not
+    /// routable from here, as after `kubectl port-forward`:
+    /// svc/NAME=HOST (same ports), svc/NAME:PORT=HOST:PORT,
+    /// pod/NAMESPACE/NAME:PORT=HOST:PORT; repeat for more.
+    #[arg(long, value_name = "OBJECT=ADDR", value_parser = reach::parse, requires = "kubeconfig")]
+    address_override: Vec<reach::Rule>,
 
     /// Time allowed for each step.
     #[arg(long, default_value = "3s", value_parser = crate::args::parse_duration)]
@@ -76,8 +122,9 @@ pub struct DoctorArgs {
     json: bool,
 }
 
-/// Runs `doctor`; returns the process exit code.
-pub fn run(args: DoctorArgs) -> ExitCode {
+/// Runs `doctor`; returns the process exit code. `server_flag_given`:
+/// --server was on the command line (it then wins over discovery).
+pub fn run(args: DoctorArgs, server_flag_given: bool) -> ExitCode {
     let token = match args.token.resolve() {
         Ok(t) => t,
         Err(message) => {
@@ -85,13 +132,11 @@ pub fn run(args: DoctorArgs) -> ExitCode {
             return ExitCode::from(BAD_FLAGS);
         }
     };
-    let target = match checks::Target::new(&args, token) {
-        Ok(t) => t,
-        Err(message) => {
-            eprintln!("inferencecache doctor: {message}");
-            return ExitCode::from(BAD_FLAGS);
-        }
-    };
+    // Flags are checked before the cluster is asked anything.
+    if let Err(message) = checks::Target::new(&args, token.clone(), None, server_flag_given) {
+        eprintln!("inferencecache doctor: {message}");
+        return ExitCode::from(BAD_FLAGS);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -102,7 +147,25 @@ pub fn run(args: DoctorArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let found = runtime.block_on(checks::run(&target));
+    let discovered = args.kubeconfig.as_ref().map(|path| {
+        runtime.block_on(discover::run(&discover::Options {
+            kubeconfig: Some(path.clone()).filter(|p| !p.as_os_str().is_empty()),
+            context: args.context.clone(),
+            namespace: args.namespace.clone(),
+            overrides: args.address_override.clone(),
+            timeout: args.timeout,
+            server_flag_given,
+        }))
+    });
+    let target = match checks::Target::new(&args, token, discovered.as_ref(), server_flag_given) {
+        Ok(t) => t,
+        Err(message) => {
+            eprintln!("inferencecache doctor: {message}");
+            return ExitCode::from(BAD_FLAGS);
+        }
+    };
+    let mut found = discovered.map(|d| d.checks).unwrap_or_default();
+    found.extend(runtime.block_on(checks::run(&target)));
     if args.json {
         println!("{}", report::json(&found));
     } else {
