@@ -407,7 +407,8 @@ async fn a_missing_server_service_and_an_unreachable_sidecar_say_what_to_fix() {
     for line in [
         "ok    kube.server ",
         "FAIL  sidecar.reachable team-a/vllm-qwen-0",
-        "fix: the sidecar is not running or --sidecar is wrong",
+        "fix: the sidecar does not answer at 192.0.2.7:8090: see `kubectl -n team-a logs \
+         vllm-qwen-1 -c kvevent-subscriber`",
         "FAIL  sidecar.reachable team-a/vllm-qwen-1",
         "warn  kube.sidecar team-a/vllm-qwen-3",
         "`kubectl -n team-a port-forward pod/vllm-qwen-3 8090`",
@@ -429,7 +430,7 @@ async fn a_missing_server_service_and_an_unreachable_sidecar_say_what_to_fix() {
         c["remediation"]
             .as_str()
             .unwrap()
-            .contains("kvevent-subscriber container"),
+            .contains("--address-override pod/team-a/vllm-qwen-0:8090=127.0.0.1:18090"),
         "{c}"
     );
     let detail = |name| check(&report, name)["detail"].as_str().unwrap().to_owned();

@@ -31,8 +31,9 @@ pub struct Target {
     http: String,
     control: String,
     token: Option<String>,
-    /// (name in the report, base URL) of each sidecar.
-    sidecars: Vec<(String, String)>,
+    /// (name in the report, base URL, fix when unreachable) of each
+    /// sidecar.
+    sidecars: Vec<(String, String, String)>,
     /// Why the server checks cannot run (discovery found no server and no
     /// --server was given).
     server_missing: Option<String>,
@@ -132,14 +133,18 @@ impl Target {
                 .map(|f| {
                     f.sidecars
                         .iter()
-                        .map(|s| (s.label.clone(), s.url.clone()))
+                        .map(|s| (s.label.clone(), s.url.clone(), s.unreachable_fix.clone()))
                         .collect()
                 })
                 .unwrap_or_default()
         } else {
             args.sidecar
                 .iter()
-                .map(|u| (with_scheme(u), with_scheme(u)))
+                .map(|u| {
+                    let fix = "the sidecar is not running or --sidecar is wrong: check the \
+                               pod's kvevent-subscriber container and its --http-bind-address";
+                    (with_scheme(u), with_scheme(u), fix.to_owned())
+                })
                 .collect()
         };
         let pick = |flag: &Option<String>, seen: Option<&String>, default: &str| {
@@ -187,8 +192,8 @@ pub async fn run(t: &Target) -> Vec<Check> {
         ] {
             out.push(Check::skip(name, why));
         }
-        for (name, url) in &t.sidecars {
-            sidecar_checks(t, name, url, &mut out).await;
+        for sidecar in &t.sidecars {
+            sidecar_checks(t, sidecar, &mut out).await;
         }
         out.push(Check::skip("lookup", why));
         return out;
@@ -208,8 +213,8 @@ pub async fn run(t: &Target) -> Vec<Check> {
         out.push(Check::skip("policy.tenant", why));
         out.push(Check::skip("tenant.replicas", why));
     }
-    for (name, url) in &t.sidecars {
-        sidecar_checks(t, name, url, &mut out).await;
+    for sidecar in &t.sidecars {
+        sidecar_checks(t, sidecar, &mut out).await;
     }
     match client {
         Some(c) => out.push(lookup(t, &c).await),
@@ -525,7 +530,11 @@ async fn policy_and_replicas(t: &Target, out: &mut Vec<Check>) {
 }
 
 /// `sidecar.*` for one sidecar: its engine stream, its server link, events.
-async fn sidecar_checks(t: &Target, base: &str, at: &str, out: &mut Vec<Check>) {
+async fn sidecar_checks(
+    t: &Target,
+    (base, at, unreachable_fix): &(String, String, String),
+    out: &mut Vec<Check>,
+) {
     let url = format!("{at}/metrics");
     let body = match get(t, &url).await {
         Ok(a) if a.status == 200 => a.body,
@@ -541,8 +550,7 @@ async fn sidecar_checks(t: &Target, base: &str, at: &str, out: &mut Vec<Check>) 
             out.push(Check::fail(
                 format!("sidecar.reachable {base}"),
                 format!("{url}: {e}"),
-                "the sidecar is not running or --sidecar is wrong: check the pod's \
-                 kvevent-subscriber container and its --http-bind-address",
+                unreachable_fix,
             ));
             return;
         }

@@ -73,6 +73,8 @@ pub struct Sidecar {
     pub label: String,
     /// Its HTTP base URL.
     pub url: String,
+    /// What to do when that URL does not answer.
+    pub unreachable_fix: String,
 }
 
 /// Everything discovery found, and its checks.
@@ -566,9 +568,17 @@ async fn sidecars(
             found.model = flag(sidecar, "model-id");
             found.hash_scheme = flag(sidecar, "hash-scheme");
         }
+        let pod_name = pod.name_any();
+        let unreachable_fix = format!(
+            "the sidecar does not answer at {addr}: see `kubectl -n {ns} logs {pod_name} -c \
+             {SIDECAR_NAME}` (its --http-bind-address must be :{port}); a pod IP answers only \
+             inside the cluster, so from outside `kubectl -n {ns} port-forward pod/{pod_name} \
+             18090:{port}` and pass --address-override pod/{label}:{port}=127.0.0.1:18090"
+        );
         found.sidecars.push(Sidecar {
             label,
             url: format!("http://{addr}"),
+            unreachable_fix,
         });
     }
     let summary = format!(
