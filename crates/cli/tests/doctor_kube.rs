@@ -29,9 +29,15 @@ const SVC: &str = "inference-cache-server";
 
 /// Runs doctor with `args`; (exit code, stdout).
 fn doctor(args: &[String]) -> (i32, String) {
+    doctor_env(args, &[])
+}
+
+/// As [`doctor`], with extra environment variables.
+fn doctor_env(args: &[String], env: &[(&str, &str)]) -> (i32, String) {
     let out = Command::new(BIN)
         .arg("doctor")
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run doctor");
     (
@@ -328,8 +334,22 @@ async fn a_missing_server_service_and_an_unreachable_sidecar_say_what_to_fix() {
         return;
     };
 
-    // An empty namespace: no Service, no operator, no CRDs.
-    let (code, text) = doctor(&kube_args(&cluster));
+    // A context the kubeconfig does not have.
+    let mut args = kube_args(&cluster);
+    args.extend(["--context".into(), "nope".into()]);
+    let (code, text) = doctor(&args);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("FAIL  kube.cluster"), "{text}");
+    assert!(text.contains("fix: pass --kubeconfig PATH"), "{text}");
+    assert!(text.contains("skip  server.grpc"), "{text}");
+
+    // An empty namespace: no Service, no operator, no CRDs. The kubeconfig
+    // comes from KUBECONFIG this time (`--kubeconfig` without a path).
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let (code, text) = doctor_env(
+        &["--kubeconfig", "--context", "t", "--timeout", "2s"].map(String::from),
+        &[("KUBECONFIG", &kubeconfig)],
+    );
     eprintln!("{text}");
     assert_eq!(code, 1, "{text}");
     assert!(

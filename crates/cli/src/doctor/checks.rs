@@ -674,4 +674,64 @@ mod tests {
         assert!(split_server("ftp://x:1").is_err());
         assert!(split_server("x").is_err());
     }
+
+    fn target(argv: &[&str], found: &Found, server_flag_given: bool) -> Target {
+        #[derive(clap::Parser)]
+        struct Doctor {
+            #[command(flatten)]
+            args: DoctorArgs,
+        }
+        let parsed = <Doctor as clap::Parser>::try_parse_from(
+            std::iter::once("doctor").chain(argv.iter().copied()),
+        )
+        .unwrap();
+        Target::new(&parsed.args, None, Some(found), server_flag_given).unwrap()
+    }
+
+    #[test]
+    fn discovery_fills_what_no_flag_says() {
+        let found = Found {
+            server: Some(super::super::discover::Server {
+                grpc: "10.0.0.9:9090".into(),
+                http: "10.0.0.9:8080".into(),
+                control: "127.0.0.1:18081".into(),
+                tls_name: Some("inference-cache-server.ic.svc".into()),
+            }),
+            sidecars: vec![super::super::discover::Sidecar {
+                label: "team-a/vllm-0".into(),
+                url: "http://10.1.0.4:8090".into(),
+                unreachable_fix: "port-forward".into(),
+            }],
+            tenant: Some("team-a".into()),
+            model: Some("qwen".into()),
+            ..Found::default()
+        };
+        let t = target(&["--kubeconfig", "--tenant", "team-b"], &found, false);
+        assert_eq!(t.server, "https://10.0.0.9:9090");
+        assert!(t.wants_tls);
+        assert_eq!(t.http, "http://10.0.0.9:8080");
+        assert_eq!(t.control, "http://127.0.0.1:18081");
+        assert_eq!(t.sidecars[0].0, "team-a/vllm-0");
+        assert_eq!((t.tenant.as_str(), t.model.as_str()), ("team-b", "qwen"));
+        assert_eq!(t.hash_scheme, inferencecache_client::DEFAULT_HASH_SCHEME);
+        assert!(t.server_missing.is_none());
+
+        // Typed flags win.
+        let argv = [
+            "--kubeconfig",
+            "--server",
+            "127.0.0.1:9090",
+            "--sidecar",
+            "127.0.0.1:9400",
+        ];
+        let t = target(&argv, &found, true);
+        assert_eq!(t.grpc_addr, "127.0.0.1:9090");
+        assert!(!t.wants_tls);
+        assert_eq!(t.control, "http://127.0.0.1:8081");
+        assert_eq!(t.sidecars[0].1, "http://127.0.0.1:9400");
+
+        // Nothing found and no --server: the server checks are skipped.
+        let t = target(&["--kubeconfig"], &Found::default(), false);
+        assert!(t.server_missing.is_some());
+    }
 }

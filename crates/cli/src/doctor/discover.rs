@@ -622,3 +622,29 @@ async fn sidecars(
         found.checks.push(Check::ok(NAME, summary));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_of_a_container_in_every_spelling() {
+        let c = Container {
+            command: Some(vec!["/inferencecache".into()]),
+            args: Some(vec![
+                "subscribe".into(),
+                "--model-id=Qwen/Qwen3-0.6B".into(),
+                "--tenant-id".into(),
+                "team-a".into(),
+                "-tls-cert-file=/tls/tls.crt".into(),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(flag(&c, "model-id").as_deref(), Some("Qwen/Qwen3-0.6B"));
+        assert_eq!(flag(&c, "tenant-id").as_deref(), Some("team-a"));
+        assert_eq!(flag(&c, "tls-cert-file").as_deref(), Some("/tls/tls.crt"));
+        assert_eq!(flag(&c, "hash-scheme"), None);
+        assert_eq!(host("10.0.0.1"), "10.0.0.1");
+        assert_eq!(host("fd00::1"), "[fd00::1]");
+    }
+}

@@ -20,38 +20,42 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Shown after `--help`.
-const LONG_HELP: &str = "\
-Walks the path a routing hint takes and says what is broken and how to fix it:\n\
-  server.grpc     the gRPC port answers, in the TLS mode you dialled\n\
-  server.health   /healthz and /readyz on the public listener\n\
-  server.metrics  /metrics serves and says the server is up\n\
-  server.probe    a /probe round trip on the control listener (ingest + routing)\n\
-  policy.tenant   a CachePolicy is in force for --tenant\n\
-  tenant.replicas replicas report under --tenant, and how fresh\n\
-  sidecar.*       each --sidecar: engine KV-event stream, server link, events flowing\n\
-  lookup          one real LookupRoute for --tenant/--model\n\n\
-With --kubeconfig it first looks in the cluster and checks what it finds:\n\
-  kube.cluster    the API server answers with this kubeconfig/--context\n\
-  kube.server     a Service labelled app.kubernetes.io/name=inference-cache-server in\n\
-                  --namespace (its grpc/http/control ports become --server/--http/--control)\n\
-  kube.server.deployment  its Deployment has ready replicas (and TLS or not)\n\
-  kube.operator   the inference-cache-controller Deployment has ready replicas\n\
-  kube.crds       the inferencecache.io CRDs are served; CacheBackend/CacheTenant/CachePolicy counts\n\
-  kube.sidecars   pods labelled inferencecache.io/cache-domain carry an injected\n\
-                  kvevent-subscriber; each one's pod IP and port become a --sidecar, and the\n\
-                  first one's tenant/model/hash scheme the defaults of --tenant/--model\n\
-Flags given on the command line win over what was found. Cluster IPs and pod IPs are only\n\
-reachable from inside the cluster's network; from a laptop, port-forward and say where:\n  \
-kubectl -n inference-cache-system port-forward svc/inference-cache-server 9090 8080 8081 &\n  \
-kubectl -n team-a port-forward pod/vllm-0 18090:8090 &\n  \
-inferencecache doctor --kubeconfig --address-override svc/inference-cache-server=127.0.0.1 \\\n      \
---address-override pod/team-a/vllm-0:8090=127.0.0.1:18090\n\n\
-Exit status: 0 when no check failed (warnings allowed), 1 when one did, 2 for bad flags.\n\n\
-Examples:\n  \
-inferencecache doctor\n  \
-inferencecache doctor --server http://10.0.0.5:9090 --sidecar http://10.0.0.7:9400 --tenant team-a --model llama-3-8b\n  \
-inferencecache doctor --server https://ic.example:9090 --tls-ca-file ca.pem --json | jq '.checks[] | select(.status==\"fail\")'\n  \
-inferencecache doctor --kubeconfig ~/.kube/config --context prod --namespace inference-cache-system";
+const LONG_HELP: &str = r#"Walks the path a routing hint takes and says what is broken and how to fix it:
+  server.grpc      the gRPC port answers, in the TLS mode you dialled
+  server.health    /healthz and /readyz on the public listener
+  server.metrics   /metrics serves and says the server is up
+  server.probe     a /probe round trip on the control listener (ingest + routing)
+  policy.tenant    a CachePolicy is in force for --tenant
+  tenant.replicas  replicas report under --tenant, and how fresh
+  sidecar.*        each --sidecar: engine KV-event stream, server link, events flowing
+  lookup           one real LookupRoute for --tenant/--model
+
+With --kubeconfig it first looks in the cluster and checks what it finds:
+  kube.cluster     the API server answers with this kubeconfig and --context
+  kube.server      a Service labelled app.kubernetes.io/name=inference-cache-server
+                   in --namespace; its grpc/http/control ports are dialled
+  kube.server.deployment
+                   its Deployment has ready replicas (and serves TLS or not)
+  kube.operator    the inference-cache-controller Deployment has ready replicas
+  kube.crds        the inferencecache.io CRDs are served, and how many objects
+  kube.sidecars    pods labelled inferencecache.io/cache-domain carry the injected
+                   kvevent-subscriber; each is checked as a --sidecar, and the first
+                   one's tenant/model/hash scheme become the defaults
+Flags typed on the command line win over what was found. Cluster and pod IPs
+answer only inside the cluster's network; from a laptop, port-forward and say where:
+  kubectl -n inference-cache-system port-forward svc/inference-cache-server 9090 8080 8081 &
+  kubectl -n team-a port-forward pod/vllm-0 18090:8090 &
+  inferencecache doctor --kubeconfig \
+      --address-override svc/inference-cache-server=127.0.0.1 \
+      --address-override pod/team-a/vllm-0:8090=127.0.0.1:18090
+
+Exit status: 0 when no check failed (warnings allowed), 1 when one did, 2 for bad flags.
+
+Examples:
+  inferencecache doctor
+  inferencecache doctor --server http://10.0.0.5:9090 --sidecar http://10.0.0.7:9400 --tenant team-a --model llama-3-8b
+  inferencecache doctor --server https://ic.example:9090 --tls-ca-file ca.pem --json | jq '.checks[] | select(.status=="fail")'
+  inferencecache doctor --kubeconfig ~/.kube/config --context prod --namespace inference-cache-system"#;
 
 /// Flags of `doctor`.
 #[derive(Debug, Args)]
@@ -95,8 +99,8 @@ pub struct DoctorArgs {
     /// Discover the server, operator and sidecars in a Kubernetes cluster
     /// first. PATH, or without one: KUBECONFIG, ~/.kube/config, or the
     /// pod's service account when run in a cluster.
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
-    kubeconfig: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<Option<PathBuf>>,
 
     /// Kubeconfig context to use (default: the current one).
     #[arg(long, value_name = "NAME", requires = "kubeconfig")]
@@ -149,7 +153,7 @@ pub fn run(args: DoctorArgs, server_flag_given: bool) -> ExitCode {
     };
     let discovered = args.kubeconfig.as_ref().map(|path| {
         runtime.block_on(discover::run(&discover::Options {
-            kubeconfig: Some(path.clone()).filter(|p| !p.as_os_str().is_empty()),
+            kubeconfig: path.clone(),
             context: args.context.clone(),
             namespace: args.namespace.clone(),
             overrides: args.address_override.clone(),
