@@ -5,6 +5,10 @@
 //! publisher behind them on loopback. The apiserver has no nodes, so the
 //! cluster addresses are mapped to the loopback processes with
 //! `--address-override`, as an operator does after `kubectl port-forward`.
+//! Covered: the happy path with nothing but the kubeconfig and the
+//! overrides; a bad context, an empty namespace (and a typed --server
+//! beating discovery); unreachable, unaddressed and uninjected sidecar pods;
+//! the server-tls overlay dialled with TLS against the Service's DNS name.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -467,6 +471,111 @@ async fn a_missing_server_service_and_an_unreachable_sidecar_say_what_to_fix() {
     assert_eq!(check(&report, "kube.sidecars")["status"], "warn");
     assert!(
         detail("kube.sidecars").ends_with("without one: team-a/vllm-qwen-2"),
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_deployment_is_dialled_with_tls_against_its_service_name() {
+    let Some(cluster) = cluster().await else {
+        return;
+    };
+    install_control_plane(&cluster);
+    // The shipped server-tls overlay's patch (--tls-cert-file/--tls-key-file).
+    let patch = repo_root().join("config/overlays/server-tls/server_tls_patch.yaml");
+    kubectl_ok(
+        &cluster,
+        &[
+            "patch",
+            "-n",
+            SYSTEM,
+            "deploy/inference-cache-server",
+            "--type=json",
+            "--patch-file",
+            &patch.display().to_string(),
+        ],
+    );
+    // A certificate for the Service's name only, as the overlay's
+    // cert-manager Certificate issues it: dialled at 127.0.0.1, it verifies
+    // only if doctor checks it against the discovered Service name.
+    let (cert, key) = (cluster.path("tls.crt"), cluster.path("tls.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=inference-cache-server",
+        ])
+        .args([
+            "-addext",
+            &format!("subjectAltName=DNS:{SVC}.{SYSTEM}.svc"),
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = engine::serve(&[
+        "--tls-cert-file",
+        cert.to_str().unwrap(),
+        "--tls-key-file",
+        key.to_str().unwrap(),
+    ]);
+    let mut args = kube_args(&cluster);
+    args.extend(server_overrides(&server));
+    args.extend([
+        "--tls-ca-file".into(),
+        cert.display().to_string(),
+        "--json".into(),
+    ]);
+    let (_, out) = doctor(&args);
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let deployment = check(&report, "kube.server.deployment");
+    assert_eq!(
+        deployment["detail"], "deploy/inference-cache-server: 1/1 replicas ready, TLS",
+        "{report:#}"
+    );
+    let grpc = check(&report, "server.grpc");
+    assert_eq!(grpc["status"], "ok", "{report:#}");
+    assert!(
+        grpc["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("answers gRPC (TLS)"),
+        "{report:#}"
+    );
+    assert_eq!(check(&report, "lookup")["status"], "ok", "{report:#}");
+
+    // A typed --tls-server-name wins, and a wrong one fails the handshake
+    // with the fix that names it.
+    args.extend(["--tls-server-name".into(), "localhost".into()]);
+    let (code, out) = doctor(&args);
+    assert_eq!(code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let grpc = check(&report, "server.grpc");
+    assert_eq!(grpc["status"], "fail", "{report:#}");
+    assert!(
+        grpc["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("--tls-server-name a name in it"),
         "{report:#}"
     );
 }
