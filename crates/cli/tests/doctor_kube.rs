@@ -345,7 +345,10 @@ async fn a_missing_server_service_and_an_unreachable_sidecar_say_what_to_fix() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("FAIL  kube.cluster"), "{text}");
     assert!(text.contains("fix: pass --kubeconfig PATH"), "{text}");
-    assert!(text.contains("skip  server.grpc"), "{text}");
+    assert!(
+        text.contains("not run: the cluster was not reachable (see kube.cluster)"),
+        "{text}"
+    );
 
     // An empty namespace: no Service, no operator, no CRDs. The kubeconfig
     // comes from KUBECONFIG this time (`--kubeconfig` without a path).

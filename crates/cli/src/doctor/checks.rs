@@ -6,7 +6,7 @@
 use super::DoctorArgs;
 use super::discover::Found;
 use super::http::{Answer, call, samples};
-use super::report::Check;
+use super::report::{Check, Status};
 use super::sniff::{Wire, sniff};
 use crate::tools::server::ServerArgs;
 use inferencecache_client::{Client, ClientConfig, ClientError};
@@ -86,9 +86,17 @@ impl Target {
     ) -> Result<Self, String> {
         let from_kube = found.filter(|_| !server_flag_given);
         let discovered = from_kube.and_then(|f| f.server.as_ref());
-        let server_missing = from_kube
-            .filter(|f| f.server.is_none())
-            .map(|_| "no server was discovered (see kube.server)".to_owned());
+        let server_missing = from_kube.filter(|f| f.server.is_none()).map(|f| {
+            let cluster_down = f
+                .checks
+                .iter()
+                .any(|c| c.name == "kube.cluster" && c.status == Status::Fail);
+            if cluster_down {
+                "the cluster was not reachable (see kube.cluster)".to_owned()
+            } else {
+                "no server was discovered (see kube.server)".to_owned()
+            }
+        });
         let given = &args.server;
         let tls_flags = given.tls_ca_file.is_some()
             || given.tls_cert_file.is_some()
