@@ -15,7 +15,7 @@ mod common;
 #[path = "common/engine.rs"]
 mod engine;
 
-use common::{BIN, http_get, http_send, repo_root};
+use common::{BIN, http_send, repo_root};
 use inferencecache_operator::crd::{self, CacheBackend};
 use inferencecache_operator::testing::{Cluster, apiserver_binary, free_port, require, which};
 use inferencecache_operator::webhook::inject::{Decision, InjectConfig, decide};
@@ -30,6 +30,9 @@ const TENANT: &str = "team-a";
 /// The model of config/samples/cachebackend.yaml.
 const MODEL: &str = "Qwen/Qwen3-0.6B";
 const SVC: &str = "inference-cache-server";
+/// The service account config/server/deployment.yaml admits on the control
+/// listener (`--allowed-controller-sa`).
+const CONTROLLER: &str = "inference-cache-controller";
 
 /// Runs doctor with `args`; (exit code, stdout).
 fn doctor(args: &[String]) -> (i32, String) {
@@ -215,15 +218,30 @@ async fn discovers_server_operator_and_sidecar_and_every_check_passes() {
         "{sidecar_args:?}"
     );
 
-    // The processes the cluster objects stand for.
-    let server = engine::serve(&[]);
+    // The processes the cluster objects stand for. The server checks
+    // control tokens with TokenReview against this cluster, as the shipped
+    // Deployment's --allowed-controller-sa asks.
+    cluster.service_account(SYSTEM, CONTROLLER).await;
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let server = engine::serve(&[
+        "--allowed-controller-sa",
+        &format!("system:serviceaccount:{SYSTEM}:{CONTROLLER}"),
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
     let control = server.addr("snapshot_addr");
     let policy = json!({"version": 3, "policies": [{"namespace": TENANT}]}).to_string();
+    let policy_token = cluster
+        .mint(SYSTEM, CONTROLLER, "inferencecache.io/policy")
+        .await;
     let (status, _) = http_send(
         &control,
         "POST",
         "/policy",
-        &[("Content-Type", "application/json")],
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", &format!("Bearer {policy_token}")),
+        ],
         policy.as_bytes(),
     );
     assert!(status.contains("204"), "{status}");
@@ -250,8 +268,21 @@ async fn discovers_server_operator_and_sidecar_and_every_check_passes() {
         "",
     ]);
     eng.store(1, 4, None, 0);
+    let bearer = format!(
+        "Bearer {}",
+        cluster
+            .mint(SYSTEM, CONTROLLER, "inferencecache.io/controller")
+            .await
+    );
     for _ in 0..100 {
-        if http_get(&control, "/snapshot").1.contains("vllm-qwen-0") {
+        let (_, body) = http_send(
+            &control,
+            "GET",
+            "/snapshot",
+            &[("Authorization", &bearer)],
+            b"",
+        );
+        if body.contains("vllm-qwen-0") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -265,6 +296,15 @@ async fn discovers_server_operator_and_sidecar_and_every_check_passes() {
         "pod/{TENANT}/vllm-qwen-0:8090={}",
         sidecar.addr("http_addr")
     ));
+    // Without a token the control listener refuses doctor, and doctor says
+    // how to get one.
+    let (code, text) = doctor(&args);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("warn  kube.token"), "{text}");
+    assert!(text.contains("fix: pass --kube-token"), "{text}");
+    assert!(text.contains("FAIL  server.probe"), "{text}");
+
+    args.push("--kube-token".into());
     let (code, text) = doctor(&args);
     eprintln!("{text}");
     assert_eq!(code, 0, "{text}");
@@ -276,6 +316,7 @@ async fn discovers_server_operator_and_sidecar_and_every_check_passes() {
         "kube.cluster",
         "kube.server ",
         "kube.server.deployment",
+        "kube.token",
         "kube.operator",
         "kube.crds",
         "kube.sidecars",

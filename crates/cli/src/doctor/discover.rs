@@ -12,8 +12,9 @@ use super::report::{Check, Status};
 use inferencecache_operator::crd::CACHE_DOMAIN_LABEL;
 use inferencecache_operator::webhook::inject::{INJECTED_BY, SIDECAR_METRICS_PORT, SIDECAR_NAME};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, Pod, Service};
-use kube::api::{Api, DynamicObject, ListParams};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, Service, ServiceAccount};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 use std::collections::BTreeSet;
@@ -50,6 +51,10 @@ pub struct Options {
     /// --server was given: a missing server Service is then only a warning
     /// (the server may run outside the cluster).
     pub server_flag_given: bool,
+    /// --token or --token-file was given.
+    pub have_token: bool,
+    /// --kube-token: mint the controller's token with TokenRequest.
+    pub mint_token: bool,
 }
 
 /// The server's addresses (HOST:PORT each).
@@ -92,6 +97,8 @@ pub struct Found {
     pub model: Option<String>,
     /// See `tenant`.
     pub hash_scheme: Option<String>,
+    /// A controller token minted for the control listener (--kube-token).
+    pub token: Option<String>,
 }
 
 /// An error with its causes, one line (kube's top-level messages alone
@@ -286,13 +293,94 @@ async fn server(o: &Options, client: &Client, found: &mut Found) {
         ));
     }
     found.checks.push(Check::ok("kube.server", detail));
-    let tls = deployment_tls(o, client, found).await;
+    let serve = deployment(o, client, found).await;
     found.server = Some(Server {
         grpc,
         http,
         control,
-        tls_name: tls.then(|| format!("{name}.{ns}.svc")),
+        tls_name: serve.tls.then(|| format!("{name}.{ns}.svc")),
     });
+    if let Some(sa) = serve.controller_sa {
+        token(o, client, &sa, &serve.audience, found).await;
+    }
+}
+
+/// What the server Deployment's container flags say.
+#[derive(Debug, Default)]
+struct Serve {
+    /// `--tls-cert-file` is set.
+    tls: bool,
+    /// `--allowed-controller-sa`: the control listener wants its token.
+    controller_sa: Option<String>,
+    /// `--controller-audience`.
+    audience: String,
+}
+
+/// `kube.token`: the control listener wants a token of `sa`; mint one
+/// (--kube-token) or say how to get one.
+async fn token(o: &Options, client: &Client, sa: &str, audience: &str, found: &mut Found) {
+    const NAME: &str = "kube.token";
+    if o.have_token {
+        return;
+    }
+    let Some((sa_ns, sa_name)) = sa
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+    else {
+        found.checks.push(Check::warn(
+            NAME,
+            format!("the control listener admits {sa}, which is not a service account"),
+            "pass --token or --token-file with a token of that user",
+        ));
+        return;
+    };
+    let by_hand = format!(
+        "`kubectl -n {sa_ns} create token {sa_name} --audience {audience}` into --token-file"
+    );
+    if !o.mint_token {
+        found.checks.push(Check::warn(
+            NAME,
+            format!("the control listener wants a token of {sa}; none given, so /probe and the policy checks will be refused"),
+            format!("pass --kube-token (doctor mints a 10-minute one with TokenRequest), or {by_hand}"),
+        ));
+        return;
+    }
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), sa_ns);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![audience.to_owned()],
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let minted = timed(
+        o.timeout,
+        api.create_token_request(sa_name, &PostParams::default(), &request),
+    )
+    .await;
+    match minted.map(|r| r.status.map(|s| s.token).unwrap_or_default()) {
+        Ok(t) if !t.is_empty() => {
+            found.checks.push(Check::ok(
+                NAME,
+                format!("minted a 10-minute token of {sa} (audience {audience})"),
+            ));
+            found.token = Some(t);
+        }
+        Ok(_) => found.checks.push(Check::fail(
+            NAME,
+            format!("TokenRequest for {sa} returned no token"),
+            format!("pass {by_hand}"),
+        )),
+        Err(e) => found.checks.push(Check::fail(
+            NAME,
+            format!("cannot mint a token of {sa}: {e}"),
+            format!(
+                "your kubeconfig user needs `create serviceaccounts/token` in {sa_ns} (and the \
+                 service account must exist, config/rbac); or {by_hand}"
+            ),
+        )),
+    }
 }
 
 fn readiness(d: &Deployment) -> (i32, i32) {
@@ -315,8 +403,8 @@ async fn deployments(o: &Options, client: &Client, label: &str) -> Result<Vec<De
     Ok(items)
 }
 
-/// `kube.server.deployment`; true when the server container serves TLS.
-async fn deployment_tls(o: &Options, client: &Client, found: &mut Found) -> bool {
+/// `kube.server.deployment`, and what its server container's flags say.
+async fn deployment(o: &Options, client: &Client, found: &mut Found) -> Serve {
     const NAME: &str = "kube.server.deployment";
     let ns = &o.namespace;
     let d = match deployments(o, client, SERVER_LABEL).await {
@@ -329,7 +417,7 @@ async fn deployment_tls(o: &Options, client: &Client, found: &mut Found) -> bool
                     "the Service has nothing behind it unless the server runs some other way: \
                      apply config/server/deployment.yaml (`kubectl apply -k config/default`)",
                 ));
-                return false;
+                return Serve::default();
             }
         },
         Err(e) => {
@@ -338,7 +426,7 @@ async fn deployment_tls(o: &Options, client: &Client, found: &mut Found) -> bool
                 format!("cannot list Deployments in {ns}: {e}"),
                 "your kubeconfig user needs `list deployments` to check the server's rollout",
             ));
-            return false;
+            return Serve::default();
         }
     };
     let name = d.name_any();
@@ -347,9 +435,26 @@ async fn deployment_tls(o: &Options, client: &Client, found: &mut Found) -> bool
         .as_ref()
         .and_then(|s| s.template.spec.as_ref())
         .and_then(|s| s.containers.first().cloned());
-    let tls = server
-        .as_ref()
-        .is_some_and(|c| flag(c, "tls-cert-file").is_some());
+    let setting = |name: &str, env: &str| {
+        server.as_ref().and_then(|c| {
+            flag(c, name).or_else(|| {
+                c.env
+                    .iter()
+                    .flatten()
+                    .find(|e| e.name == env)
+                    .and_then(|e| e.value.clone())
+            })
+        })
+    };
+    let tls =
+        setting("tls-cert-file", "INFERENCECACHE_TLS_CERT_FILE").is_some_and(|v| !v.is_empty());
+    let controller_sa = setting(
+        "allowed-controller-sa",
+        "INFERENCECACHE_ALLOWED_CONTROLLER_SA",
+    )
+    .filter(|v| !v.is_empty());
+    let audience = setting("controller-audience", "INFERENCECACHE_CONTROLLER_AUDIENCE")
+        .unwrap_or_else(|| inferencecache_server::config::DEFAULT_CONTROLLER_AUDIENCE.to_owned());
     let (ready, want) = readiness(&d);
     let mode = if tls { "TLS" } else { "plaintext gRPC" };
     if ready == 0 && want > 0 {
@@ -367,7 +472,11 @@ async fn deployment_tls(o: &Options, client: &Client, found: &mut Found) -> bool
             format!("deploy/{name}: {ready}/{want} replicas ready, {mode}"),
         ));
     }
-    tls
+    Serve {
+        tls,
+        controller_sa,
+        audience,
+    }
 }
 
 /// `kube.operator`.

@@ -36,6 +36,8 @@ With --kubeconfig it first looks in the cluster and checks what it finds:
                    in --namespace; its grpc/http/control ports are dialled
   kube.server.deployment
                    its Deployment has ready replicas (and serves TLS or not)
+  kube.token       its control listener wants the controller's token: --kube-token
+                   mints one (TokenRequest), else pass --token/--token-file
   kube.operator    the inference-cache-controller Deployment has ready replicas
   kube.crds        the inferencecache.io CRDs are served, and how many objects
   kube.sidecars    pods labelled inferencecache.io/cache-domain carry the injected
@@ -117,6 +119,13 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "OBJECT=ADDR", value_parser = reach::parse, requires = "kubeconfig")]
     address_override: Vec<reach::Rule>,
 
+    /// When the server admits only the controller's service account
+    /// (serve --allowed-controller-sa) and no --token is given, mint a
+    /// 10-minute token of it with TokenRequest, as `kubectl create token`
+    /// does (needs `create serviceaccounts/token`).
+    #[arg(long, requires = "kubeconfig")]
+    kube_token: bool,
+
     /// Time allowed for each step.
     #[arg(long, default_value = "3s", value_parser = crate::args::parse_duration)]
     timeout: Duration,
@@ -159,8 +168,11 @@ pub fn run(args: DoctorArgs, server_flag_given: bool) -> ExitCode {
             overrides: args.address_override.clone(),
             timeout: args.timeout,
             server_flag_given,
+            have_token: token.is_some(),
+            mint_token: args.kube_token,
         }))
     });
+    let token = token.or_else(|| discovered.as_ref().and_then(|d| d.token.clone()));
     let target = match checks::Target::new(&args, token, discovered.as_ref(), server_flag_given) {
         Ok(t) => t,
         Err(message) => {
