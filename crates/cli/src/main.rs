@@ -14,11 +14,24 @@ mod simulate;
 mod subscribe;
 mod tools;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse_from(args::go_style_args(std::env::args_os()));
+    // Parsed in two steps (what `Parser::parse_from` does) so that doctor
+    // can tell a --server typed on the command line, which beats what
+    // --kubeconfig discovers, from the default or INFERENCECACHE_SERVER,
+    // which do not.
+    let matches = args::Cli::command().get_matches_from(args::go_style_args(std::env::args_os()));
+    let cli = match args::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut args::Cli::command()).exit(),
+    };
+    let server_flag_given = matches
+        .subcommand_matches("doctor")
+        .and_then(|m| m.value_source("server"))
+        == Some(ValueSource::CommandLine);
     if let Err(e) = logging::init(cli.log_format, cli.log_level) {
         eprintln!("inferencecache: {e}");
         return ExitCode::from(2);
@@ -40,6 +53,6 @@ fn main() -> ExitCode {
         args::Command::Simulate(a) => simulate::run(a),
         args::Command::Operator(a) => operator::run(a),
         args::Command::Crds(a) => operator::crds(a),
-        args::Command::Doctor(a) => doctor::run(a),
+        args::Command::Doctor(a) => doctor::run(a, server_flag_given),
     }
 }

@@ -4,9 +4,11 @@
 //! because an earlier one failed is reported as skipped, not failed again.
 
 use super::DoctorArgs;
+use super::discover::Found;
 use super::http::{Answer, call, samples};
-use super::report::Check;
+use super::report::{Check, Status};
 use super::sniff::{Wire, sniff};
+use crate::tools::server::ServerArgs;
 use inferencecache_client::{Client, ClientConfig, ClientError};
 use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use serde_json::Value;
@@ -29,7 +31,12 @@ pub struct Target {
     http: String,
     control: String,
     token: Option<String>,
-    sidecars: Vec<String>,
+    /// (name in the report, base URL, fix when unreachable) of each
+    /// sidecar.
+    sidecars: Vec<(String, String, String)>,
+    /// Why the server checks cannot run (discovery found no server and no
+    /// --server was given).
+    server_missing: Option<String>,
     tenant: String,
     model: String,
     hash_scheme: String,
@@ -68,9 +75,52 @@ fn split_server(server: &str) -> Result<(String, u16, bool), String> {
 }
 
 impl Target {
-    /// Resolves the flags; `Err` explains an unusable one.
-    pub fn new(args: &DoctorArgs, token: Option<String>) -> Result<Self, String> {
-        let s = &args.server;
+    /// Resolves the flags and what `--kubeconfig` discovery found (flags
+    /// win: `server_flag_given` says --server was on the command line);
+    /// `Err` explains an unusable flag.
+    pub fn new(
+        args: &DoctorArgs,
+        token: Option<String>,
+        found: Option<&Found>,
+        server_flag_given: bool,
+    ) -> Result<Self, String> {
+        let from_kube = found.filter(|_| !server_flag_given);
+        let discovered = from_kube.and_then(|f| f.server.as_ref());
+        let server_missing = from_kube.filter(|f| f.server.is_none()).map(|f| {
+            let cluster_down = f
+                .checks
+                .iter()
+                .any(|c| c.name == "kube.cluster" && c.status == Status::Fail);
+            if cluster_down {
+                "the cluster was not reachable (see kube.cluster)".to_owned()
+            } else {
+                "no server was discovered (see kube.server)".to_owned()
+            }
+        });
+        let given = &args.server;
+        let tls_flags = given.tls_ca_file.is_some()
+            || given.tls_cert_file.is_some()
+            || given.tls_server_name.is_some();
+        let s = &ServerArgs {
+            server: discovered.map_or_else(
+                || given.server.clone(),
+                |d| {
+                    let scheme = if d.tls_name.is_some() || tls_flags {
+                        "https"
+                    } else {
+                        "http"
+                    };
+                    format!("{scheme}://{}", d.grpc)
+                },
+            ),
+            tls_ca_file: given.tls_ca_file.clone(),
+            tls_cert_file: given.tls_cert_file.clone(),
+            tls_key_file: given.tls_key_file.clone(),
+            tls_server_name: given
+                .tls_server_name
+                .clone()
+                .or_else(|| discovered.and_then(|d| d.tls_name.clone())),
+        };
         let (host, port, https) = split_server(&s.server)?;
         let wants_tls = https
             || s.tls_ca_file.is_some()
@@ -79,11 +129,37 @@ impl Target {
         let http = args
             .http
             .as_deref()
+            .or(discovered.map(|d| d.http.as_str()))
             .map_or_else(|| format!("http://{host}:{PUBLIC_PORT}"), with_scheme);
         let control = args
             .control
             .as_deref()
+            .or(discovered.map(|d| d.control.as_str()))
             .map_or_else(|| format!("http://{host}:{CONTROL_PORT}"), with_scheme);
+        let sidecars = if args.sidecar.is_empty() {
+            found
+                .map(|f| {
+                    f.sidecars
+                        .iter()
+                        .map(|s| (s.label.clone(), s.url.clone(), s.unreachable_fix.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            args.sidecar
+                .iter()
+                .map(|u| {
+                    let fix = "the sidecar is not running or --sidecar is wrong: check the \
+                               pod's kvevent-subscriber container and its --http-bind-address";
+                    (with_scheme(u), with_scheme(u), fix.to_owned())
+                })
+                .collect()
+        };
+        let pick = |flag: &Option<String>, seen: Option<&String>, default: &str| {
+            flag.clone()
+                .or_else(|| seen.cloned())
+                .unwrap_or_else(|| default.to_owned())
+        };
         Ok(Self {
             server: s.server.clone(),
             grpc_addr: format!("{host}:{port}"),
@@ -92,10 +168,19 @@ impl Target {
             http,
             control,
             token,
-            sidecars: args.sidecar.iter().map(|u| with_scheme(u)).collect(),
-            tenant: args.tenant.clone(),
-            model: args.model.clone(),
-            hash_scheme: args.hash_scheme.clone(),
+            sidecars,
+            server_missing,
+            tenant: pick(
+                &args.tenant,
+                found.and_then(|f| f.tenant.as_ref()),
+                "default",
+            ),
+            model: pick(&args.model, found.and_then(|f| f.model.as_ref()), "default"),
+            hash_scheme: pick(
+                &args.hash_scheme,
+                found.and_then(|f| f.hash_scheme.as_ref()),
+                inferencecache_client::DEFAULT_HASH_SCHEME,
+            ),
             timeout: args.timeout,
         })
     }
@@ -104,6 +189,23 @@ impl Target {
 /// Runs every check.
 pub async fn run(t: &Target) -> Vec<Check> {
     let mut out = Vec::new();
+    if let Some(why) = &t.server_missing {
+        for name in [
+            "server.grpc",
+            "server.health",
+            "server.metrics",
+            "server.probe",
+            "policy.tenant",
+            "tenant.replicas",
+        ] {
+            out.push(Check::skip(name, why));
+        }
+        for sidecar in &t.sidecars {
+            sidecar_checks(t, sidecar, &mut out).await;
+        }
+        out.push(Check::skip("lookup", why));
+        return out;
+    }
     let client = grpc(t, &mut out).await;
     let public_up = health(t, &mut out).await;
     if public_up {
@@ -148,8 +250,10 @@ async fn grpc(t: &Target, out: &mut Vec<Check>) -> Option<Client> {
                 NAME,
                 format!("nothing answers at {a} ({e})"),
                 "start the server (`inferencecache serve`; gRPC is --grpc-bind-address, default \
-                 :9090) or pass --server with its address; in a cluster, \
-                 `kubectl -n inference-cache-system port-forward svc/inference-cache 9090 8080 8081`",
+                 :9090) or pass --server with its address; from outside a cluster, \
+                 `kubectl -n inference-cache-system port-forward svc/inference-cache-server 9090 \
+                 8080 8081` and pass --server 127.0.0.1:9090, or with --kubeconfig \
+                 --address-override svc/inference-cache-server=127.0.0.1",
             ));
             return None;
         }
@@ -289,7 +393,9 @@ fn auth_fix(status: u16) -> &'static str {
     match status {
         401 => {
             "the control listener wants a bearer token (serve --allowed-controller-sa): pass \
-             --token or --token-file with a token of the controller's service account"
+             --token or --token-file with a token of the controller's service account \
+             (`kubectl -n inference-cache-system create token inference-cache-controller \
+             --audience inferencecache.io/controller`)"
         }
         403 => {
             "the token belongs to someone else: use the controller service account's token \
@@ -432,8 +538,12 @@ async fn policy_and_replicas(t: &Target, out: &mut Vec<Check>) {
 }
 
 /// `sidecar.*` for one sidecar: its engine stream, its server link, events.
-async fn sidecar_checks(t: &Target, base: &str, out: &mut Vec<Check>) {
-    let url = format!("{base}/metrics");
+async fn sidecar_checks(
+    t: &Target,
+    (base, at, unreachable_fix): &(String, String, String),
+    out: &mut Vec<Check>,
+) {
+    let url = format!("{at}/metrics");
     let body = match get(t, &url).await {
         Ok(a) if a.status == 200 => a.body,
         Ok(a) => {
@@ -448,8 +558,7 @@ async fn sidecar_checks(t: &Target, base: &str, out: &mut Vec<Check>) {
             out.push(Check::fail(
                 format!("sidecar.reachable {base}"),
                 format!("{url}: {e}"),
-                "the sidecar is not running or --sidecar is wrong: check the pod's \
-                 kvevent-subscriber container and its --http-bind-address",
+                unreachable_fix,
             ));
             return;
         }
@@ -572,5 +681,65 @@ mod tests {
         );
         assert!(split_server("ftp://x:1").is_err());
         assert!(split_server("x").is_err());
+    }
+
+    fn target(argv: &[&str], found: &Found, server_flag_given: bool) -> Target {
+        #[derive(clap::Parser)]
+        struct Doctor {
+            #[command(flatten)]
+            args: DoctorArgs,
+        }
+        let parsed = <Doctor as clap::Parser>::try_parse_from(
+            std::iter::once("doctor").chain(argv.iter().copied()),
+        )
+        .unwrap();
+        Target::new(&parsed.args, None, Some(found), server_flag_given).unwrap()
+    }
+
+    #[test]
+    fn discovery_fills_what_no_flag_says() {
+        let found = Found {
+            server: Some(super::super::discover::Server {
+                grpc: "10.0.0.9:9090".into(),
+                http: "10.0.0.9:8080".into(),
+                control: "127.0.0.1:18081".into(),
+                tls_name: Some("inference-cache-server.ic.svc".into()),
+            }),
+            sidecars: vec![super::super::discover::Sidecar {
+                label: "team-a/vllm-0".into(),
+                url: "http://10.1.0.4:8090".into(),
+                unreachable_fix: "port-forward".into(),
+            }],
+            tenant: Some("team-a".into()),
+            model: Some("qwen".into()),
+            ..Found::default()
+        };
+        let t = target(&["--kubeconfig", "--tenant", "team-b"], &found, false);
+        assert_eq!(t.server, "https://10.0.0.9:9090");
+        assert!(t.wants_tls);
+        assert_eq!(t.http, "http://10.0.0.9:8080");
+        assert_eq!(t.control, "http://127.0.0.1:18081");
+        assert_eq!(t.sidecars[0].0, "team-a/vllm-0");
+        assert_eq!((t.tenant.as_str(), t.model.as_str()), ("team-b", "qwen"));
+        assert_eq!(t.hash_scheme, inferencecache_client::DEFAULT_HASH_SCHEME);
+        assert!(t.server_missing.is_none());
+
+        // Typed flags win.
+        let argv = [
+            "--kubeconfig",
+            "--server",
+            "127.0.0.1:9090",
+            "--sidecar",
+            "127.0.0.1:9400",
+        ];
+        let t = target(&argv, &found, true);
+        assert_eq!(t.grpc_addr, "127.0.0.1:9090");
+        assert!(!t.wants_tls);
+        assert_eq!(t.control, "http://127.0.0.1:8081");
+        assert_eq!(t.sidecars[0].1, "http://127.0.0.1:9400");
+
+        // Nothing found and no --server: the server checks are skipped.
+        let t = target(&["--kubeconfig"], &Found::default(), false);
+        assert!(t.server_missing.is_some());
     }
 }
