@@ -204,7 +204,7 @@ impl LookupPipeline {
         }
         // Step 11.
         let lookup_start = Instant::now();
-        let mut result = self.index_lookup(req, &resolved);
+        let mut result = self.index_lookup(req, &policy, &resolved);
         if expired(deadline) || budget.is_some_and(|b| lookup_start.elapsed() > b) {
             return envelope(reason::TIMEOUT, start, resolved.echo_tokens);
         }
@@ -256,10 +256,15 @@ impl LookupPipeline {
         }
     }
 
-    fn index_lookup(&self, req: &LookupRouteRequest, r: &Resolved<'_>) -> LookupRouteResult {
+    fn index_lookup(
+        &self,
+        req: &LookupRouteRequest,
+        policy: &TenantPolicy,
+        r: &Resolved<'_>,
+    ) -> LookupRouteResult {
         match &r.chain {
-            ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, r, h)),
-            ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, r, h)),
+            ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, policy, r, h)),
+            ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, policy, r, h)),
         }
     }
 
@@ -353,13 +358,16 @@ fn affinity_seed(resolved: &Resolved<'_>) -> Vec<u8> {
     }
 }
 
-/// The index request over a chain of either hash container.
+/// The index request over a chain of either hash container, carrying the
+/// tenant policy already read (the index asks no resolver).
 fn index_request<'a, H>(
     req: &'a LookupRouteRequest,
+    policy: &TenantPolicy,
     r: &'a Resolved<'_>,
     hashes: &'a [H],
 ) -> LookupRequest<'a, H> {
     LookupRequest::new(&req.tenant_id, &req.model_id, &req.hash_scheme)
+        .policy(policy.lookup())
         .adapter(&req.adapter_id)
         .exact(r.exact_hash.as_bytes(), r.exact_count)
         .chain(hashes, r.counts.as_slice())
