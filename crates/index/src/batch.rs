@@ -22,6 +22,9 @@ use crate::observer::Notes;
 use crate::shard::read;
 use crate::types::{CacheEvent, CacheUpdate, EventKind, EventOutcome, IngestOutcome};
 
+/// (tenant, model, replica) of an event.
+type Names<'a> = (&'a str, &'a str, &'a str);
+
 /// One write of a batch.
 #[derive(Debug, Clone, Copy)]
 pub enum BatchWrite<'a> {
@@ -61,7 +64,7 @@ impl Index {
         let mut notes = Notes::new(self.env.observer.is_some());
         let mut tenants: Vec<&'a str> = Vec::new();
         // The last PrefixEvicted's (tenant, model, replica) and its resolution.
-        let mut target: Option<((&'a str, &'a str, &'a str), Option<EvictTarget>)> = None;
+        let mut target: Option<(Names<'a>, Option<EvictTarget>)> = None;
         for (i, w) in writes.into_iter().enumerate() {
             match w {
                 BatchWrite::Store(u) => {

@@ -85,11 +85,16 @@ impl Index {
         let c = read(&self.store.catalog);
         let tm = c.find_tm(&ev.tenant_id, &ev.model_id)?;
         let r = c.find_replica(&ev.replica_id)?;
-        Some(EvictTarget {
+        let t = EvictTarget {
             parts: c.tms[tm as usize].part_refs.clone(),
             replica: r,
             name: c.replica_name(r),
-        })
+        };
+        drop(c);
+        // A replica that reports evictions publishes events (`tentative.rs`);
+        // marked once per resolution (a batch's burst shares one).
+        self.routing.tentative.mark_publisher(r);
+        Some(t)
     }
 
     fn evict_prefix_at(
@@ -100,7 +105,6 @@ impl Index {
         notes: &mut Notes,
     ) {
         let (parts, replica, name) = (&t.parts, t.replica, &t.name);
-        self.routing.tentative.mark_publisher(replica);
         let wanted = parts
             .iter()
             .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id);
