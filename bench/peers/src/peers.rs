@@ -128,13 +128,14 @@ impl Ours {
     }
 }
 
+/// One op = one batch: a store (one update) or a removal burst (one
+/// `PrefixEvicted` per block, applied together).
 fn ours_apply(idx: &ic::Index, up: Option<&ic::CacheUpdate>, evs: &[ic::CacheEvent]) {
-    if let Some(u) = up {
-        idx.ingest(u);
-    }
-    for e in evs {
-        idx.apply_event(e);
-    }
+    idx.apply_batch(
+        up.into_iter()
+            .map(ic::BatchWrite::Store)
+            .chain(evs.iter().map(ic::BatchWrite::Event)),
+    );
 }
 
 fn ours_lookup(

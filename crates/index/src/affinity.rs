@@ -46,13 +46,16 @@ impl Index {
         if seed.is_empty() || scheme.is_empty() {
             return None;
         }
-        let scope = read(&self.catalog).find_scope(tenant, model, scheme)?;
-        let ids: Vec<u32> = read(&self.counters).scope(scope)?.replicas().collect();
+        let scope = read(&self.store.catalog).find_scope(tenant, model, scheme)?;
+        let ids: Vec<u32> = read(&self.store.counters)
+            .scope(scope)?
+            .replicas()
+            .collect();
         if ids.is_empty() {
             return None;
         }
         let mut names: Vec<Arc<str>> = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             ids.iter().map(|&r| c.replica_name(r)).collect()
         };
         names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));

@@ -15,10 +15,10 @@ impl Index {
     /// distinct prefixes of (tenant, model) across schemes and adapters, and
     /// hot prefixes. No empty-key guard (quirk 13).
     pub fn cache_state(&self, tenant: &str, model: &str) -> CacheState {
-        let Some(tm) = read(&self.catalog).find_tm(tenant, model) else {
+        let Some(tm) = read(&self.store.catalog).find_tm(tenant, model) else {
             return CacheState::default();
         };
-        let total = read(&self.counters).tm_keys(tm) as i64;
+        let total = read(&self.store.counters).tm_keys(tm) as i64;
         let hot = if total > 0 {
             self.count_hot(|p| p == tm)
         } else {
@@ -26,7 +26,7 @@ impl Index {
         };
         let mut replicas: Vec<ReplicaStatsView> = {
             let stats = read(&self.stats);
-            let catalog = read(&self.catalog);
+            let catalog = read(&self.store.catalog);
             stats
                 .get(&tm)
                 .map(|m| {
@@ -60,7 +60,7 @@ impl Index {
     /// Distinct prefixes per tenant, reserved tenants excluded.
     pub fn aggregate(&self) -> Aggregate {
         let (names, reserved): (Vec<Arc<str>>, Vec<bool>) = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             (
                 (0..c.tenant_count() as u32)
                     .map(|i| c.tenant_name(i))
@@ -68,7 +68,7 @@ impl Index {
                 c.tenant_reserved.clone(),
             )
         };
-        let counts: Vec<u64> = read(&self.counters).keys_by_tenant.clone();
+        let counts: Vec<u64> = read(&self.store.counters).keys_by_tenant.clone();
         let mut per_tenant: Vec<(Arc<str>, i64)> = counts
             .iter()
             .enumerate()
@@ -96,9 +96,9 @@ impl Index {
     /// reporters can never apply an older snapshot after a newer one. The
     /// sink must be quick and must not call back into the index.
     pub fn report_entry_counts(&self, mut sink: impl FnMut(&Arc<str>, u64)) {
-        let mut last = lock(&self.gauge);
-        let counts: Vec<u64> = read(&self.counters).keys_by_model.clone();
-        let catalog = read(&self.catalog);
+        let mut last = lock(&self.store.gauge);
+        let counts: Vec<u64> = read(&self.store.counters).keys_by_model.clone();
+        let catalog = read(&self.store.catalog);
         let mut out = Vec::new();
         let n = counts.len().max(last.len());
         last.resize(n, false);

@@ -3,41 +3,30 @@
 //!
 //! Victim order is total and deterministic: (effectiveCount, lastSeen, tenant,
 //! model, scheme, adapter, hash bytes, replica id), effectiveCount being the
-//! LFU access count for LFU tenants and 0 otherwise. Finding the next victim
-//! exactly needs a scan of every entry; doing that on every over-cap ingest
-//! would cost O(entries) per ingest at steady state. Instead one scan (shard
-//! by shard, read locks only) collects the `max(cap_reserve (default 4096), entries / 32)` smallest candidates; the
-//! largest of them is the *threshold*. The reserve then keeps this invariant:
-//!
-//! > every live entry whose current key is `<= threshold` has an item in the
-//! > reserve whose key is `<=` its current key.
+//! LFU access count for LFU tenants and 0 otherwise. The reserve of the
+//! smallest candidates and its invariant are the `reserve` module's.
 //!
 //! Keys only grow by themselves (LFU credit, refresh with a newer timestamp);
 //! an upsert that may lower a key or creates an entry below the threshold
 //! pushes an item (with effectiveCount 0, a lower bound) under its shard lock.
-//! Popping the smallest item and re-reading the entry gives either the exact
-//! global minimum (item key == current key) or a stale item, which is
-//! re-pushed with the current key (if still `<= threshold`) or dropped. When
-//! the reserve runs dry, or a tenant's algorithm changed, it is rebuilt.
-//! Upserts that race a rebuild are recorded and merged when it completes.
+//! When the reserve runs dry, outgrows its bound, or a tenant's algorithm
+//! changed, it is rebuilt. Upserts that race a rebuild are recorded and
+//! merged when it completes.
 
 use crate::catalog::Partition;
 use crate::index::Index;
 use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
+use crate::reserve::{ACTIVE, Gather, Hooked, IDLE, RECORDING, Reserve, overtaken};
 use crate::shard::{lock, read, write};
 use crate::types::EvictionCounts;
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU8, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
-const IDLE: u8 = 0;
-const RECORDING: u8 = 1;
-const ACTIVE: u8 = 2;
-
 /// One cap candidate.
+#[derive(Clone)]
 pub(crate) struct CapVictim {
     pub(crate) eff: u64,
     pub(crate) last_seen: i64,
@@ -99,43 +88,25 @@ impl Ord for CapVictim {
     }
 }
 
-struct ReserveState {
-    mode: u8,
-    items: BinaryHeap<Reverse<CapVictim>>,
-    threshold: Option<CapVictim>,
-    recorded: Vec<CapVictim>,
-    /// Algorithm per tenant id the reserve was built with.
-    algos: Vec<EvictionAlgorithm>,
-    /// Item bound: past it (many upserts below the threshold while the index
-    /// stays under its cap) the reserve is dropped and rebuilt on demand.
-    limit: usize,
-}
-
-impl ReserveState {
-    fn admits(&self, v: View<'_>) -> bool {
-        self.threshold
-            .as_ref()
-            .is_some_and(|t| cmp_cap(v, t.view()) != Ordering::Greater)
-    }
-}
-
 /// The victim reserve.
 pub(crate) struct CapReserve {
     hint: AtomicU8,
-    state: Mutex<ReserveState>,
+    state: Mutex<CapState>,
+}
+
+/// The reserve and the algorithm per tenant id it was built with.
+struct CapState {
+    reserve: Reserve<CapVictim>,
+    algos: Vec<EvictionAlgorithm>,
 }
 
 impl CapReserve {
     pub(crate) fn new() -> Self {
         Self {
             hint: AtomicU8::new(IDLE),
-            state: Mutex::new(ReserveState {
-                mode: IDLE,
-                items: BinaryHeap::new(),
-                threshold: None,
-                recorded: Vec::new(),
+            state: Mutex::new(CapState {
+                reserve: Reserve::new(),
                 algos: Vec::new(),
-                limit: 0,
             }),
         }
     }
@@ -168,39 +139,39 @@ impl CapReserve {
         last_seen: i64,
     ) {
         let mut st = lock(&self.state);
-        let make = || CapVictim {
-            eff: 0,
-            last_seen,
-            part: part.clone(),
-            hash: Box::from(hash),
-            replica,
-            replica_id: replica_id.clone(),
-        };
-        match st.mode {
-            RECORDING => st.recorded.push(make()),
-            ACTIVE if st.admits((0, last_seen, part, hash, replica_id)) => {
-                st.items.push(Reverse(make()))
-            }
-            _ => {}
+        let hooked = st.reserve.hook(
+            |t| cmp_cap((0, last_seen, part, hash, replica_id), t.view()),
+            || CapVictim {
+                eff: 0,
+                last_seen,
+                part: part.clone(),
+                hash: Box::from(hash),
+                replica,
+                replica_id: replica_id.clone(),
+            },
+        );
+        if hooked == Hooked::Dropped {
+            self.hint.store(IDLE, AtomicOrdering::SeqCst);
         }
     }
 
-    fn set_mode(&self, st: &mut ReserveState, mode: u8) {
-        st.mode = mode;
+    fn set_mode(&self, st: &mut CapState, mode: u8) {
+        st.reserve.reset(mode);
         self.hint.store(mode, AtomicOrdering::SeqCst);
     }
 }
 
 impl Index {
     /// Enforce the global cap: remove entries of non-reserved tenants in victim
-    /// order until `total − reserved <= max_entries`.
+    /// order until `total − reserved <= max_entries`. Victims come from the
+    /// reserve in ordered batches (one reserve lock per batch).
     pub(crate) fn enforce_cap(&self, ev: &mut EvictionCounts, notes: &mut Notes) {
-        if self.max_entries <= 0 {
+        if self.settings.max_entries <= 0 {
             return;
         }
-        let max = self.max_entries as u64;
+        let max = self.settings.max_entries as u64;
         let over = |s: &Self| {
-            let c = read(&s.counters);
+            let c = read(&s.store.counters);
             c.total_entries
                 .saturating_sub(c.reserved_entries)
                 .saturating_sub(max)
@@ -208,14 +179,14 @@ impl Index {
         if over(self) == 0 {
             return;
         }
-        let _guard = lock(&self.evict_lock);
+        let _guard = lock(&self.enforcement.evict_lock);
         let algos: Vec<EvictionAlgorithm> =
             self.tenant_policies().into_iter().map(|x| x.1).collect();
         {
-            let mut st = lock(&self.reserve.state);
+            let mut st = lock(&self.enforcement.cap.state);
             let changed = st.algos.iter().zip(&algos).any(|(a, b)| a != b);
             if changed {
-                self.reserve.set_mode(&mut st, IDLE);
+                self.enforcement.cap.set_mode(&mut st, IDLE);
             } else if st.algos.len() < algos.len() {
                 // Tenants born after the scan: all their entries went through the upsert hook.
                 let n = st.algos.len();
@@ -223,97 +194,117 @@ impl Index {
             }
         }
         let mut rebuilds = 0;
-        while over(self) > 0 {
-            let item = {
-                let mut st = lock(&self.reserve.state);
-                if st.mode == ACTIVE {
-                    st.items.pop().map(|r| r.0)
-                } else {
-                    None
-                }
-            };
-            let Some(v) = item else {
-                if rebuilds == 2 || !self.rebuild_reserve(&algos, over(self) as usize) {
+        let mut batch: Vec<CapVictim> = Vec::new();
+        let mut later: Vec<CapVictim> = Vec::new();
+        loop {
+            let need = over(self) as usize;
+            if need == 0 {
+                return;
+            }
+            lock(&self.enforcement.cap.state)
+                .reserve
+                .take(need, &mut batch);
+            if batch.is_empty() {
+                if rebuilds == 2 || !self.rebuild_reserve(&algos, need) {
                     return;
                 }
                 rebuilds += 1;
                 continue;
-            };
-            let algo = algos
-                .get(v.part.tenant_id as usize)
-                .copied()
-                .unwrap_or_default();
-            let key = KeyRef::new(v.part.id, &v.hash);
-            let mut shard = self.shards.write(key.shard());
-            let current = shard
-                .get(&key)
-                .and_then(|hs| {
-                    hs.binary_search_by_key(&v.replica, |h| h.replica)
-                        .ok()
-                        .map(|i| &hs[i])
-                })
-                .map(|h| {
-                    let eff = if algo == EvictionAlgorithm::Lfu {
-                        h.access()
-                    } else {
-                        0
-                    };
-                    (eff, h.last_seen)
-                });
-            match current {
-                None => {} // gone: stale item
-                Some((eff, last_seen)) if eff == v.eff && last_seen == v.last_seen => {
-                    if let Some((h, rest)) = shard.take_holder(&key, v.replica) {
-                        let gone = rest.is_none();
-                        if let Some(hs) = rest.filter(|_| self.quota.active()) {
-                            self.quota.on_key_changed(&v.part, &v.hash, hs);
-                        }
-                        write(&self.counters).on_remove(&v.part, v.replica, gone);
-                        drop(shard);
-                        ev.add_cap(algo, 1);
-                        notes.push(|| {
-                            Note::Removed(
-                                Index::change(&v.part, &v.hash, v.replica_id.clone(), &h),
-                                RemovalReason::Cap,
-                            )
-                        });
-                    }
+            }
+            let mut items = batch.drain(..);
+            while let Some(v) = items.next() {
+                if overtaken(&later, &v) {
+                    // A re-pushed item now precedes the rest: let the reserve order them.
+                    lock(&self.enforcement.cap.state)
+                        .reserve
+                        .give_back(std::iter::once(v).chain(items.by_ref()));
+                    break;
                 }
-                Some((eff, last_seen)) => {
-                    drop(shard);
-                    let moved = CapVictim {
-                        eff,
-                        last_seen,
-                        ..v
-                    };
-                    let mut st = lock(&self.reserve.state);
-                    if st.mode == ACTIVE && st.admits(moved.view()) {
-                        st.items.push(Reverse(moved));
-                    }
+                let algo = algos
+                    .get(v.part.tenant_id as usize)
+                    .copied()
+                    .unwrap_or_default();
+                if let Some(moved) = self.evict_cap_victim(v, algo, ev, notes) {
+                    later.push(moved);
+                }
+            }
+            drop(items);
+            if !later.is_empty() {
+                let mut st = lock(&self.enforcement.cap.state);
+                for m in later.drain(..) {
+                    st.reserve.repush(m);
                 }
             }
         }
     }
 
+    /// Remove one victim if its item is exact; a stale item comes back with
+    /// the entry's current key (to be re-pushed), a gone entry as `None`.
+    fn evict_cap_victim(
+        &self,
+        v: CapVictim,
+        algo: EvictionAlgorithm,
+        ev: &mut EvictionCounts,
+        notes: &mut Notes,
+    ) -> Option<CapVictim> {
+        let key = KeyRef::new(v.part.id, &v.hash);
+        let mut shard = self.store.shards.write(key.shard());
+        let (eff, last_seen) = shard
+            .get(&key)
+            .and_then(|hs| {
+                hs.binary_search_by_key(&v.replica, |h| h.replica)
+                    .ok()
+                    .map(|i| &hs[i])
+            })
+            .map(|h| {
+                let eff = if algo == EvictionAlgorithm::Lfu {
+                    h.access()
+                } else {
+                    0
+                };
+                (eff, h.last_seen)
+            })?;
+        if eff != v.eff || last_seen != v.last_seen {
+            return Some(CapVictim {
+                eff,
+                last_seen,
+                ..v
+            });
+        }
+        if let Some((h, rest)) = shard.take_holder(&key, v.replica) {
+            let gone = rest.is_none();
+            if let Some(hs) = rest.filter(|_| self.enforcement.quota.active()) {
+                self.enforcement.quota.on_key_changed(&v.part, &v.hash, hs);
+            }
+            write(&self.store.counters).on_remove(&v.part, v.replica, gone);
+            drop(shard);
+            ev.add_cap(algo, 1);
+            notes.push(|| {
+                Note::Removed(
+                    Index::change(&v.part, &v.hash, v.replica_id.clone(), &h),
+                    RemovalReason::Cap,
+                )
+            });
+        }
+        None
+    }
+
     /// Rebuild the reserve from a full scan. Returns false if nothing is evictable.
     fn rebuild_reserve(&self, algos: &[EvictionAlgorithm], need: usize) -> bool {
         {
-            let mut st = lock(&self.reserve.state);
-            st.items.clear();
-            st.recorded.clear();
-            st.threshold = None;
-            self.reserve.set_mode(&mut st, RECORDING);
+            let mut st = lock(&self.enforcement.cap.state);
+            self.enforcement.cap.set_mode(&mut st, RECORDING);
         }
         // Gather a slice proportional to the index (1/32 of it), so the scan
         // cost amortizes to a constant per evicted entry.
         let live = {
-            let c = read(&self.counters);
+            let c = read(&self.store.counters);
             c.total_entries.saturating_sub(c.reserved_entries) as usize
         };
-        let k = need.max(self.cap_reserve).max(live / 32);
+        let k = need.max(self.settings.cap_reserve).max(live / 32);
         let names = self.replica_names();
         let empty: Arc<str> = Arc::from("");
-        let mut heap: BinaryHeap<CapVictim> = BinaryHeap::with_capacity(k + 1);
+        let mut gather: Gather<CapVictim> = Gather::new(k);
         self.scan_keys(|p, hash, holders| {
             if p.reserved {
                 return;
@@ -322,52 +313,26 @@ impl Index {
             for h in holders.iter() {
                 let eff = if lfu { h.access() } else { 0 };
                 let name = names.get(h.replica as usize).unwrap_or(&empty);
-                if heap.len() >= k {
-                    if let Some(top) = heap.peek() {
-                        if cmp_cap((eff, h.last_seen, p, hash, name), top.view()) != Ordering::Less
-                        {
-                            continue;
-                        }
-                    }
-                    heap.pop();
-                }
-                heap.push(CapVictim {
-                    eff,
-                    last_seen: h.last_seen,
-                    part: p.clone(),
-                    hash: Box::from(hash),
-                    replica: h.replica,
-                    replica_id: name.clone(),
-                });
+                gather.offer(
+                    |top| cmp_cap((eff, h.last_seen, p, hash, name), top.view()),
+                    || CapVictim {
+                        eff,
+                        last_seen: h.last_seen,
+                        part: p.clone(),
+                        hash: Box::from(hash),
+                        replica: h.replica,
+                        replica_id: name.clone(),
+                    },
+                );
             }
         });
-        let mut st = lock(&self.reserve.state);
+        let mut st = lock(&self.enforcement.cap.state);
         st.algos = algos.to_vec();
-        let mut sorted = heap.into_vec();
-        sorted.sort_unstable();
-        let Some(max) = sorted.pop() else {
-            st.recorded.clear();
-            self.reserve.set_mode(&mut st, IDLE);
-            return false;
-        };
-        st.threshold = Some(CapVictim {
-            eff: max.eff,
-            last_seen: max.last_seen,
-            part: max.part.clone(),
-            hash: max.hash.clone(),
-            replica: max.replica,
-            replica_id: max.replica_id.clone(),
-        });
-        st.limit = 2 * k + 1024;
-        st.items = sorted.into_iter().map(Reverse).collect();
-        st.items.push(Reverse(max));
-        let recorded = std::mem::take(&mut st.recorded);
-        for r in recorded {
-            if st.admits(r.view()) {
-                st.items.push(Reverse(r));
-            }
-        }
-        self.reserve.set_mode(&mut st, ACTIVE);
-        true
+        let ok = st.reserve.install(gather.into_vec(), 2 * k + 1024);
+        self.enforcement
+            .cap
+            .hint
+            .store(if ok { ACTIVE } else { IDLE }, AtomicOrdering::SeqCst);
+        ok
     }
 }

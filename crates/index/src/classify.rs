@@ -11,14 +11,14 @@ impl Index {
     /// scheme) → `UnknownHashScheme`; else `None`. Adapter-blind.
     pub fn classify_miss(&self, tenant: &str, model: &str, scheme: &str) -> Strategy {
         let (t, tm, scope) = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             (
                 c.find_tenant(tenant),
                 c.find_tm(tenant, model),
                 c.find_scope(tenant, model, scheme),
             )
         };
-        let c = read(&self.counters);
+        let c = read(&self.store.counters);
         if c.total_keys == 0 {
             return Strategy::None;
         }
@@ -36,19 +36,19 @@ impl Index {
 
     /// The tenant holds at least one prefix.
     pub fn has_any_for_tenant(&self, tenant: &str) -> bool {
-        let t = read(&self.catalog).find_tenant(tenant);
-        t.is_some_and(|t| read(&self.counters).tenant_keys(t) > 0)
+        let t = read(&self.store.catalog).find_tenant(tenant);
+        t.is_some_and(|t| read(&self.store.counters).tenant_keys(t) > 0)
     }
 
     /// (tenant, model) holds at least one prefix.
     pub fn has_any_for_tenant_model(&self, tenant: &str, model: &str) -> bool {
-        let tm = read(&self.catalog).find_tm(tenant, model);
-        tm.is_some_and(|tm| read(&self.counters).tm_keys(tm) > 0)
+        let tm = read(&self.store.catalog).find_tm(tenant, model);
+        tm.is_some_and(|tm| read(&self.store.counters).tm_keys(tm) > 0)
     }
 
     /// At least one replica serves (tenant, model, scheme).
     pub fn has_any_for_tenant_model_scheme(&self, tenant: &str, model: &str, scheme: &str) -> bool {
-        let s = read(&self.catalog).find_scope(tenant, model, scheme);
-        s.is_some_and(|s| read(&self.counters).scope_len(s) > 0)
+        let s = read(&self.store.catalog).find_scope(tenant, model, scheme);
+        s.is_some_and(|s| read(&self.store.counters).scope_len(s) > 0)
     }
 }

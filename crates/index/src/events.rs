@@ -1,5 +1,6 @@
 //! Events (§2.4).
 
+use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::index::Index;
 use crate::key::{KeyRef, key_hash};
@@ -8,20 +9,50 @@ use crate::shard::{read, write};
 use crate::types::{CacheEvent, EventKind, EventOutcome};
 use std::sync::Arc;
 
+/// The resolved (partitions, replica) of a `PrefixEvicted`.
+pub(crate) struct EvictTarget {
+    parts: Arc<[Arc<Partition>]>,
+    replica: u32,
+    name: Arc<str>,
+}
+
 impl Index {
     /// Apply one event. Unknown wire types never reach here (see
     /// [`EventKind::from_wire`]); `PrefixAdded` is a no-op.
     pub fn apply_event(&self, ev: &CacheEvent) -> EventOutcome {
-        let _gate = read(&self.gate);
-        let ts = wire_us_to_ns(ev.timestamp_us, self.now());
+        let _gate = read(&self.store.gate);
         let mut out = EventOutcome::default();
-        let mut notes = Notes::new(self.observer.is_some());
+        let mut notes = Notes::new(self.env.observer.is_some());
+        self.event_write(ev, self.now(), None, &mut out, &mut notes);
+        notes.deliver(self.env.observer.as_ref());
+        out
+    }
+
+    /// One event without the gate (the caller holds it) or delivery. A
+    /// `PrefixEvicted` uses `target` when given (a batch resolves the
+    /// (tenant, model, replica) of a burst once).
+    pub(crate) fn event_write(
+        &self,
+        ev: &CacheEvent,
+        now: i64,
+        target: Option<&EvictTarget>,
+        out: &mut EventOutcome,
+        notes: &mut Notes,
+    ) {
+        let ts = wire_us_to_ns(ev.timestamp_us, now);
         match ev.kind {
             EventKind::PrefixAdded => {}
-            EventKind::PrefixEvicted => self.evict_prefix(ev, &mut out, &mut notes),
+            EventKind::PrefixEvicted => match target {
+                Some(t) => self.evict_prefix_at(t, ev, out, notes),
+                None => {
+                    if let Some(t) = self.evict_target(ev) {
+                        self.evict_prefix_at(&t, ev, out, notes);
+                    }
+                }
+            },
             EventKind::ReplicaUpdated => {
                 let ids = {
-                    let c = read(&self.catalog);
+                    let c = read(&self.store.catalog);
                     c.find_tm(&ev.tenant_id, &ev.model_id)
                         .zip(c.find_replica(&ev.replica_id))
                         .map(|(tm, r)| {
@@ -38,49 +69,63 @@ impl Index {
                     let mut stats = write(&self.stats);
                     if let Some(s) = stats.get_mut(&tm).and_then(|m| m.get_mut(&r)) {
                         s.last_seen = ts;
-                        out.stats_touched = 1;
+                        out.stats_touched += 1;
                         drop(stats);
                         notes.push(|| Note::Updated(tenant, model, name, ts));
                     }
                 }
             }
-            EventKind::AllCleared => self.clear_replica(ev, ts, &mut out, &mut notes),
+            EventKind::AllCleared => self.clear_replica(ev, ts, out, notes),
         }
-        notes.deliver(self.observer.as_ref());
-        out
     }
 
-    fn evict_prefix(&self, ev: &CacheEvent, out: &mut EventOutcome, notes: &mut Notes) {
-        let (parts, replica, name) = {
-            let c = read(&self.catalog);
-            let (Some(tm), Some(r)) = (
-                c.find_tm(&ev.tenant_id, &ev.model_id),
-                c.find_replica(&ev.replica_id),
-            ) else {
-                return;
-            };
-            (c.tms[tm as usize].part_refs.clone(), r, c.replica_name(r))
+    /// What a `PrefixEvicted` of (tenant, model, replica) resolves to; `None`
+    /// when any of them is unknown (nothing to remove).
+    pub(crate) fn evict_target(&self, ev: &CacheEvent) -> Option<EvictTarget> {
+        let c = read(&self.store.catalog);
+        let tm = c.find_tm(&ev.tenant_id, &ev.model_id)?;
+        let r = c.find_replica(&ev.replica_id)?;
+        let t = EvictTarget {
+            parts: c.tms[tm as usize].part_refs.clone(),
+            replica: r,
+            name: c.replica_name(r),
         };
-        self.tentative.mark_publisher(replica);
+        drop(c);
+        // A replica that reports evictions publishes events (`tentative.rs`);
+        // marked once per resolution (a batch's burst shares one).
+        self.routing.tentative.mark_publisher(r);
+        Some(t)
+    }
+
+    fn evict_prefix_at(
+        &self,
+        t: &EvictTarget,
+        ev: &CacheEvent,
+        out: &mut EventOutcome,
+        notes: &mut Notes,
+    ) {
+        let (parts, replica, name) = (&t.parts, t.replica, &t.name);
         let wanted = parts
             .iter()
             .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id);
-        if self.tentative.active() {
+        if self.routing.tentative.active() {
             let keys: Vec<(u32, u64)> = wanted
                 .clone()
                 .map(|p| (p.id, key_hash(p.id, &ev.prefix_hash)))
                 .collect();
-            out.tentative_removed += self.tentative.remove_many(replica, &keys);
+            out.tentative_removed += self.routing.tentative.remove_many(replica, &keys);
         }
         for p in wanted {
             let key = KeyRef::new(p.id, &ev.prefix_hash);
-            let mut shard = self.shards.write(key.shard());
+            let mut shard = self.store.shards.write(key.shard());
             if let Some((h, rest)) = shard.take_holder(&key, replica) {
                 let gone = rest.is_none();
-                if let Some(hs) = rest.filter(|_| self.quota.active()) {
-                    self.quota.on_key_changed(p, &ev.prefix_hash, hs);
+                if let Some(hs) = rest.filter(|_| self.enforcement.quota.active()) {
+                    self.enforcement
+                        .quota
+                        .on_key_changed(p, &ev.prefix_hash, hs);
                 }
-                write(&self.counters).on_remove(p, replica, gone);
+                write(&self.store.counters).on_remove(p, replica, gone);
                 drop(shard);
                 out.entries_removed += 1;
                 notes.push(|| {
@@ -95,7 +140,7 @@ impl Index {
 
     fn clear_replica(&self, ev: &CacheEvent, ts: i64, out: &mut EventOutcome, notes: &mut Notes) {
         let found = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             match (
                 c.find_tm(&ev.tenant_id, &ev.model_id),
                 c.find_replica(&ev.replica_id),
@@ -123,24 +168,24 @@ impl Index {
         let Some((tm, replica, name, is_part, scopes, parts, tenant, model)) = found else {
             return;
         };
-        self.tentative.mark_publisher(replica);
-        if self.tentative.active() {
+        self.routing.tentative.mark_publisher(replica);
+        if self.routing.tentative.active() {
             let ids: Vec<u32> = (0..is_part.len() as u32)
                 .filter(|&p| is_part[p as usize])
                 .collect();
-            out.tentative_removed += self.tentative.clear(&ids, replica);
+            out.tentative_removed += self.routing.tentative.clear(&ids, replica);
         }
         // How many entries the replica holds under (tenant, model): stop the walk early.
         let mut expected: u64 = {
-            let c = read(&self.counters);
+            let c = read(&self.store.counters);
             scopes
                 .iter()
                 .map(|&s| c.scope(s).map_or(0, |m| m.held(replica)))
                 .sum()
         };
         let mut si = 0;
-        while expected > 0 && si < self.shards.len() {
-            let mut shard = self.shards.write(si);
+        while expected > 0 && si < self.store.shards.len() {
+            let mut shard = self.store.shards.write(si);
             let mut removed = Vec::new();
             shard.retain(|pid, hash, holders| {
                 if !is_part.get(pid as usize).copied().unwrap_or(false) {
@@ -151,9 +196,9 @@ impl Index {
                         return true;
                     };
                     let gone = holders.is_empty();
-                    if !gone && self.quota.active() {
+                    if !gone && self.enforcement.quota.active() {
                         if let Some(p) = parts.get(pid as usize) {
-                            self.quota.on_key_changed(p, hash, holders);
+                            self.enforcement.quota.on_key_changed(p, hash, holders);
                         }
                     }
                     let note = notes.enabled.then(|| (hash.to_vec(), h));
@@ -163,7 +208,7 @@ impl Index {
                 true
             });
             if !removed.is_empty() {
-                let mut c = write(&self.counters);
+                let mut c = write(&self.store.counters);
                 for (pid, gone, _) in &removed {
                     if let Some(p) = parts.get(*pid as usize) {
                         c.on_remove(p, replica, *gone);
@@ -189,7 +234,7 @@ impl Index {
             let mut stats = write(&self.stats);
             if let Some(m) = stats.get_mut(&tm) {
                 if m.remove(&replica).is_some() {
-                    out.stats_touched = 1;
+                    out.stats_touched += 1;
                 }
                 if m.is_empty() {
                     stats.remove(&tm);

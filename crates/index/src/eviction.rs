@@ -20,7 +20,7 @@ impl Index {
     pub fn sweep(&self) -> SweepOutcome {
         let now = self.now();
         let mut out = SweepOutcome::default();
-        let mut notes = Notes::new(self.observer.is_some());
+        let mut notes = Notes::new(self.env.observer.is_some());
         let parts = self.partitions();
         let policies = self.tenant_policies();
         let names = if notes.enabled {
@@ -31,7 +31,7 @@ impl Index {
         let ttl_of = |p: &Partition| {
             policies
                 .get(p.tenant_id as usize)
-                .map_or(self.default_ttl_ns, |x| x.0)
+                .map_or(self.settings.default_ttl_ns, |x| x.0)
         };
         let algo_of = |p: &Partition| {
             policies
@@ -39,8 +39,8 @@ impl Index {
                 .map_or(EvictionAlgorithm::Lru, |x| x.1)
         };
 
-        for si in 0..self.shards.len() {
-            let mut shard = self.shards.write(si);
+        for si in 0..self.store.shards.len() {
+            let mut shard = self.store.shards.write(si);
             let mut removed: Vec<Removed> = Vec::new();
             shard.retain(|pid, hash, holders| {
                 let Some(p) = parts.get(pid as usize) else {
@@ -62,8 +62,8 @@ impl Index {
                     }
                 }
                 let gone = holders.is_empty();
-                if !gone && removed.len() > before && self.quota.active() {
-                    self.quota.on_key_changed(p, hash, holders);
+                if !gone && removed.len() > before && self.enforcement.quota.active() {
+                    self.enforcement.quota.on_key_changed(p, hash, holders);
                 }
                 if gone && removed.len() > before {
                     if let Some(last) = removed.last_mut() {
@@ -73,7 +73,7 @@ impl Index {
                 !gone
             });
             if !removed.is_empty() {
-                let mut c = write(&self.counters);
+                let mut c = write(&self.store.counters);
                 for (pid, replica, gone, _) in &removed {
                     if let Some(p) = parts.get(*pid as usize) {
                         c.on_remove(p, *replica, *gone);
@@ -101,7 +101,7 @@ impl Index {
         }
 
         // Stats TTL.
-        let tm_tenants: Vec<u32> = read(&self.catalog)
+        let tm_tenants: Vec<u32> = read(&self.store.catalog)
             .tms
             .iter()
             .map(|t| t.tenant_id)
@@ -112,7 +112,7 @@ impl Index {
                 let ttl = tm_tenants
                     .get(*tm as usize)
                     .and_then(|t| policies.get(*t as usize))
-                    .map_or(self.default_ttl_ns, |x| x.0);
+                    .map_or(self.settings.default_ttl_ns, |x| x.0);
                 let before = m.len();
                 m.retain(|_, s| now.saturating_sub(s.last_seen) < ttl);
                 out.stats_removed += (before - m.len()) as u64;
@@ -120,9 +120,9 @@ impl Index {
             });
         }
 
-        out.tentative_expired = self.tentative.sweep(now);
+        out.tentative_expired = self.routing.tentative.sweep(now);
         self.enforce_cap(&mut out.evictions, &mut notes);
-        notes.deliver(self.observer.as_ref());
+        notes.deliver(self.env.observer.as_ref());
         out.replicas_released = self.release_idle_replicas();
         out
     }

@@ -131,7 +131,7 @@ impl Index {
     /// Every stored replica stats entry of a non-reserved tenant.
     pub fn export_stats(&self) -> Vec<StatsState> {
         let (tms, replicas) = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             let tms: Vec<(Arc<str>, Arc<str>, bool)> = c
                 .tms
                 .iter()

@@ -46,43 +46,72 @@ impl StatsEntry {
 /// (tenant, model) id → replica id → stats.
 pub(crate) type StatsMap = HashMap<u32, HashMap<u32, StatsEntry, FoldBuild>, FoldBuild>;
 
-/// The prefix index. `Send + Sync`; share it behind an `Arc`.
-pub struct Index {
+/// Limits and defaults fixed at construction.
+pub(crate) struct Settings {
     pub(crate) max_entries: i64,
     pub(crate) max_replicas: usize,
     pub(crate) cap_reserve: usize,
     pub(crate) default_ttl_ns: i64,
     pub(crate) reserved: HashSet<String>,
     pub(crate) ranking: RankingConfig,
+}
+
+/// What the index is wired to: time, policy, the change observer.
+pub(crate) struct Env {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) policy: Arc<dyn PolicyResolver>,
     pub(crate) observer: Option<Arc<dyn IndexObserver>>,
+}
+
+/// The entries and what names and counts them.
+pub(crate) struct Store {
+    /// Interned names: partitions, (tenant, model), scopes, replicas.
     pub(crate) catalog: RwLock<Catalog>,
+    /// The (key, holders) tables.
     pub(crate) shards: Shards,
+    /// Entry and key counts, serving scopes (lock order: shard → counters).
     pub(crate) counters: RwLock<Counters>,
-    pub(crate) stats: RwLock<StatsMap>,
-    /// Serializes cap and quota enforcement (victim selection + removal).
-    pub(crate) evict_lock: Mutex<()>,
-    /// Cap victim reserve.
-    pub(crate) reserve: crate::cap::CapReserve,
-    /// Tenant quota victim reserves.
-    pub(crate) quota: crate::quota::QuotaReserves,
     /// Model ids reported non-zero by the last `entry_counts_by_model`.
     pub(crate) gauge: Mutex<Vec<bool>>,
-    /// Delivered-hint window (estimated-TTFT ranking).
-    pub(crate) load: crate::load::LoadTracker,
-    /// Tentative holdings (approximate mode).
-    pub(crate) tentative: crate::tentative::Tentative,
     /// Held shared by every ingest and event for its whole run, exclusively
     /// by the replica release (`replicas.rs`), so a replica id resolved by a
     /// writer is never released under it.
     pub(crate) gate: RwLock<()>,
 }
 
+/// Cap and quota enforcement: the victim reserves (`reserve.rs`).
+pub(crate) struct Enforcement {
+    /// Serializes cap and quota enforcement (victim selection + removal).
+    pub(crate) evict_lock: Mutex<()>,
+    /// Cap victim reserve.
+    pub(crate) cap: crate::cap::CapReserve,
+    /// Tenant quota victim reserves.
+    pub(crate) quota: crate::quota::QuotaReserves,
+}
+
+/// Estimated-TTFT ranking state.
+pub(crate) struct Routing {
+    /// Delivered-hint window.
+    pub(crate) load: crate::load::LoadTracker,
+    /// Tentative holdings (approximate mode).
+    pub(crate) tentative: crate::tentative::Tentative,
+}
+
+/// The prefix index. `Send + Sync`; share it behind an `Arc`.
+pub struct Index {
+    pub(crate) settings: Settings,
+    pub(crate) env: Env,
+    pub(crate) store: Store,
+    /// Replica stats: (tenant, model) → replica → stats.
+    pub(crate) stats: RwLock<StatsMap>,
+    pub(crate) enforcement: Enforcement,
+    pub(crate) routing: Routing,
+}
+
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Index")
-            .field("max_entries", &self.max_entries)
+            .field("max_entries", &self.settings.max_entries)
             .field("total_entries", &self.total_entries())
             .field("distinct_prefixes", &self.distinct_prefixes())
             .finish_non_exhaustive()
@@ -104,31 +133,41 @@ impl Index {
             cfg.default_ttl
         };
         Self {
-            max_entries: cfg.max_entries,
-            max_replicas: cfg.max_replicas,
-            cap_reserve: cfg.cap_reserve.max(1),
-            default_ttl_ns: duration_ns(ttl),
-            reserved: cfg.reserved_tenants.into_iter().collect(),
-            ranking: cfg.ranking,
-            clock: cfg.clock,
-            policy: cfg.policy,
-            observer: cfg.observer,
-            catalog: RwLock::new(Catalog::default()),
-            shards: Shards::new(),
-            counters: RwLock::new(Counters::default()),
+            settings: Settings {
+                max_entries: cfg.max_entries,
+                max_replicas: cfg.max_replicas,
+                cap_reserve: cfg.cap_reserve.max(1),
+                default_ttl_ns: duration_ns(ttl),
+                reserved: cfg.reserved_tenants.into_iter().collect(),
+                ranking: cfg.ranking,
+            },
+            env: Env {
+                clock: cfg.clock,
+                policy: cfg.policy,
+                observer: cfg.observer,
+            },
+            store: Store {
+                catalog: RwLock::new(Catalog::default()),
+                shards: Shards::new(),
+                counters: RwLock::new(Counters::default()),
+                gauge: Mutex::new(Vec::new()),
+                gate: RwLock::new(()),
+            },
             stats: RwLock::new(StatsMap::default()),
-            evict_lock: Mutex::new(()),
-            reserve: crate::cap::CapReserve::new(),
-            quota: crate::quota::QuotaReserves::new(),
-            gauge: Mutex::new(Vec::new()),
-            load: crate::load::LoadTracker::default(),
-            // As many tentative holdings as real entries at most.
-            tentative: crate::tentative::Tentative::new(if cfg.max_entries > 0 {
-                usize::try_from(cfg.max_entries).unwrap_or(usize::MAX)
-            } else {
-                crate::config::DEFAULT_MAX_ENTRIES as usize
-            }),
-            gate: RwLock::new(()),
+            enforcement: Enforcement {
+                evict_lock: Mutex::new(()),
+                cap: crate::cap::CapReserve::new(),
+                quota: crate::quota::QuotaReserves::new(),
+            },
+            routing: Routing {
+                load: crate::load::LoadTracker::default(),
+                // As many tentative holdings as real entries at most.
+                tentative: crate::tentative::Tentative::new(if cfg.max_entries > 0 {
+                    usize::try_from(cfg.max_entries).unwrap_or(usize::MAX)
+                } else {
+                    crate::config::DEFAULT_MAX_ENTRIES as usize
+                }),
+            },
         }
     }
 
@@ -139,39 +178,51 @@ impl Index {
 
     /// The configured global cap (`<= 0` = unbounded).
     pub fn max_entries(&self) -> i64 {
-        self.max_entries
+        self.settings.max_entries
     }
 
     /// The default TTL in nanoseconds.
     pub fn default_ttl_ns(&self) -> i64 {
-        self.default_ttl_ns
+        self.settings.default_ttl_ns
     }
 
     /// Resolved TTL of a tenant in nanoseconds (policy value if > 0, else default).
     pub fn tenant_ttl_ns(&self, tenant: &str) -> i64 {
-        match self.policy.ttl(tenant) {
+        match self.env.policy.ttl(tenant) {
             Some(d) if !d.is_zero() => duration_ns(d),
-            _ => self.default_ttl_ns,
+            _ => self.settings.default_ttl_ns,
+        }
+    }
+
+    /// The TTL a lookup uses: the request's resolved policy if it carries
+    /// one (no resolver call), else the resolver's.
+    pub(crate) fn request_ttl_ns<H>(&self, req: &crate::types::LookupRequest<'_, H>) -> i64 {
+        match req.policy {
+            Some(p) => match p.ttl {
+                Some(d) if !d.is_zero() => duration_ns(d),
+                _ => self.settings.default_ttl_ns,
+            },
+            None => self.tenant_ttl_ns(req.tenant),
         }
     }
 
     pub(crate) fn algorithm(&self, tenant: &str) -> EvictionAlgorithm {
-        self.policy.eviction_algorithm(tenant)
+        self.env.policy.eviction_algorithm(tenant)
     }
 
     /// Whether `tenant` is reserved.
     pub fn is_reserved(&self, tenant: &str) -> bool {
-        self.reserved.contains(tenant)
+        self.settings.reserved.contains(tenant)
     }
 
     /// Number of (prefix, replica) entries, including reserved tenants.
     pub fn total_entries(&self) -> u64 {
-        read(&self.counters).total_entries
+        read(&self.store.counters).total_entries
     }
 
     /// Number of distinct prefix keys, including reserved tenants.
     pub fn distinct_prefixes(&self) -> u64 {
-        read(&self.counters).total_keys
+        read(&self.store.counters).total_keys
     }
 
     pub(crate) fn find_partition(
@@ -181,39 +232,41 @@ impl Index {
         s: &str,
         a: &str,
     ) -> Option<Arc<Partition>> {
-        read(&self.catalog).find_partition(t, m, s, a).cloned()
+        read(&self.store.catalog)
+            .find_partition(t, m, s, a)
+            .cloned()
     }
 
     pub(crate) fn intern_partition(&self, t: &str, m: &str, s: &str, a: &str) -> Arc<Partition> {
         if let Some(p) = self.find_partition(t, m, s, a) {
             return p;
         }
-        let reserved = |x: &str| self.reserved.contains(x);
-        write(&self.catalog).intern_partition(t, m, s, a, &reserved)
+        let reserved = |x: &str| self.settings.reserved.contains(x);
+        write(&self.store.catalog).intern_partition(t, m, s, a, &reserved)
     }
 
     /// Interns a replica id; `None` past the replica limit.
     pub(crate) fn intern_replica(&self, r: &str) -> Option<(u32, Arc<str>)> {
         {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             if let Some(id) = c.find_replica(r) {
                 return Some((id, c.replica_name(id)));
             }
         }
-        write(&self.catalog).intern_replica(r, self.max_replicas)
+        write(&self.store.catalog).intern_replica(r, self.settings.max_replicas)
     }
 
     pub(crate) fn intern_tm(&self, t: &str, m: &str) -> u32 {
-        if let Some(id) = read(&self.catalog).find_tm(t, m) {
+        if let Some(id) = read(&self.store.catalog).find_tm(t, m) {
             return id;
         }
-        let reserved = |x: &str| self.reserved.contains(x);
-        write(&self.catalog).intern_tm(t, m, &reserved)
+        let reserved = |x: &str| self.settings.reserved.contains(x);
+        write(&self.store.catalog).intern_tm(t, m, &reserved)
     }
 
     /// Snapshot of partitions (for scans that must not nest the catalog lock).
     pub(crate) fn partitions(&self) -> Vec<Arc<Partition>> {
-        read(&self.catalog).parts.clone()
+        read(&self.store.catalog).parts.clone()
     }
 
     /// Visits every key with its partition, hash and holders, one shard read
@@ -221,8 +274,8 @@ impl Index {
     /// partition is not in the snapshot taken at the start are skipped.
     pub(crate) fn scan_keys(&self, mut visit: impl FnMut(&Arc<Partition>, &[u8], &[Holder])) {
         let parts = self.partitions();
-        for si in 0..self.shards.len() {
-            let shard = self.shards.read(si);
+        for si in 0..self.store.shards.len() {
+            let shard = self.store.shards.read(si);
             for (pid, hash, holders) in shard.iter() {
                 if let Some(p) = parts.get(pid as usize) {
                     visit(p, hash, holders);
@@ -232,13 +285,13 @@ impl Index {
     }
 
     pub(crate) fn replica_names(&self) -> Vec<Arc<str>> {
-        read(&self.catalog).replica_names().to_vec()
+        read(&self.store.catalog).replica_names().to_vec()
     }
 
     /// Per tenant id: (ttl ns, algorithm), resolved once for a scan.
     pub(crate) fn tenant_policies(&self) -> Vec<(i64, EvictionAlgorithm)> {
         let names: Vec<Arc<str>> = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             (0..c.tenant_count() as u32)
                 .map(|i| c.tenant_name(i))
                 .collect()
@@ -269,6 +322,6 @@ impl Index {
     }
 
     pub(crate) fn now(&self) -> i64 {
-        self.clock.now_ns()
+        self.env.clock.now_ns()
     }
 }

@@ -27,32 +27,65 @@ impl Index {
     /// Ingest one `CacheStateUpdate` (§2.3). Never fails: bad input is dropped
     /// and counted in the outcome.
     pub fn ingest(&self, u: &CacheUpdate) -> IngestOutcome {
-        let _gate = read(&self.gate);
-        let now = self.now();
-        let ts = wire_us_to_ns(u.timestamp_us, now);
+        let _gate = read(&self.store.gate);
         let mut out = IngestOutcome::default();
+        let mut notes = Notes::new(self.env.observer.is_some());
+        if self.store_update(u, self.now(), &mut out, &mut notes) {
+            self.enforce_budgets([u.tenant_id.as_str()], &mut out.evictions, &mut notes);
+        }
+        notes.deliver(self.env.observer.as_ref());
+        out
+    }
+
+    /// Tenant quotas (of `tenants`, in order; policy read now), then the
+    /// global cap.
+    pub(crate) fn enforce_budgets<'t>(
+        &self,
+        tenants: impl IntoIterator<Item = &'t str>,
+        ev: &mut crate::types::EvictionCounts,
+        notes: &mut Notes,
+    ) {
+        for t in tenants {
+            if let Some(q) = self.env.policy.tenant_quota(t) {
+                if q >= 0 {
+                    self.enforce_quota(t, q as u64, ev, notes);
+                }
+            }
+        }
+        self.enforce_cap(ev, notes);
+    }
+
+    /// The writes of one update without the budget enforcement (the caller
+    /// holds the gate and enforces quotas and the cap afterwards). Adds to
+    /// `out`; false when the update was refused whole (replica limit).
+    pub(crate) fn store_update(
+        &self,
+        u: &CacheUpdate,
+        now: i64,
+        out: &mut IngestOutcome,
+        notes: &mut Notes,
+    ) -> bool {
+        let ts = wire_us_to_ns(u.timestamp_us, now);
         let writes_prefixes = !u.hash_scheme.is_empty() && !u.prefixes.is_empty();
         let interned = if writes_prefixes || u.stats.is_some() {
             match self.intern_replica(&u.replica_id) {
                 Some(r) => Some(r),
                 None => {
                     out.refused_replica_limit = true;
-                    return out;
+                    return false;
                 }
             }
         } else {
             None
         };
-        let quota = self.policy.tenant_quota(&u.tenant_id);
-        let mut notes = Notes::new(self.observer.is_some());
 
         if u.hash_scheme.is_empty() {
-            out.skipped_no_scheme = u.prefixes.len() as u64;
+            out.skipped_no_scheme += u.prefixes.len() as u64;
         } else if let Some((replica, replica_id)) = interned.as_ref().filter(|_| writes_prefixes) {
             let (replica, replica_id) = (*replica, replica_id.clone());
             // A replica that reports its cache: tentative holdings there only
             // cover the batching delay (`tentative.rs`).
-            self.tentative.mark_publisher(replica);
+            self.routing.tentative.mark_publisher(replica);
             let w = Writer {
                 replica,
                 replica_id: &replica_id,
@@ -62,7 +95,7 @@ impl Index {
             // Partition cache: entries of one update almost always share an adapter.
             let mut cached: Option<Arc<Partition>> = None;
             // Real entries replace tentative holdings (checked once per update).
-            let track = self.tentative.active();
+            let track = self.routing.tentative.active();
             let mut confirmed: Vec<(u32, u64)> = Vec::new();
             for e in &u.prefixes {
                 let adapter: &str = if !e.adapter_id.is_empty() {
@@ -104,7 +137,7 @@ impl Index {
                         if track {
                             confirmed.push((part.id, key_hash(part.id, h)));
                         }
-                        self.upsert(&part, h, cumulative, tier, &w, &mut out, &mut notes);
+                        self.upsert(&part, h, cumulative, tier, &w, out, notes);
                     }
                 }
                 // The legacy key: the whole entry in legacy form (its empty
@@ -113,18 +146,10 @@ impl Index {
                     if track {
                         confirmed.push((part.id, key_hash(part.id, &e.prefix_hash)));
                     }
-                    self.upsert(
-                        &part,
-                        &e.prefix_hash,
-                        e.token_count,
-                        tier,
-                        &w,
-                        &mut out,
-                        &mut notes,
-                    );
+                    self.upsert(&part, &e.prefix_hash, e.token_count, tier, &w, out, notes);
                 }
             }
-            out.tentative_confirmed = self.tentative.confirm(replica, &confirmed);
+            out.tentative_confirmed += self.routing.tentative.confirm(replica, &confirmed);
         }
 
         if let (Some(s), Some((replica, _))) = (&u.stats, &interned) {
@@ -147,14 +172,7 @@ impl Index {
             out.stats_stored = true;
         }
 
-        if let Some(q) = quota {
-            if q >= 0 {
-                self.enforce_quota(&u.tenant_id, q as u64, &mut out.evictions, &mut notes);
-            }
-        }
-        self.enforce_cap(&mut out.evictions, &mut notes);
-        notes.deliver(self.observer.as_ref());
-        out
+        true
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -169,7 +187,7 @@ impl Index {
         notes: &mut Notes,
     ) {
         let key = KeyRef::new(part.id, hash);
-        let mut shard = self.shards.write(key.shard());
+        let mut shard = self.store.shards.write(key.shard());
         out.entries_upserted += 1;
         let (new_key, added) = match shard.get_mut(&key) {
             Some(holders) => match holders.binary_search_by_key(&w.replica, |h| h.replica) {
@@ -196,15 +214,16 @@ impl Index {
                 (true, true)
             }
         };
-        self.reserve
+        self.enforcement
+            .cap
             .on_upsert(part, hash, w.replica, w.replica_id, w.ts);
-        if self.quota.active() {
+        if self.enforcement.quota.active() {
             if let Some(hs) = shard.get(&key) {
-                self.quota.on_key_changed(part, hash, hs);
+                self.enforcement.quota.on_key_changed(part, hash, hs);
             }
         }
         if added {
-            write(&self.counters).on_add(part, w.replica, new_key);
+            write(&self.store.counters).on_add(part, w.replica, new_key);
             out.entries_added += 1;
             drop(shard);
             notes.push(|| {

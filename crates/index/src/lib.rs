@@ -29,8 +29,15 @@
 //!
 //! Ingest is additive: absence from a later update never removes anything.
 //! Removal happens only through events, the TTL sweep, the cap and quotas.
-//! Policy (TTL, eviction algorithm, quota) reaches the index only through a
-//! [`PolicyResolver`]; time only through a [`Clock`] (Unix nanoseconds).
+//! Policy (TTL, eviction algorithm, quota) reaches the index through a
+//! [`PolicyResolver`], except on lookups whose caller has already read the
+//! tenant's policy: a [`LookupRequest::policy`] ([`LookupPolicy`]: TTL,
+//! TENANT_HOT) is used as given and the lookup makes no resolver call. Time
+//! reaches it only through a [`Clock`] (Unix nanoseconds).
+//!
+//! Writes come one at a time ([`Index::ingest`], [`Index::apply_event`]) or
+//! as a batch ([`Index::apply_batch`]: stores and events in order, the quotas
+//! and the cap enforced once at the end; see the `batch` module).
 //!
 //! Deliberate choices (spec decisions and open points):
 //! - a legacy entry with an empty `prefix_hash`, and an empty block hash inside
@@ -116,10 +123,12 @@
 //!   and §2.5.3 without a full scan per over-budget ingest: one scan (shard
 //!   by shard, read locks only) gathers a reserve of the smallest candidates
 //!   (`max(need, 4096, entries / 32)`), and hooks on every upsert / partial
-//!   removal keep the reserve exact until it runs dry (see the `cap` and
-//!   `quota` modules for the invariant). The scans amortize to a constant
-//!   per evicted entry. Enforcement is serialized by its own mutex, never
-//!   taken by lookups;
+//!   removal keep the reserve exact until it runs dry (one generic reserve
+//!   shared by both, the `reserve` module, states the invariant). The scans
+//!   amortize to a constant per evicted entry; victims leave the reserve in
+//!   ordered chunks (a sorted run consumed from its end, not a heap pop per
+//!   victim), one reserve lock per chunk. Enforcement is serialized by its
+//!   own mutex, never taken by lookups;
 //! - LFU counters are atomics bumped under a shard read lock by
 //!   [`Index::credit`];
 //! - observer notifications are delivered after every lock is released.
@@ -141,6 +150,7 @@
 
 mod affinity;
 mod aggregate;
+mod batch;
 mod cap;
 mod catalog;
 mod chain;
@@ -165,6 +175,7 @@ mod pools;
 mod quota;
 mod ranking;
 mod replicas;
+mod reserve;
 mod routing;
 mod shard;
 mod snapshot;
@@ -173,6 +184,7 @@ mod types;
 
 pub use affinity::{affinity_index, affinity_seed_value, chain_seed};
 pub use aggregate::HOT_PREFIX_MIN_HITS;
+pub use batch::{BatchOutcome, BatchWrite};
 pub use clock::{Clock, ManualClock, SystemClock, duration_ns, wire_us_to_ns};
 pub use config::{
     DEFAULT_CAP_RESERVE, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_REPLICAS, DEFAULT_SWEEP_INTERVAL,
@@ -190,9 +202,9 @@ pub use routing::{
 };
 pub use types::{
     Aggregate, CacheEvent, CacheState, CacheUpdate, EventKind, EventOutcome, EvictionCounts,
-    IngestOutcome, LfuHit, LookupRequest, LookupRouteResult, PrefixEntry, ReplicaScore,
-    ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant, Strategy,
-    SweepOutcome, Tier,
+    IngestOutcome, LfuHit, LookupPolicy, LookupRequest, LookupRouteResult, PrefixEntry,
+    ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant,
+    Strategy, SweepOutcome, Tier,
 };
 
 #[cfg(test)]

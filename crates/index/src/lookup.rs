@@ -63,7 +63,12 @@ impl Index {
         if !r.scores.is_empty() {
             return r;
         }
-        let hot = self.tenant_hot(req.tenant, req.model, req.hash_scheme, req.slo_ttft_ms);
+        // A policy that disables TENANT_HOT: not computed at all.
+        let hot = if req.policy.is_none_or(|p| p.tenant_hot) {
+            self.tenant_hot(req.tenant, req.model, req.hash_scheme, req.slo_ttft_ms)
+        } else {
+            Vec::new()
+        };
         if !hot.is_empty() {
             return LookupRouteResult {
                 strategy: Strategy::TenantHot,
@@ -102,8 +107,8 @@ impl Index {
         let part = self.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter)?;
         Some(Ctx {
             now: self.now(),
-            ttl: self.tenant_ttl_ns(req.tenant),
-            c: slo_coefficient(&self.ranking, req.slo_ttft_ms),
+            ttl: self.request_ttl_ns(req),
+            c: slo_coefficient(&self.settings.ranking, req.slo_ttft_ms),
             part,
         })
     }
@@ -207,7 +212,7 @@ impl Index {
     /// The fresh holders of one exact key.
     pub(crate) fn exact_raws(&self, part: u32, hash: &[u8], now: i64, ttl: i64) -> Vec<Raw> {
         let key = KeyRef::new(part, hash);
-        let shard = self.shards.read(key.shard());
+        let shard = self.store.shards.read(key.shard());
         let Some(holders) = shard.get(&key) else {
             return Vec::new();
         };
@@ -237,7 +242,7 @@ impl Index {
         keep: impl Fn(&Run) -> bool,
     ) -> Vec<Raw> {
         walk(
-            &self.shards,
+            &self.store.shards,
             part,
             req.block_hashes,
             req.block_token_counts,
@@ -267,14 +272,14 @@ impl Index {
     fn score_raws(&self, ctx: &Ctx, raws: &[Raw]) -> Vec<ReplicaScore> {
         let stats = read(&self.stats);
         let per_replica = stats.get(&ctx.part.tm_id);
-        let catalog = read(&self.catalog);
+        let catalog = read(&self.store.catalog);
         raws.iter()
             .map(|r| {
                 let pressure = per_replica
                     .and_then(|m| m.get(&r.replica))
                     .filter(|s| freshness(ctx.now, s.stats_reported, ctx.ttl) > 0.0)
                     .map_or(0.0, |s| s.pressure);
-                let pf = pressure_factor(self.ranking.pressure_weight, pressure);
+                let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
                 ReplicaScore {
                     replica_id: catalog.replica_name(r.replica),
                     score: prefix_score(r.tokens, r.fresh, pf, ctx.c),
@@ -294,12 +299,12 @@ impl Index {
         scheme: &str,
         slo_ttft_ms: i32,
     ) -> Vec<ReplicaScore> {
-        let max_age = duration_ns(self.ranking.tenant_hot_max_age);
+        let max_age = duration_ns(self.settings.ranking.tenant_hot_max_age);
         if max_age <= 0 || scheme.is_empty() {
             return Vec::new();
         }
         let ids = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             c.find_tm(tenant, model)
                 .zip(c.find_scope(tenant, model, scheme))
         };
@@ -315,7 +320,7 @@ impl Index {
             m.iter()
                 .filter(|(_, s)| {
                     now.saturating_sub(s.stats_reported) < max_age
-                        && s.hit_rate >= self.ranking.tenant_hot_min_hit_rate
+                        && s.hit_rate >= self.settings.ranking.tenant_hot_min_hit_rate
                 })
                 .map(|(&r, s)| {
                     (
@@ -328,19 +333,19 @@ impl Index {
                 .collect()
         };
         {
-            let c = read(&self.counters);
+            let c = read(&self.store.counters);
             cands.retain(|(r, ..)| c.serves(scope, *r));
         }
         if cands.is_empty() {
             return Vec::new();
         }
-        let c = slo_coefficient(&self.ranking, slo_ttft_ms);
-        let catalog = read(&self.catalog);
+        let c = slo_coefficient(&self.settings.ranking, slo_ttft_ms);
+        let catalog = read(&self.store.catalog);
         let mut out: Vec<ReplicaScore> = cands
             .into_iter()
             .map(|(r, hit_rate, pressure, age)| {
                 let rec = recency(age, max_age);
-                let pf = pressure_factor(self.ranking.pressure_weight, pressure);
+                let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
                 let slo = 1.0 + rec * c;
                 ReplicaScore {
                     replica_id: catalog.replica_name(r),
@@ -362,7 +367,7 @@ impl Index {
         for h in hits {
             for key in h.keys.iter().take(h.blocks as usize) {
                 let key = key.as_ref();
-                let shard = self.shards.read(key.shard());
+                let shard = self.store.shards.read(key.shard());
                 if let Some(holders) = shard.get(&key) {
                     if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
                         holders[i].credit();
@@ -383,9 +388,9 @@ impl Index {
         replica_id: &str,
     ) -> Option<u64> {
         let part = self.find_partition(tenant, model, scheme, adapter)?;
-        let replica = read(&self.catalog).find_replica(replica_id)?;
+        let replica = read(&self.store.catalog).find_replica(replica_id)?;
         let key = KeyRef::new(part.id, hash);
-        let shard = self.shards.read(key.shard());
+        let shard = self.store.shards.read(key.shard());
         let holders = shard.get(&key)?;
         let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
         Some(holders[i].access())

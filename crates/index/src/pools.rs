@@ -15,7 +15,7 @@ impl Index {
     /// still only ever matched within one scheme.
     pub fn served_hash_schemes(&self, tenant: &str, model: &str) -> Vec<Arc<str>> {
         let scopes: Vec<(u32, Arc<str>)> = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             let Some(tm) = c.find_tm(tenant, model) else {
                 return Vec::new();
             };
@@ -29,7 +29,7 @@ impl Index {
                 })
                 .unwrap_or_default()
         };
-        let counters = read(&self.counters);
+        let counters = read(&self.store.counters);
         let mut out: Vec<Arc<str>> = scopes
             .into_iter()
             .filter(|(s, _)| counters.scope_len(*s) > 0)
@@ -49,7 +49,7 @@ impl Index {
         replicas: &[S],
     ) -> Vec<f32> {
         let (tm, ids): (Option<u32>, Vec<Option<u32>>) = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             (
                 c.find_tm(tenant, model),
                 replicas

@@ -2,11 +2,9 @@
 //!
 //! Over budget, a tenant loses whole prefix keys in (age, model, scheme,
 //! adapter, hash) order, age being the newest `last_seen` among the key's
-//! holders. Like the cap (see `cap.rs`), one scan gathers the
-//! `max(need, cap_reserve, tenant keys / 32)` smallest keys of the tenant and
-//! the largest of them becomes the threshold; the reserve then keeps the
-//! invariant "every live key of the tenant whose current age-key is `<=`
-//! threshold has an item `<=` its current key". A key's age can drop when its
+//! holders. Like the cap, each tenant has a `reserve::Reserve` of the
+//! `max(need, cap_reserve, tenant keys / 32)` smallest keys (invariant in
+//! the `reserve` module). A key's age can drop when its
 //! newest holder is removed or refreshed with an older timestamp, so every
 //! change to a key that survives (upsert, partial removal by events, TTL or
 //! cap) calls [`QuotaReserves::on_key_changed`] under the shard write lock.
@@ -16,18 +14,16 @@ use crate::holder::Holder;
 use crate::index::Index;
 use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
+use crate::reserve::{Gather, RECORDING, Reserve, overtaken};
 use crate::shard::{lock, read, write};
 use crate::types::EvictionCounts;
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, RwLock};
 
-const IDLE: u8 = 0;
-const RECORDING: u8 = 1;
-const ACTIVE: u8 = 2;
-
 /// A whole key of the tenant.
+#[derive(Clone)]
 struct QuotaVictim {
     age: i64,
     part: Arc<Partition>,
@@ -95,28 +91,7 @@ pub(crate) fn key_age(holders: &[Holder]) -> i64 {
         .unwrap_or(i64::MIN)
 }
 
-struct TenantReserve {
-    mode: u8,
-    items: BinaryHeap<Reverse<QuotaVictim>>,
-    threshold: Option<QuotaVictim>,
-    recorded: Vec<QuotaVictim>,
-    limit: usize,
-}
-
-impl TenantReserve {
-    fn admits(&self, v: View<'_>) -> bool {
-        self.threshold
-            .as_ref()
-            .is_some_and(|t| cmp_quota(v, t.view()) != Ordering::Greater)
-    }
-
-    fn reset(&mut self, mode: u8) {
-        self.mode = mode;
-        self.items.clear();
-        self.recorded.clear();
-        self.threshold = None;
-    }
-}
+type TenantReserve = Reserve<QuotaVictim>;
 
 /// Per-tenant quota reserves.
 pub(crate) struct QuotaReserves {
@@ -150,22 +125,14 @@ impl QuotaReserves {
         };
         let mut r = lock(r);
         let age = key_age(holders);
-        let make = || QuotaVictim {
-            age,
-            part: part.clone(),
-            hash: Box::from(hash),
-        };
-        match r.mode {
-            RECORDING => r.recorded.push(make()),
-            ACTIVE if r.admits((age, part, hash)) => {
-                if r.items.len() >= r.limit {
-                    r.reset(IDLE);
-                } else {
-                    r.items.push(Reverse(make()));
-                }
-            }
-            _ => {}
-        }
+        r.hook(
+            |t| cmp_quota((age, part, hash), t.view()),
+            || QuotaVictim {
+                age,
+                part: part.clone(),
+                hash: Box::from(hash),
+            },
+        );
     }
 
     fn with<T>(&self, tid: u32, f: impl FnOnce(&mut TenantReserve) -> T) -> T {
@@ -176,15 +143,9 @@ impl QuotaReserves {
             }
         }
         let mut tenants = write(&self.tenants);
-        let r = tenants.entry(tid).or_insert_with(|| {
-            Mutex::new(TenantReserve {
-                mode: IDLE,
-                items: BinaryHeap::new(),
-                threshold: None,
-                recorded: Vec::new(),
-                limit: 0,
-            })
-        });
+        let r = tenants
+            .entry(tid)
+            .or_insert_with(|| Mutex::new(Reserve::new()));
         self.any.store(true, AtomicOrdering::SeqCst);
         f(&mut lock(r))
     }
@@ -192,7 +153,8 @@ impl QuotaReserves {
 
 impl Index {
     /// Enforce a tenant quota: drop whole keys, oldest first, until the tenant
-    /// holds at most `max` distinct prefixes.
+    /// holds at most `max` distinct prefixes. Victims come from the reserve
+    /// in ordered batches (one reserve lock per batch).
     pub(crate) fn enforce_quota(
         &self,
         tenant: &str,
@@ -200,14 +162,14 @@ impl Index {
         ev: &mut EvictionCounts,
         notes: &mut Notes,
     ) {
-        let Some(tid) = read(&self.catalog).find_tenant(tenant) else {
+        let Some(tid) = read(&self.store.catalog).find_tenant(tenant) else {
             return;
         };
-        let over = |s: &Self| read(&s.counters).tenant_keys(tid).saturating_sub(max);
+        let over = |s: &Self| read(&s.store.counters).tenant_keys(tid).saturating_sub(max);
         if over(self) == 0 {
             return;
         }
-        let _guard = lock(&self.evict_lock);
+        let _guard = lock(&self.enforcement.evict_lock);
         let names = if notes.enabled {
             self.replica_names()
         } else {
@@ -215,115 +177,118 @@ impl Index {
         };
         let mut removed_keys = 0u64;
         let mut rebuilds = 0;
-        while over(self) > 0 {
-            let item = self.quota.with(tid, |r| {
-                if r.mode == ACTIVE {
-                    r.items.pop().map(|x| x.0)
-                } else {
-                    None
-                }
-            });
-            let Some(v) = item else {
-                if rebuilds == 2 || !self.rebuild_quota_reserve(tid, over(self) as usize) {
+        let mut batch: Vec<QuotaVictim> = Vec::new();
+        let mut later: Vec<QuotaVictim> = Vec::new();
+        loop {
+            let need = over(self) as usize;
+            if need == 0 {
+                break;
+            }
+            self.enforcement
+                .quota
+                .with(tid, |r| r.take(need, &mut batch));
+            if batch.is_empty() {
+                if rebuilds == 2 || !self.rebuild_quota_reserve(tid, need) {
                     break;
                 }
                 rebuilds += 1;
                 continue;
-            };
-            let key = KeyRef::new(v.part.id, &v.hash);
-            let mut shard = self.shards.write(key.shard());
-            let Some(age) = shard.get(&key).map(|hs| key_age(hs)) else {
-                continue;
-            };
-            if age != v.age {
-                drop(shard);
-                let moved = QuotaVictim { age, ..v };
-                self.quota.with(tid, |r| {
-                    if r.mode == ACTIVE && r.admits(moved.view()) {
-                        r.items.push(Reverse(moved));
-                    }
-                });
-                continue;
             }
-            let Some(holders) = shard.remove(&key) else {
-                continue;
-            };
-            {
-                let mut c = write(&self.counters);
-                let n = holders.len();
-                for (i, h) in holders.iter().enumerate() {
-                    c.on_remove(&v.part, h.replica, i + 1 == n);
+            let mut items = batch.drain(..);
+            while let Some(v) = items.next() {
+                if overtaken(&later, &v) {
+                    // A re-pushed key now precedes the rest: let the reserve order them.
+                    self.enforcement.quota.with(tid, |r| {
+                        r.give_back(std::iter::once(v).chain(items.by_ref()));
+                    });
+                    break;
+                }
+                match self.evict_quota_victim(v, &names, notes) {
+                    Ok(true) => removed_keys += 1,
+                    Ok(false) => {}
+                    Err(moved) => later.push(moved),
                 }
             }
-            drop(shard);
-            removed_keys += 1;
-            for h in holders.iter() {
-                let name = names
-                    .get(h.replica as usize)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from(""));
-                notes.push(|| {
-                    Note::Removed(
-                        Index::change(&v.part, &v.hash, name, h),
-                        RemovalReason::Quota,
-                    )
+            drop(items);
+            if !later.is_empty() {
+                self.enforcement.quota.with(tid, |r| {
+                    for m in later.drain(..) {
+                        r.repush(m);
+                    }
                 });
             }
         }
         if removed_keys > 0 {
             ev.quota
-                .push((read(&self.catalog).tenant_name(tid), removed_keys));
+                .push((read(&self.store.catalog).tenant_name(tid), removed_keys));
         }
+    }
+
+    /// Remove one victim key if its item is exact (`Ok(true)`); a stale item
+    /// comes back with the key's current age (to be re-pushed); a gone key is
+    /// `Ok(false)`.
+    fn evict_quota_victim(
+        &self,
+        v: QuotaVictim,
+        names: &[Arc<str>],
+        notes: &mut Notes,
+    ) -> Result<bool, QuotaVictim> {
+        let key = KeyRef::new(v.part.id, &v.hash);
+        let mut shard = self.store.shards.write(key.shard());
+        let Some(age) = shard.get(&key).map(|hs| key_age(hs)) else {
+            return Ok(false);
+        };
+        if age != v.age {
+            return Err(QuotaVictim { age, ..v });
+        }
+        let Some(holders) = shard.remove(&key) else {
+            return Ok(false);
+        };
+        {
+            let mut c = write(&self.store.counters);
+            let n = holders.len();
+            for (i, h) in holders.iter().enumerate() {
+                c.on_remove(&v.part, h.replica, i + 1 == n);
+            }
+        }
+        drop(shard);
+        for h in holders.iter() {
+            let name = names
+                .get(h.replica as usize)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(""));
+            notes.push(|| {
+                Note::Removed(
+                    Index::change(&v.part, &v.hash, name, h),
+                    RemovalReason::Quota,
+                )
+            });
+        }
+        Ok(true)
     }
 
     /// Rebuild a tenant's reserve from a full scan. False if the tenant has no keys.
     fn rebuild_quota_reserve(&self, tid: u32, need: usize) -> bool {
-        self.quota.with(tid, |r| r.reset(RECORDING));
-        let tenant_keys = read(&self.counters).tenant_keys(tid) as usize;
-        let k = need.max(self.cap_reserve).max(tenant_keys / 32);
-        let mut heap: BinaryHeap<QuotaVictim> = BinaryHeap::with_capacity(k + 1);
+        self.enforcement.quota.with(tid, |r| r.reset(RECORDING));
+        let tenant_keys = read(&self.store.counters).tenant_keys(tid) as usize;
+        let k = need.max(self.settings.cap_reserve).max(tenant_keys / 32);
+        let mut gather: Gather<QuotaVictim> = Gather::new(k);
         self.scan_keys(|p, hash, holders| {
             if p.tenant_id != tid {
                 return;
             }
             let age = key_age(holders);
-            if heap.len() >= k {
-                if let Some(top) = heap.peek() {
-                    if cmp_quota((age, p, hash), top.view()) != Ordering::Less {
-                        return;
-                    }
-                }
-                heap.pop();
-            }
-            heap.push(QuotaVictim {
-                age,
-                part: p.clone(),
-                hash: Box::from(hash),
-            });
+            gather.offer(
+                |top| cmp_quota((age, p, hash), top.view()),
+                || QuotaVictim {
+                    age,
+                    part: p.clone(),
+                    hash: Box::from(hash),
+                },
+            );
         });
-        self.quota.with(tid, |r| {
-            let mut sorted = heap.into_vec();
-            sorted.sort_unstable();
-            let Some(max) = sorted.pop() else {
-                r.reset(IDLE);
-                return false;
-            };
-            r.threshold = Some(QuotaVictim {
-                age: max.age,
-                part: max.part.clone(),
-                hash: max.hash.clone(),
-            });
-            r.limit = 2 * k + 1024;
-            r.items = sorted.into_iter().map(Reverse).collect();
-            r.items.push(Reverse(max));
-            let recorded = std::mem::take(&mut r.recorded);
-            for x in recorded {
-                if r.admits(x.view()) {
-                    r.items.push(Reverse(x));
-                }
-            }
-            r.mode = ACTIVE;
-            true
-        })
+        self.enforcement
+            .quota
+            .with(tid, |r| r.install(gather.into_vec(), 2 * k + 1024))
     }
 }

@@ -20,8 +20,8 @@ impl Index {
     /// recycles the ids released by the previous call. Returns how many were
     /// released.
     pub(crate) fn release_idle_replicas(&self) -> u64 {
-        let _gate = write(&self.gate);
-        let held = read(&self.counters).held_by_replica.clone();
+        let _gate = write(&self.store.gate);
+        let held = read(&self.store.counters).held_by_replica.clone();
         let mut reporting = vec![false; held.len()];
         for m in read(&self.stats).values() {
             for &r in m.keys() {
@@ -33,24 +33,24 @@ impl Index {
             }
         }
         let now = self.now();
-        for (_, r, _) in self.tentative.counts(now) {
+        for (_, r, _) in self.routing.tentative.counts(now) {
             let r = r as usize;
             if reporting.len() <= r {
                 reporting.resize(r + 1, false);
             }
             reporting[r] = true;
         }
-        let mut catalog = write(&self.catalog);
+        let mut catalog = write(&self.store.catalog);
         catalog.recycle_replicas();
         let mut released = 0;
         for id in catalog.live_replica_ids() {
             let i = id as usize;
             let idle =
                 held.get(i).is_none_or(|&n| n == 0) && !reporting.get(i).copied().unwrap_or(false);
-            if idle && self.load.queued_us(id, now) < 1.0 {
+            if idle && self.routing.load.queued_us(id, now) < 1.0 {
                 catalog.release_replica(id);
-                self.load.forget(id);
-                self.tentative.forget_replica(id);
+                self.routing.load.forget(id);
+                self.routing.tentative.forget_replica(id);
                 released += 1;
             }
         }
@@ -60,11 +60,11 @@ impl Index {
     /// Distinct replica ids currently known (holding entries or stats, or
     /// reported since the last sweep).
     pub fn live_replicas(&self) -> usize {
-        read(&self.catalog).live_replicas()
+        read(&self.store.catalog).live_replicas()
     }
 
     /// The configured replica limit (0 = unbounded).
     pub fn max_replicas(&self) -> usize {
-        self.max_replicas
+        self.settings.max_replicas
     }
 }

@@ -288,9 +288,9 @@ impl Index {
             return out;
         }
         let now = self.now();
-        let ttl = self.tenant_ttl_ns(req.tenant);
+        let ttl = self.request_ttl_ns(req);
         let (tm, scope, part) = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             (
                 c.find_tm(req.tenant, req.model),
                 c.find_scope(req.tenant, req.model, req.hash_scheme),
@@ -312,7 +312,7 @@ impl Index {
             } else {
                 self.exact_raws(pt.id, req.prefix_hash, now, ttl)
             };
-            if chain && self.tentative.active() {
+            if chain && self.routing.tentative.active() {
                 tentative = self.tentative_runs(pt.id, req, &raws, now);
             }
         }
@@ -331,7 +331,7 @@ impl Index {
             }
         }
         if let Some(scope) = scope {
-            let c = read(&self.counters);
+            let c = read(&self.store.counters);
             if let Some(sc) = c.scope(scope) {
                 fleet.extend(sc.replicas().map(|r| (r, 0.0)));
             }
@@ -367,8 +367,8 @@ impl Index {
                 let matched = real.saturating_add(ext);
                 let credited = f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
                 let work = w.work_us(prompt - credited);
-                let queued = self.load.queued_us(r, now);
-                let recent = self.load.recent_hints(r, now);
+                let queued = self.routing.load.queued_us(r, now);
+                let recent = self.routing.load.recent_hints(r, now);
                 let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
                 Cand {
                     replica: r,
@@ -402,7 +402,7 @@ impl Index {
             .iter()
             .map(|&i| cands[i].est)
             .fold(f64::INFINITY, f64::min);
-        let catalog = read(&self.catalog);
+        let catalog = read(&self.store.catalog);
         let mut tied: Vec<(Arc<str>, usize)> = eligible
             .iter()
             .filter(|&&i| cands[i].est <= best)
@@ -485,7 +485,7 @@ impl Index {
         raws: &[Raw],
         now: i64,
     ) -> Vec<(u32, i32)> {
-        let who = self.tentative.replicas(part);
+        let who = self.routing.tentative.replicas(part);
         if who.is_empty() {
             return Vec::new();
         }
@@ -500,7 +500,7 @@ impl Index {
                     .iter()
                     .find(|x| x.replica == r)
                     .map_or(0, |x| x.blocks as usize);
-                let n = self.tentative.run_from(part, r, &keys, start, now);
+                let n = self.routing.tentative.run_from(part, r, &keys, start, now);
                 let tokens: i32 = req
                     .block_token_counts
                     .iter()
@@ -525,14 +525,14 @@ impl Index {
     ) -> DeliveryOutcome {
         // Shared with ingest: the idle-replica release cannot run between
         // resolving the id and storing tentative holdings under it.
-        let _gate = crate::shard::read(&self.gate);
+        let _gate = crate::shard::read(&self.store.gate);
         let now = self.now();
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).
         let Some((replica, _)) = self.intern_replica(&delivery.replica_id) else {
             return DeliveryOutcome::default();
         };
-        self.load.add(replica, delivery.work_us, now);
+        self.routing.load.add(replica, delivery.work_us, now);
         let mut out = DeliveryOutcome::default();
         let chain_ok =
             !req.block_hashes.is_empty() && req.block_hashes.len() == req.block_token_counts.len();
@@ -557,9 +557,12 @@ impl Index {
             publishing: now.saturating_add(short),
             // A silent replica's holdings are all the server knows of its
             // cache: they live as long as a real entry would.
-            silent: now.saturating_add(short.max(self.tenant_ttl_ns(req.tenant))),
+            silent: now.saturating_add(short.max(self.request_ttl_ns(req))),
         };
-        let (stored, dropped) = self.tentative.insert(part.id, replica, keys, expires);
+        let (stored, dropped) = self
+            .routing
+            .tentative
+            .insert(part.id, replica, keys, expires);
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;
         out
@@ -567,14 +570,14 @@ impl Index {
 
     /// Hints delivered to a replica so far (all tenants).
     pub fn delivered_hints(&self, replica_id: &str) -> u64 {
-        read(&self.catalog)
+        read(&self.store.catalog)
             .find_replica(replica_id)
-            .map_or(0, |r| self.load.delivered(r))
+            .map_or(0, |r| self.routing.load.delivered(r))
     }
 
     /// Tentative holdings stored (expired ones until the next sweep).
     pub fn tentative_entries(&self) -> u64 {
-        self.tentative.len() as u64
+        self.routing.tentative.len() as u64
     }
 }
 

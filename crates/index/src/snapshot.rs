@@ -12,7 +12,7 @@ impl Index {
     /// entries, tenant rows, totals.
     pub fn snapshot(&self) -> Snapshot {
         let (tm_info, tenant_names, reserved, replica_names) = {
-            let c = read(&self.catalog);
+            let c = read(&self.store.catalog);
             let tms: Vec<(u32, Arc<str>)> = c
                 .tms
                 .iter()
@@ -94,7 +94,7 @@ impl Index {
         let parts = self.partitions();
         let mut tentative: HashMap<(u32, u32), i64> = HashMap::new();
         let mut tentative_total = 0i64;
-        for (p, r, n) in self.tentative.counts(self.now()) {
+        for (p, r, n) in self.routing.tentative.counts(self.now()) {
             if let Some(part) = parts.get(p as usize).filter(|x| !x.reserved) {
                 *tentative.entry((part.tenant_id, r)).or_default() += n as i64;
                 tentative_total += n as i64;

@@ -97,6 +97,8 @@ enum Op {
         t: usize,
         q: Option<i64>,
     },
+    /// Ingest / event ops applied with one `Index::apply_batch`.
+    Batch(Vec<Op>),
 }
 
 fn tenant() -> impl PStrategy<Value = usize> {
@@ -178,6 +180,30 @@ fn op() -> impl PStrategy<Value = Op> {
         1 => (tenant(), prop_oneof![Just(0u64), Just(2), Just(10), Just(45)]).prop_map(|(t, mins)| Op::SetTtl { t, mins }),
         1 => (tenant(), any::<bool>()).prop_map(|(t, on)| Op::SetLfu { t, on }),
         2 => (tenant(), prop_oneof![1 => Just(None), 1 => Just(Some(-1i64)), 4 => (0i64..8).prop_map(Some)]).prop_map(|(t, q)| Op::SetQuota { t, q }),
+    ]
+}
+
+/// The writes a batch may hold: ingests and every event kind (the
+/// generators of `op()`, weighted towards events: eviction bursts).
+fn batch_item() -> impl PStrategy<Value = Op> {
+    prop_oneof![
+        6 => (tenant(), model(), scheme(), 0usize..4, adapter(),
+              prop_oneof![3 => Just(None), 1 => (-1200i64..120).prop_map(Some)],
+              proptest::collection::vec(entry_spec(), 0..4),
+              prop_oneof![2 => Just(None), 1 => (0usize..6, 0usize..6).prop_map(Some)])
+            .prop_map(|(t, m, s, r, adapter, ts_off_s, entries, stats)| Op::Ingest { t, m, s, r, adapter, ts_off_s, entries, stats }),
+        4 => (tenant(), model(), 0usize..4, 0u8..6, adapter()).prop_map(|(t, m, r, h, adapter)| Op::Evict { t, m, r, h, adapter }),
+        1 => (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Clear { t, m, r }),
+        1 => (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Updated { t, m, r }),
+        1 => (tenant(), model(), 0usize..4, 0u8..6).prop_map(|(t, m, r, h)| Op::Added { t, m, r, h }),
+    ]
+}
+
+/// `op()` mixed with batches of writes.
+fn op_or_batch() -> impl PStrategy<Value = Op> {
+    prop_oneof![
+        3 => op(),
+        1 => proptest::collection::vec(batch_item(), 0..10).prop_map(Op::Batch),
     ]
 }
 
@@ -312,7 +338,14 @@ impl Model {
     }
 
     fn ingest(&mut self, u: &CacheUpdate, wire_tiers: &[i32]) -> (u64, u64, u64) {
-        let mut quota_removed = 0u64;
+        self.ingest_writes(u, wire_tiers);
+        let quota_removed = self.enforce_quota(&u.tenant_id);
+        let (lru, lfu) = self.cap();
+        (quota_removed, lru, lfu)
+    }
+
+    /// An update's writes without the quota and the cap.
+    fn ingest_writes(&mut self, u: &CacheUpdate, wire_tiers: &[i32]) {
         let ts = if u.timestamp_us == 0 {
             self.now
         } else {
@@ -370,12 +403,17 @@ impl Model {
                 },
             );
         }
-        if let Some(&q) = self.quota.get(&u.tenant_id) {
+    }
+
+    /// The tenant's quota: whole keys removed.
+    fn enforce_quota(&mut self, tenant: &str) -> u64 {
+        let mut quota_removed = 0u64;
+        if let Some(&q) = self.quota.get(tenant) {
             if q >= 0 {
                 let mut keys: Vec<(i64, Key)> = self
                     .entries
                     .iter()
-                    .filter(|(k, _)| k.0 == u.tenant_id)
+                    .filter(|(k, _)| k.0 == tenant)
                     .map(|(k, m)| (m.values().map(|e| e.last_seen).max().unwrap(), k.clone()))
                     .collect();
                 if keys.len() as i64 > q {
@@ -394,8 +432,7 @@ impl Model {
                 }
             }
         }
-        let (lru, lfu) = self.cap();
-        (quota_removed, lru, lfu)
+        quota_removed
     }
 
     /// Returns (lru, lfu) cap evictions.
@@ -668,6 +705,162 @@ impl Model {
     }
 }
 
+// ---------------------------------------------------------------- batches
+
+/// The update of an `Op::Ingest` at model time `now`, with its wire tiers.
+#[allow(clippy::too_many_arguments)]
+fn build_update(
+    now: i64,
+    t: usize,
+    m: usize,
+    s: usize,
+    r: usize,
+    adapter: usize,
+    ts_off_s: Option<i64>,
+    entries: &[EntrySpec],
+    stats: Option<(usize, usize)>,
+) -> (CacheUpdate, Vec<i32>) {
+    let wire: Vec<i32> = entries.iter().map(|x| x.tier).collect();
+    let prefixes: Vec<PrefixEntry> = entries
+        .iter()
+        .map(|x| {
+            let (bh, bc) = x.chain.clone().unwrap_or_default();
+            PrefixEntry {
+                prefix_hash: hb(x.hash),
+                token_count: x.tokens,
+                block_hashes: bh.into_iter().map(hb).collect(),
+                block_token_counts: bc,
+                tier: Tier::from_wire(x.tier),
+                adapter_id: match x.adapter {
+                    0 => String::new(),
+                    i => ADAPTERS[i].to_string(),
+                },
+            }
+        })
+        .collect();
+    let mut u = upd(TENANTS[t], MODELS[m], SCHEMES[s], REPLICAS[r], prefixes);
+    u.adapter_id = ADAPTERS[adapter].to_string();
+    u.timestamp_us = ts_off_s.map_or(0, |o| now / 1000 + o * 1_000_000);
+    u.stats = stats.map(|(h, p)| ReplicaStatsReport {
+        hit_rate: HIT_RATES[h],
+        pressure: PRESSURES[p],
+        ..Default::default()
+    });
+    (u, wire)
+}
+
+fn build_event(
+    kind: EventKind,
+    t: usize,
+    m: usize,
+    r: usize,
+    h: Option<u8>,
+    adapter: &str,
+) -> CacheEvent {
+    CacheEvent {
+        kind,
+        replica_id: REPLICAS[r].into(),
+        model_id: MODELS[m].into(),
+        tenant_id: TENANTS[t].into(),
+        prefix_hash: hb(h),
+        timestamp_us: 0,
+        adapter_id: adapter.into(),
+    }
+}
+
+/// One write of a batch: the index's form, applied to the model at once
+/// (without budgets). Returns the write and the tenant whose quota the
+/// batch's end must enforce (stores only).
+fn batch_write(model: &mut Model, op: &Op) -> (Result<CacheUpdate, CacheEvent>, Option<String>) {
+    match *op {
+        Op::Ingest {
+            t,
+            m,
+            s,
+            r,
+            adapter,
+            ts_off_s,
+            ref entries,
+            stats,
+        } => {
+            let (u, wire) = build_update(model.now, t, m, s, r, adapter, ts_off_s, entries, stats);
+            model.ingest_writes(&u, &wire);
+            let tenant = u.tenant_id.clone();
+            (Ok(u), Some(tenant))
+        }
+        Op::Evict {
+            t,
+            m,
+            r,
+            h,
+            adapter,
+        } => {
+            let keys: Vec<Key> = model
+                .entries
+                .keys()
+                .filter(|k| {
+                    k.0 == TENANTS[t]
+                        && k.1 == MODELS[m]
+                        && k.4 == hb(Some(h))
+                        && (adapter == 0 || k.3 == ADAPTERS[adapter])
+                })
+                .cloned()
+                .collect();
+            for k in keys {
+                model.remove(&k, REPLICAS[r]);
+            }
+            (
+                Err(build_event(
+                    EventKind::PrefixEvicted,
+                    t,
+                    m,
+                    r,
+                    Some(h),
+                    ADAPTERS[adapter],
+                )),
+                None,
+            )
+        }
+        Op::Clear { t, m, r } => {
+            let keys: Vec<Key> = model
+                .entries
+                .keys()
+                .filter(|k| k.0 == TENANTS[t] && k.1 == MODELS[m])
+                .cloned()
+                .collect();
+            for k in keys {
+                model.remove(&k, REPLICAS[r]);
+            }
+            model
+                .stats
+                .remove(&(TENANTS[t].into(), MODELS[m].into(), REPLICAS[r].into()));
+            (
+                Err(build_event(EventKind::AllCleared, t, m, r, None, "x")),
+                None,
+            )
+        }
+        Op::Updated { t, m, r } => {
+            let now = model.now;
+            if let Some(s) =
+                model
+                    .stats
+                    .get_mut(&(TENANTS[t].into(), MODELS[m].into(), REPLICAS[r].into()))
+            {
+                s.last_seen = now;
+            }
+            (
+                Err(build_event(EventKind::ReplicaUpdated, t, m, r, None, "")),
+                None,
+            )
+        }
+        Op::Added { t, m, r, h } => (
+            Err(build_event(EventKind::PrefixAdded, t, m, r, Some(h), "")),
+            None,
+        ),
+        _ => unreachable!("not a batch write: {op:?}"),
+    }
+}
+
 // ---------------------------------------------------------------- the driver
 
 /// Counts observer notifications: adds − removals must equal live entries.
@@ -826,6 +1019,41 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
                     REPLICAS[r],
                     Some(h as u64),
                     "",
+                );
+            }
+            Op::Batch(items) => {
+                let mut writes = Vec::new();
+                let mut tenants: Vec<String> = Vec::new();
+                for it in &items {
+                    let (w, tenant) = batch_write(&mut model, it);
+                    if let Some(t) = tenant.filter(|t| !tenants.contains(t)) {
+                        tenants.push(t);
+                    }
+                    writes.push(w);
+                }
+                let out = e.idx.apply_batch(writes.iter().map(|w| match w {
+                    Ok(u) => BatchWrite::Store(u),
+                    Err(ev) => BatchWrite::Event(ev),
+                }));
+                let stores = writes.iter().filter(|w| w.is_ok()).count() as u64;
+                prop_assert_eq!(out.refused_at, None, "step {} refused", step);
+                prop_assert_eq!(
+                    (out.stores, out.events),
+                    (stores, writes.len() as u64 - stores)
+                );
+                // Budgets once, at the end: the stored tenants' quotas, then the cap.
+                let mut q = 0;
+                for t in &tenants {
+                    q += model.enforce_quota(t);
+                }
+                let (cl, cf) = if stores > 0 { model.cap() } else { (0, 0) };
+                let ev = &out.ingest.evictions;
+                let got_q: u64 = ev.quota.iter().map(|x| x.1).sum();
+                prop_assert_eq!(
+                    (got_q, ev.cap_lru, ev.cap_lfu),
+                    (q, cl, cf),
+                    "step {} batch evictions",
+                    step
                 );
             }
             Op::Sweep => {
@@ -1044,6 +1272,16 @@ proptest! {
         max_entries in prop_oneof![Just(0i64), Just(4), Just(12), Just(40)],
         reserve in prop_oneof![Just(1usize), Just(2), Just(5), Just(4096)],
         ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        run(ops, max_entries, reserve)?;
+    }
+
+    /// The same model with batches of writes (`Index::apply_batch`) mixed in.
+    #[test]
+    fn batches_match_naive_model(
+        max_entries in prop_oneof![Just(0i64), Just(4), Just(12), Just(40)],
+        reserve in prop_oneof![Just(1usize), Just(2), Just(5), Just(4096)],
+        ops in proptest::collection::vec(op_or_batch(), 1..60),
     ) {
         run(ops, max_entries, reserve)?;
     }

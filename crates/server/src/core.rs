@@ -166,6 +166,20 @@ impl Core {
             .unwrap_or(false)
     }
 
+    /// Ingests a window of updates as one index batch on the first update's
+    /// lane; false when one was refused (replica limit: it and the rest of
+    /// the window were not applied) or the lane is gone.
+    pub async fn ingest_batch_on_lane(&self, updates: Vec<CacheUpdate>) -> bool {
+        let Some(replica) = updates.first().map(|u| u.replica_id.clone()) else {
+            return true;
+        };
+        let core = self.clone();
+        self.lanes
+            .run(&replica, move || core.ingest_batch(&updates))
+            .await
+            .unwrap_or(false)
+    }
+
     /// Applies one event on its replica's ingest lane.
     pub async fn apply_event_on_lane(&self, event: CacheEvent) {
         let core = self.clone();
@@ -200,19 +214,40 @@ impl Core {
     /// Returns false when the index refused it whole (replica limit).
     pub fn ingest(&self, update: &CacheUpdate) -> bool {
         let out = self.index.ingest(update);
-        let m = &self.metrics;
         if out.refused_replica_limit {
-            m.limits.reject("replica_limit");
+            self.metrics.limits.reject("replica_limit");
             return false;
         }
-        m.ingest_updates.inc();
+        self.record_ingest(1, &out);
+        true
+    }
+
+    /// Ingests updates as one index batch (`Index::apply_batch`: in order,
+    /// quota and cap enforced once at the end). False when one was refused
+    /// (replica limit): it and the later ones were not applied.
+    pub fn ingest_batch(&self, updates: &[CacheUpdate]) -> bool {
+        let out = self
+            .index
+            .apply_batch(updates.iter().map(inferencecache_index::BatchWrite::Store));
+        if out.stores > 0 {
+            self.record_ingest(out.stores, &out.ingest);
+        }
+        if out.refused_at.is_some() {
+            self.metrics.limits.reject("replica_limit");
+            return false;
+        }
+        true
+    }
+
+    fn record_ingest(&self, updates: u64, out: &inferencecache_index::IngestOutcome) {
+        let m = &self.metrics;
+        m.ingest_updates.inc_by(updates);
         m.ingest_entries.inc_by(out.entries_upserted);
         m.add_ingest_dropped("no_hash_scheme", out.skipped_no_scheme);
         m.add_ingest_dropped("mismatched_chain", out.dropped_mismatched_chain);
         m.add_ingest_dropped("empty_hash", out.dropped_empty_hash);
         self.record_evictions(&out.evictions);
         m.routing.tentative("confirmed", out.tentative_confirmed);
-        true
     }
 
     /// Applies one event.

@@ -6,7 +6,7 @@ use crate::core::Core;
 use crate::events::EventFilter;
 use crate::metrics::Metrics;
 use crate::route::parse_grpc_timeout;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use inferencecache_index::PROBE_TENANT;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCache;
 use inferencecache_proto::v1alpha1::{
@@ -21,6 +21,9 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
+
+/// Most `ReportCacheState` messages applied as one index batch.
+const REPORT_WINDOW: usize = 64;
 
 /// A boxed server stream.
 type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -206,24 +209,61 @@ impl InferenceCache for InferenceCacheService {
         // producer's long-lived stream would otherwise outlive shutdown (its
         // connection task is not ours to abort), so it ends with UNAVAILABLE,
         // which tells the producer to reconnect and resync.
+        //
+        // Messages of the same replica that are already received when one
+        // arrives form a window, applied as one index batch (quota and cap
+        // enforced once per window: `Index::apply_batch`); the window never
+        // waits for a message.
+        let mut pending: Option<CacheStateUpdate> = None;
+        let mut ended = false;
         loop {
-            let next = tokio::select! {
-                () = self.stop.cancelled() => {
-                    return Err(Status::unavailable(
-                        "server shutting down: reconnect and re-report",
-                    ));
+            let first = match pending.take() {
+                Some(u) => u,
+                None if ended => break,
+                None => {
+                    let next = tokio::select! {
+                        () = self.stop.cancelled() => {
+                            return Err(Status::unavailable(
+                                "server shutting down: reconnect and re-report",
+                            ));
+                        }
+                        next = stream.message() => next?,
+                    };
+                    let Some(update) = next else { break };
+                    update
                 }
-                next = stream.message() => next?,
             };
-            let Some(update) = next else { break };
-            if update.tenant_id == PROBE_TENANT {
-                continue;
+            let replica = first.replica_id.clone();
+            let mut window = Vec::new();
+            let mut broken: Option<Status> = None;
+            let mut item = Some(first);
+            while let Some(update) = item.take() {
+                if update.tenant_id != PROBE_TENANT {
+                    match crate::producer::admit_update(check(&update), &mut denied) {
+                        Ok(true) => window.push(update_from_proto(update)),
+                        Ok(false) => {}
+                        Err(s) => {
+                            broken = Some(s);
+                            break;
+                        }
+                    }
+                }
+                if window.len() >= REPORT_WINDOW {
+                    break;
+                }
+                match stream.next().now_or_never() {
+                    Some(Some(Ok(u))) if u.replica_id == replica => item = Some(u),
+                    Some(Some(Ok(u))) => pending = Some(u),
+                    Some(Some(Err(s))) => broken = Some(s),
+                    Some(None) => ended = true,
+                    None => {}
+                }
             }
-            if !crate::producer::admit_update(check(&update), &mut denied)? {
-                continue;
-            }
-            if !self.core.ingest_on_lane(update_from_proto(update)).await {
+            if !window.is_empty() && !self.core.ingest_batch_on_lane(window).await {
                 return Err(replica_limit_status(&self.core));
+            }
+            if let Some(s) = broken {
+                return Err(s);
             }
         }
         match denied {

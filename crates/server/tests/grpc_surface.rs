@@ -110,6 +110,42 @@ async fn every_other_rpc_answers_its_fail_open_default() {
     s.stop().await;
 }
 
+/// However the handler windows a stream's messages into index batches (runs
+/// of one replica, cut by another replica), every message is applied.
+#[tokio::test]
+async fn a_report_stream_is_applied_whole_across_windows() {
+    let s = Running::start().await;
+    let mut c = s.client().await;
+    let updates = (0..200u64).map(|i| CacheStateUpdate {
+        replica_id: format!("r{}", (i / 7) % 3),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        prefixes: vec![PrefixEntry {
+            prefix_hash: i.to_be_bytes().to_vec(),
+            token_count: 128,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let ack = c
+        .report_cache_state(futures::stream::iter(updates))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ack.accepted);
+    let state = c
+        .get_cache_state(GetCacheStateRequest {
+            model_id: "m".into(),
+            tenant_id: "t".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state.summary.unwrap().total_prefixes, 200);
+    s.stop().await;
+}
+
 const STREAM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[tokio::test]

@@ -150,7 +150,8 @@ impl PdRouter<'_> {
             .served_hash_schemes(&req.tenant_id, &req.model_id)
         {
             let lookup = LookupRequest::<Vec<u8>>::new(&req.tenant_id, &req.model_id, &scheme)
-                .exact(&req.prefix_hash, req.prefix_token_count);
+                .exact(&req.prefix_hash, req.prefix_token_count)
+                .policy(policy.lookup());
             for s in self.index.lookup(&lookup).scores {
                 if s.matched_tokens < floor.max(1) {
                     continue;

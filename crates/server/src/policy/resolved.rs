@@ -3,7 +3,7 @@
 
 use super::wire::{DEFAULT_MINIMUM_MATCHED_TOKENS, DEFAULT_ROUTING_FLOOR_SCORE};
 pub use inferencecache_index::EvictionAlgorithm;
-use inferencecache_index::{RankingMode, TtftWeights};
+use inferencecache_index::{LookupPolicy, RankingMode, TtftWeights};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -54,6 +54,17 @@ impl Default for TenantPolicy {
             has_policy: false,
             ranking: None,
             ttft: TtftWeights::default(),
+        }
+    }
+}
+
+impl TenantPolicy {
+    /// What the index's lookups need of this policy (passed in with the
+    /// request, so a lookup makes no resolver call).
+    pub fn lookup(&self) -> LookupPolicy {
+        LookupPolicy {
+            ttl: self.eviction_ttl,
+            tenant_hot: self.enable_tenant_hot,
         }
     }
 }

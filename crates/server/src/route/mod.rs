@@ -195,7 +195,7 @@ impl LookupPipeline {
         }
         // Step 11.
         let lookup_start = Instant::now();
-        let mut result = self.index_lookup(req, &resolved);
+        let mut result = self.index_lookup(req, &policy, &resolved);
         if expired(deadline) || budget.is_some_and(|b| lookup_start.elapsed() > b) {
             return envelope(Reason::Timeout, start, resolved.echo_tokens);
         }
@@ -247,10 +247,15 @@ impl LookupPipeline {
         }
     }
 
-    fn index_lookup(&self, req: &RouteRequest<'_>, r: &Resolved<'_>) -> LookupRouteResult {
+    fn index_lookup(
+        &self,
+        req: &RouteRequest<'_>,
+        policy: &TenantPolicy,
+        r: &Resolved<'_>,
+    ) -> LookupRouteResult {
         match &r.chain {
-            ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, r, h)),
-            ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, r, h)),
+            ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, policy, r, h)),
+            ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, policy, r, h)),
         }
     }
 
@@ -338,13 +343,16 @@ fn affinity_seed(resolved: &Resolved<'_>) -> Vec<u8> {
     }
 }
 
-/// The index request over a chain of either hash container.
+/// The index request over a chain of either hash container, carrying the
+/// tenant policy already read (the index asks no resolver).
 fn index_request<'a, H>(
     req: &RouteRequest<'a>,
+    policy: &TenantPolicy,
     r: &'a Resolved<'_>,
     hashes: &'a [H],
 ) -> LookupRequest<'a, H> {
     LookupRequest::new(req.tenant, req.model, req.hash_scheme)
+        .policy(policy.lookup())
         .adapter(req.adapter)
         .exact(r.exact_hash.as_bytes(), r.exact_count)
         .chain(hashes, r.counts.as_slice())

@@ -49,7 +49,7 @@ impl LookupPipeline {
             ChainHashes::Request(h) => self.decide(
                 req,
                 policy,
-                index_request(req, &resolved, h),
+                index_request(req, policy, &resolved, h),
                 &seed,
                 below_min_prefix,
                 deadline,
@@ -57,7 +57,7 @@ impl LookupPipeline {
             ChainHashes::Computed(h) => self.decide(
                 req,
                 policy,
-                index_request(req, &resolved, h),
+                index_request(req, policy, &resolved, h),
                 &seed,
                 below_min_prefix,
                 deadline,

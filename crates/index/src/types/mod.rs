@@ -1,0 +1,17 @@
+//! Domain types: what the server hands the index and what it gets back.
+//! No protobuf type ever reaches the index. One file per concern: tiers,
+//! producer reports, lookups, read-side state, write outcomes.
+
+mod lookup;
+mod outcome;
+mod report;
+mod state;
+mod tier;
+
+pub use lookup::{LfuHit, LookupPolicy, LookupRequest, LookupRouteResult, ReplicaScore, Strategy};
+pub use outcome::{EventOutcome, EvictionCounts, IngestOutcome, SweepOutcome};
+pub use report::{CacheEvent, CacheUpdate, EventKind, PrefixEntry, ReplicaStatsReport};
+pub use state::{
+    Aggregate, CacheState, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant,
+};
+pub use tier::Tier;
