@@ -50,6 +50,7 @@ pub mod tiktoken;
 pub mod tls;
 pub mod tokenize;
 pub mod tokenize_budget;
+pub mod tokenize_prefix;
 pub mod ui;
 pub mod watch;
 

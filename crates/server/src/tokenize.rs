@@ -12,6 +12,7 @@
 //! whose id is its path relative to the root (e.g. `Qwen/Qwen3-8B`). A
 //! request's `model_id` is only ever a key into that set, never a path.
 
+use crate::tokenize_prefix::{CutRule, PrefixCache, PrefixCacheMetrics};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use std::collections::HashMap;
 use std::path::{Component, Path};
@@ -59,6 +60,10 @@ pub struct ChatTokenizer {
     tokenizer: Encoder,
     env: Option<Environment<'static>>,
     specials: HashMap<String, String>,
+    /// Where a Hugging Face encode may be split (None: this tokenizer's
+    /// shape is outside the argument in [`crate::tokenize_prefix`]).
+    cut_rule: Option<CutRule>,
+    prefix: Option<PrefixCache>,
 }
 
 impl std::fmt::Debug for ChatTokenizer {
@@ -127,15 +132,26 @@ impl ChatTokenizer {
             Err(_) => serde_json::Value::Null,
         };
         let hf = dir.join("tokenizer.json");
+        let mut cut_rule = None;
         let tokenizer = match crate::tiktoken::find_tiktoken_file(dir) {
             Some(file) if !hf.is_file() => Encoder::Tiktoken(Box::new(
                 crate::tiktoken::TiktokenEncoder::load(&file, &config)
                     .map_err(|e| err(format!("{}: {e}", file.display())))?,
             )),
-            _ => Encoder::Hf(Box::new(
-                tokenizers::Tokenizer::from_file(hf)
-                    .map_err(|e| err(format!("tokenizer.json: {e}")))?,
-            )),
+            _ => {
+                let bytes = std::fs::read(&hf).map_err(|e| err(format!("tokenizer.json: {e}")))?;
+                let json: serde_json::Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| err(format!("tokenizer.json: {e}")))?;
+                cut_rule = CutRule::for_tokenizer(&json)
+                    .inspect_err(|why| {
+                        tracing::info!(model_id = %id, why, "tokenize: no prefix cache for this tokenizer");
+                    })
+                    .ok();
+                Encoder::Hf(Box::new(
+                    tokenizers::Tokenizer::from_bytes(&bytes)
+                        .map_err(|e| err(format!("tokenizer.json: {e}")))?,
+                ))
+            }
         };
         let mut specials = HashMap::new();
         for key in [
@@ -160,7 +176,33 @@ impl ChatTokenizer {
             tokenizer,
             env,
             specials,
+            cut_rule,
+            prefix: None,
         })
+    }
+
+    /// Keeps up to `budget` bytes of encoded prefixes for reuse (0 or a
+    /// tokenizer outside the cut argument: none).
+    pub fn with_prefix_cache(mut self, budget: usize, metrics: &PrefixCacheMetrics) -> Self {
+        self.prefix = match (&self.cut_rule, budget) {
+            (Some(rule), 1..) => Some(PrefixCache::new(rule.clone(), budget, &self.id, metrics)),
+            _ => None,
+        };
+        self
+    }
+
+    /// The Hugging Face tokenizer (benches compare against its plain
+    /// `encode`).
+    pub fn hf_tokenizer(&self) -> Option<&tokenizers::Tokenizer> {
+        match &self.tokenizer {
+            Encoder::Hf(t) => Some(t),
+            Encoder::Tiktoken(_) => None,
+        }
+    }
+
+    /// The prefix cache, if enabled.
+    pub fn prefix_cache(&self) -> Option<&PrefixCache> {
+        self.prefix.as_ref()
     }
 
     /// Renders `text` as one user message with the generation prompt.
@@ -189,12 +231,16 @@ impl ChatTokenizer {
     /// top of what the template writes).
     pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
         let rendered = self.render(text)?;
-        match &self.tokenizer {
-            Encoder::Hf(t) => t
-                .encode(rendered, false)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| TokenizeError::Encode(e.to_string())),
-            Encoder::Tiktoken(t) => t.encode(&rendered).map_err(TokenizeError::Encode),
+        self.encode_rendered(&rendered)
+    }
+
+    /// Token ids of an already rendered text, through the prefix cache when
+    /// there is one.
+    pub fn encode_rendered(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
+        match (&self.tokenizer, &self.prefix) {
+            (Encoder::Hf(t), Some(cache)) => crate::tokenize_prefix::encode(t, cache, rendered),
+            (Encoder::Hf(t), None) => crate::tokenize_prefix::encode_fresh(t, rendered),
+            (Encoder::Tiktoken(t), _) => t.encode(rendered).map_err(TokenizeError::Encode),
         }
     }
 }
@@ -231,6 +277,16 @@ impl Tokenizers {
     /// broken models are logged and skipped: one bad model must not take the
     /// others (or the server) down.
     pub fn load_dir(root: &Path) -> Self {
+        Self::load_dir_cached(root, 0, &PrefixCacheMetrics::default())
+    }
+
+    /// As [`Tokenizers::load_dir`], each Hugging Face model with a prefix
+    /// cache of `prefix_budget` bytes (0: none).
+    pub fn load_dir_cached(
+        root: &Path,
+        prefix_budget: usize,
+        metrics: &PrefixCacheMetrics,
+    ) -> Self {
         let mut models = HashMap::new();
         let mut stack = vec![root.to_path_buf()];
         while let Some(dir) = stack.pop() {
@@ -254,7 +310,7 @@ impl Tokenizers {
                 }
                 match ChatTokenizer::load(&id, &dir) {
                     Ok(t) => {
-                        models.insert(id, Arc::new(t));
+                        models.insert(id, Arc::new(t.with_prefix_cache(prefix_budget, metrics)));
                     }
                     Err(e) => tracing::warn!(model_id = %id, error = %e, "tokenize: failed model"),
                 }
