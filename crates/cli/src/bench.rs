@@ -344,6 +344,12 @@ fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
     };
     let plain = Tokenizers::load_dir(&args.models_dir);
     let plain = plain.get(&args.model).with_context(not_found)?;
+    // The path before issue 16: HF's own tokenizer (fancy-regex split) and
+    // `encode` with offsets.
+    let hf =
+        tokenizers::Tokenizer::from_file(args.models_dir.join(&args.model).join("tokenizer.json"))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .ok();
     let metrics = PrefixCacheMetrics::default();
     let cached = Tokenizers::load_dir_cached(&args.models_dir, args.prefix_cache_bytes, &metrics);
     let cached = cached.get(&args.model).with_context(not_found)?;
@@ -399,7 +405,7 @@ fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
             let t = Instant::now();
             let rendered = plain.render(&prompt)?;
             render.saturating_record(micros(t));
-            if let Some(tok) = plain.hf_tokenizer() {
+            if let Some(tok) = &hf {
                 let t = Instant::now();
                 let e = tok
                     .encode(plain.render(&prompt)?, false)

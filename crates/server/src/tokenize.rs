@@ -46,7 +46,21 @@ pub enum TokenizeError {
 /// A model's encoder: Hugging Face `tokenizer.json` or a tiktoken BPE file.
 enum Encoder {
     Hf(Box<tokenizers::Tokenizer>),
+    /// HF with the split regex on a DFA ([`crate::tokenize_split`]).
+    Fast(Box<crate::tokenize_split::FastTokenizer>),
     Tiktoken(Box<crate::tiktoken::TiktokenEncoder>),
+}
+
+type HfImpl = tokenizers::TokenizerImpl<
+    tokenizers::ModelWrapper,
+    tokenizers::NormalizerWrapper,
+    tokenizers::PreTokenizerWrapper,
+    tokenizers::PostProcessorWrapper,
+    tokenizers::DecoderWrapper,
+>;
+
+fn hf_impl(t: &tokenizers::Tokenizer) -> &HfImpl {
+    t
 }
 
 /// True for a directory that holds a model's tokenizer.
@@ -147,10 +161,22 @@ impl ChatTokenizer {
                         tracing::info!(model_id = %id, why, "tokenize: no prefix cache for this tokenizer");
                     })
                     .ok();
-                Encoder::Hf(Box::new(
-                    tokenizers::Tokenizer::from_bytes(&bytes)
-                        .map_err(|e| err(format!("tokenizer.json: {e}")))?,
-                ))
+                let fast = cut_rule
+                    .is_some()
+                    .then(|| serde_json::from_value(json))
+                    .and_then(|r| {
+                        r.inspect_err(|e| {
+                            tracing::info!(model_id = %id, error = %e, "tokenize: plain HF split");
+                        })
+                        .ok()
+                    });
+                match fast {
+                    Some(f) => Encoder::Fast(Box::new(f)),
+                    None => Encoder::Hf(Box::new(
+                        tokenizers::Tokenizer::from_bytes(&bytes)
+                            .map_err(|e| err(format!("tokenizer.json: {e}")))?,
+                    )),
+                }
             }
         };
         let mut specials = HashMap::new();
@@ -191,15 +217,6 @@ impl ChatTokenizer {
         self
     }
 
-    /// The Hugging Face tokenizer (benches compare against its plain
-    /// `encode`).
-    pub fn hf_tokenizer(&self) -> Option<&tokenizers::Tokenizer> {
-        match &self.tokenizer {
-            Encoder::Hf(t) => Some(t),
-            Encoder::Tiktoken(_) => None,
-        }
-    }
-
     /// The prefix cache, if enabled.
     pub fn prefix_cache(&self) -> Option<&PrefixCache> {
         self.prefix.as_ref()
@@ -237,9 +254,12 @@ impl ChatTokenizer {
     /// Token ids of an already rendered text, through the prefix cache when
     /// there is one.
     pub fn encode_rendered(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
+        use crate::tokenize_prefix::{encode, encode_fresh};
         match (&self.tokenizer, &self.prefix) {
-            (Encoder::Hf(t), Some(cache)) => crate::tokenize_prefix::encode(t, cache, rendered),
-            (Encoder::Hf(t), None) => crate::tokenize_prefix::encode_fresh(t, rendered),
+            (Encoder::Fast(t), Some(cache)) => encode(t.as_ref(), cache, rendered),
+            (Encoder::Fast(t), None) => encode_fresh(t.as_ref(), rendered),
+            (Encoder::Hf(t), Some(cache)) => encode(hf_impl(t), cache, rendered),
+            (Encoder::Hf(t), None) => encode_fresh(hf_impl(t), rendered),
             (Encoder::Tiktoken(t), _) => t.encode(rendered).map_err(TokenizeError::Encode),
         }
     }

@@ -69,7 +69,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use tokenizers::Tokenizer;
+use tokenizers::{Decoder, Model, Normalizer, PostProcessor, PreTokenizer, TokenizerImpl};
 use xxhash_rust::xxh3::Xxh3;
 
 /// Default `--tokenize-prefix-cache-bytes` per model: ~8 bytes per cached
@@ -544,7 +544,17 @@ fn encode_error(e: tokenizers::Error) -> TokenizeError {
 
 /// Ids of `text` without the cache: `encode_fast` (no offsets) computes the
 /// same ids as `encode` with less work.
-pub fn encode_fresh(t: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizeError> {
+pub fn encode_fresh<M, N, PT, PP, D>(
+    t: &TokenizerImpl<M, N, PT, PP, D>,
+    text: &str,
+) -> Result<Vec<u32>, TokenizeError>
+where
+    M: Model,
+    N: Normalizer,
+    PT: PreTokenizer,
+    PP: PostProcessor,
+    D: Decoder,
+{
     t.encode_fast(text, false)
         .map(|e| e.get_ids().to_vec())
         .map_err(encode_error)
@@ -553,7 +563,18 @@ pub fn encode_fresh(t: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizeError
 /// Ids of `text` through `cache`: the ids of its longest cached prefix up to
 /// a cut, then a fresh encode of the rest; the result is cached in turn.
 /// Texts shorter than one anchor bypass the cache.
-pub fn encode(t: &Tokenizer, cache: &PrefixCache, text: &str) -> Result<Vec<u32>, TokenizeError> {
+pub fn encode<M, N, PT, PP, D>(
+    t: &TokenizerImpl<M, N, PT, PP, D>,
+    cache: &PrefixCache,
+    text: &str,
+) -> Result<Vec<u32>, TokenizeError>
+where
+    M: Model,
+    N: Normalizer,
+    PT: PreTokenizer,
+    PP: PostProcessor,
+    D: Decoder,
+{
     if text.len() < ANCHOR {
         return encode_fresh(t, text);
     }
