@@ -405,7 +405,7 @@ fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
             let t = Instant::now();
             let rendered = plain.render(&prompt)?;
             render.saturating_record(micros(t));
-            if let Some(tok) = &hf {
+            if let Some(tok) = &hf_tok {
                 let t = Instant::now();
                 let e = tok
                     .encode(plain.render(&prompt)?, false)

@@ -47,7 +47,10 @@ pub enum TokenizeError {
 enum Encoder {
     Hf(Box<tokenizers::Tokenizer>),
     /// HF with the split regex on a DFA ([`crate::tokenize_split`]).
-    Fast(Box<crate::tokenize_split::FastTokenizer>),
+    Fast(
+        Box<crate::tokenize_split::FastTokenizer>,
+        Box<crate::tokenize_split::FastEncoder>,
+    ),
     Tiktoken(Box<crate::tiktoken::TiktokenEncoder>),
 }
 
@@ -170,8 +173,16 @@ impl ChatTokenizer {
                         })
                         .ok()
                     });
+                let fast = fast.and_then(|f: crate::tokenize_split::FastTokenizer| {
+                    crate::tokenize_split::FastEncoder::new(&f)
+                        .inspect_err(|e| {
+                            tracing::info!(model_id = %id, error = %e, "tokenize: plain HF encode");
+                        })
+                        .ok()
+                        .map(|e| (f, e))
+                });
                 match fast {
-                    Some(f) => Encoder::Fast(Box::new(f)),
+                    Some((f, e)) => Encoder::Fast(Box::new(f), Box::new(e)),
                     None => Encoder::Hf(Box::new(
                         tokenizers::Tokenizer::from_bytes(&bytes)
                             .map_err(|e| err(format!("tokenizer.json: {e}")))?,
@@ -254,11 +265,22 @@ impl ChatTokenizer {
     /// Token ids of an already rendered text, through the prefix cache when
     /// there is one.
     pub fn encode_rendered(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
-        use crate::tokenize_prefix::{encode, encode_fresh};
+        use crate::tokenize_prefix::{encode, encode_fresh, encode_with_starts};
         match (&self.tokenizer, &self.prefix) {
-            (Encoder::Fast(t), Some(cache)) => encode(t.as_ref(), cache, rendered),
-            (Encoder::Fast(t), None) => encode_fresh(t.as_ref(), rendered),
-            (Encoder::Hf(t), Some(cache)) => encode(hf_impl(t), cache, rendered),
+            (Encoder::Fast(t, fast), cache) => {
+                // A segment that is not NFC yet goes the HF way.
+                let rest = |s: &str| match fast.encode(t, s) {
+                    Some(r) => Ok(r),
+                    None => encode_with_starts(t.as_ref(), s),
+                };
+                match cache {
+                    Some(cache) => encode(cache, rendered, rest),
+                    None => rest(rendered).map(|(ids, _)| ids),
+                }
+            }
+            (Encoder::Hf(t), Some(cache)) => {
+                encode(cache, rendered, |s| encode_with_starts(hf_impl(t), s))
+            }
             (Encoder::Hf(t), None) => encode_fresh(hf_impl(t), rendered),
             (Encoder::Tiktoken(t), _) => t.encode(rendered).map_err(TokenizeError::Encode),
         }

@@ -560,14 +560,11 @@ where
         .map_err(encode_error)
 }
 
-/// Ids of `text` through `cache`: the ids of its longest cached prefix up to
-/// a cut, then a fresh encode of the rest; the result is cached in turn.
-/// Texts shorter than one anchor bypass the cache.
-pub fn encode<M, N, PT, PP, D>(
+/// Ids and token start offsets of `text` by HF `encode`.
+pub fn encode_with_starts<M, N, PT, PP, D>(
     t: &TokenizerImpl<M, N, PT, PP, D>,
-    cache: &PrefixCache,
     text: &str,
-) -> Result<Vec<u32>, TokenizeError>
+) -> Result<(Vec<u32>, Vec<u32>), TokenizeError>
 where
     M: Model,
     N: Normalizer,
@@ -575,30 +572,42 @@ where
     PP: PostProcessor,
     D: Decoder,
 {
+    let encoding = t.encode(text, false).map_err(encode_error)?;
+    let starts = encoding
+        .get_offsets()
+        .iter()
+        .map(|&(s, _)| u32::try_from(s).unwrap_or(u32::MAX))
+        .collect();
+    Ok((encoding.get_ids().to_vec(), starts))
+}
+
+/// Ids of `text` through `cache`: the ids of its longest cached prefix up to
+/// a cut, then `encode_rest` (ids and token start offsets) of the rest; the
+/// result is cached in turn. Texts shorter than one anchor bypass the cache.
+pub fn encode(
+    cache: &PrefixCache,
+    text: &str,
+    encode_rest: impl FnOnce(&str) -> Result<(Vec<u32>, Vec<u32>), TokenizeError>,
+) -> Result<Vec<u32>, TokenizeError> {
     if text.len() < ANCHOR {
-        return encode_fresh(t, text);
+        return encode_rest(text).map(|(ids, _)| ids);
     }
     let anchors = anchors(text.as_bytes());
     let reuse = cache.lookup(text, &anchors);
     let cut = reuse.as_ref().map_or(0, |r| r.cut);
     // `text[cut]` is ASCII, so `cut` is a char boundary.
     let rest = text.get(cut..).unwrap_or_default();
-    let encoding = t.encode(rest, false).map_err(encode_error)?;
+    let (rest_ids, rest_starts) = encode_rest(rest)?;
     let cut32 = u32::try_from(cut).map_err(|_| TokenizeError::Encode("text too long".into()))?;
     let reused = reuse.as_ref().map_or(0, |r| r.ids().len());
-    let mut ids = Vec::with_capacity(reused + encoding.len());
-    let mut starts = Vec::with_capacity(reused + encoding.len());
+    let mut ids = Vec::with_capacity(reused + rest_ids.len());
+    let mut starts = Vec::with_capacity(reused + rest_ids.len());
     if let Some(r) = &reuse {
         ids.extend_from_slice(r.ids());
         starts.extend_from_slice(r.starts());
     }
-    ids.extend_from_slice(encoding.get_ids());
-    starts.extend(
-        encoding
-            .get_offsets()
-            .iter()
-            .map(|&(s, _)| cut32.saturating_add(u32::try_from(s).unwrap_or(u32::MAX))),
-    );
+    ids.extend_from_slice(&rest_ids);
+    starts.extend(rest_starts.iter().map(|&s| cut32.saturating_add(s)));
     let out = ids.clone();
     cache.insert(text, anchors, ids, starts, reuse.as_ref());
     Ok(out)

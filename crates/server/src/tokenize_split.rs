@@ -27,8 +27,8 @@ use serde::{Deserialize, Deserializer};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::tokenizer::pattern::Pattern;
 use tokenizers::{
-    DecoderWrapper, ModelWrapper, NormalizerWrapper, Offsets, PostProcessorWrapper,
-    PreTokenizedString, PreTokenizer, SplitDelimiterBehavior, TokenizerImpl,
+    DecoderWrapper, Model, ModelWrapper, Normalizer, NormalizerWrapper, Offsets,
+    PostProcessorWrapper, PreTokenizedString, PreTokenizer, SplitDelimiterBehavior, TokenizerImpl,
 };
 
 /// An HF tokenizer whose pre-tokenizer is [`FastSplit`].
@@ -95,6 +95,38 @@ impl<'de> Deserialize<'de> for FastSplit {
     }
 }
 
+impl FastSplit {
+    /// Calls `f` with each piece `[start, end)` of `text`, in order, until it
+    /// returns `None`. The pieces tile `text` (the regex matches every
+    /// character), except that a stretch it did not match is passed too.
+    fn pieces(&self, text: &str, mut f: impl FnMut(usize, usize) -> Option<()>) -> Option<()> {
+        let mut at = 0;
+        while at < text.len() {
+            let Some(m) = self.regex.find_at(text, at) else {
+                return f(at, text.len());
+            };
+            if m.start() > at {
+                f(at, m.start())?;
+            }
+            let s = m.as_str();
+            let mut end = m.end();
+            // `\s+(?!\S)`: a space run before a non-space leaves its last
+            // character to the next piece (see the module docs).
+            if end < text.len()
+                && s.chars().all(char::is_whitespace)
+                && !s.contains(['\r', '\n'])
+                && let Some((last, _)) = s.char_indices().last()
+                && last > 0
+            {
+                end = m.start() + last;
+            }
+            f(m.start(), end)?;
+            at = end;
+        }
+        Some(())
+    }
+}
+
 /// The split positions, in the shape `Pattern` wants (every byte covered,
 /// matches flagged).
 impl Pattern for &FastSplit {
@@ -103,29 +135,120 @@ impl Pattern for &FastSplit {
             return Ok(vec![((0, 0), false)]);
         }
         let mut out = Vec::with_capacity(inside.len() / 3);
-        let mut at = 0;
-        while at < inside.len() {
-            let Some(m) = self.regex.find_at(inside, at) else {
-                out.push(((at, inside.len()), false));
-                break;
-            };
-            if m.start() > at {
-                out.push(((at, m.start()), false));
-            }
-            let s = m.as_str();
-            let mut end = m.end();
-            if end < inside.len()
-                && s.chars().all(char::is_whitespace)
-                && !s.contains(['\r', '\n'])
-                && let Some((last, _)) = s.char_indices().last()
-                && last > 0
-            {
-                end = m.start() + last;
-            }
-            out.push(((m.start(), end), true));
-            at = end;
-        }
+        self.pieces(inside, |a, b| {
+            out.push(((a, b), true));
+            Some(())
+        });
         Ok(out)
+    }
+}
+
+/// GPT-2's byte-to-character table of the `ByteLevel` pre-tokenizer: the
+/// printable Latin-1 bytes stand for themselves, the others (in byte order)
+/// for U+0100 onwards.
+fn byte_chars() -> [char; 256] {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut table = ['\0'; 256];
+    let mut next = 256u32;
+    for b in 0..=255u8 {
+        table[usize::from(b)] = if printable(b) {
+            char::from(b)
+        } else {
+            next += 1;
+            char::from_u32(next - 1).unwrap_or('\0')
+        };
+    }
+    table
+}
+
+/// The encode of a [`FastTokenizer`] without HF's offset-tracking strings:
+/// added tokens split off (leftmost-longest, as HF), each other segment
+/// checked to be NFC already (else the caller falls back to HF), split,
+/// byte-mapped and handed to the BPE model piece by piece, exactly the calls
+/// HF makes, minus the alignment bookkeeping.
+#[derive(Debug)]
+pub struct FastEncoder {
+    added: aho_corasick::AhoCorasick,
+    added_ids: Vec<u32>,
+    byte_chars: [char; 256],
+}
+
+impl FastEncoder {
+    /// For `t`, whose added tokens are all unnormalized and non-stripping
+    /// (the prefix-cache shape check).
+    pub fn new(t: &FastTokenizer) -> Result<Self, String> {
+        let mut added: Vec<(u32, String)> = t
+            .get_added_tokens_decoder()
+            .into_iter()
+            .map(|(id, tok)| (id, tok.content))
+            .collect();
+        added.sort_unstable();
+        let trie = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(added.iter().map(|(_, c)| c))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            added: trie,
+            added_ids: added.iter().map(|(id, _)| *id).collect(),
+            byte_chars: byte_chars(),
+        })
+    }
+
+    /// Ids of `text` and the byte offset where each token's piece starts;
+    /// `None` when a segment is not NFC (the caller uses HF's encode).
+    pub fn encode(&self, t: &FastTokenizer, text: &str) -> Option<(Vec<u32>, Vec<u32>)> {
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        let mut starts = Vec::with_capacity(text.len() / 3);
+        let mut at = 0;
+        for m in self.added.find_iter(text) {
+            self.segment(t, text, at, m.start(), &mut ids, &mut starts)?;
+            ids.push(*self.added_ids.get(m.pattern().as_usize())?);
+            starts.push(u32::try_from(m.start()).ok()?);
+            at = m.end();
+        }
+        self.segment(t, text, at, text.len(), &mut ids, &mut starts)?;
+        Some((ids, starts))
+    }
+
+    fn segment(
+        &self,
+        t: &FastTokenizer,
+        text: &str,
+        from: usize,
+        to: usize,
+        ids: &mut Vec<u32>,
+        starts: &mut Vec<u32>,
+    ) -> Option<()> {
+        let seg = text.get(from..to)?;
+        if seg.is_empty() {
+            return Some(());
+        }
+        if !seg.is_ascii()
+            && let Some(n) = t.get_normalizer()
+        {
+            let mut normalized = tokenizers::NormalizedString::from(seg);
+            n.normalize(&mut normalized).ok()?;
+            if normalized.get() != seg {
+                return None;
+            }
+        }
+        let split = t.get_pre_tokenizer()?;
+        let model = t.get_model();
+        let mut mapped = String::new();
+        split.pieces(seg, |a, b| {
+            mapped.clear();
+            mapped.extend(
+                seg.as_bytes()[a..b]
+                    .iter()
+                    .map(|&x| self.byte_chars[usize::from(x)]),
+            );
+            let start = u32::try_from(from + a).ok()?;
+            for token in model.tokenize(&mapped).ok()? {
+                ids.push(token.id);
+                starts.push(start);
+            }
+            Some(())
+        })
     }
 }
 
@@ -153,6 +276,16 @@ mod tests {
             .into_iter()
             .map(|((a, b), _)| &text[a..b])
             .collect()
+    }
+
+    #[test]
+    fn the_byte_table_is_gpt2s() {
+        let t = byte_chars();
+        assert_eq!(
+            (t[usize::from(b'a')], t[usize::from(b' ')], t[0]),
+            ('a', 'Ġ', 'Ā')
+        );
+        assert_eq!((t[usize::from(b'\n')], t[0xAD], t[0xFF]), ('Ċ', 'Ń', 'ÿ'));
     }
 
     #[test]
