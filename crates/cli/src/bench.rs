@@ -346,7 +346,7 @@ fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
     let plain = plain.get(&args.model).with_context(not_found)?;
     // The path before issue 16: HF's own tokenizer (fancy-regex split) and
     // `encode` with offsets.
-    let hf =
+    let hf_tok =
         tokenizers::Tokenizer::from_file(args.models_dir.join(&args.model).join("tokenizer.json"))
             .map_err(|e| anyhow::anyhow!("{e}"))
             .ok();
