@@ -84,6 +84,10 @@ pub struct TokenizeBenchArgs {
     /// Share of a `warm` prompt's text sent (and cached) the turn before.
     #[arg(long, default_value_t = 0.9)]
     warm_share: f64,
+    /// Also send the `warm` case as LookupRoute calls to an in-process
+    /// server and report its handler latency (`lookup_latency_us`).
+    #[arg(long)]
+    grpc: bool,
 }
 
 /// A prompt of about `tokens` tokens: varied English, code and numbers, so
@@ -455,6 +459,83 @@ fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
             cache.bytes()
         );
     }
+    if args.grpc {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("start the async runtime")?
+            .block_on(tokenize_grpc(args))?;
+    }
+    Ok(())
+}
+
+/// The `warm` case through gRPC: per request a fresh conversation, its first
+/// `warm_share` sent once (`first_srv_*`), then the whole of it (`srv_*`:
+/// the server's own `lookup_latency_us`; `client_*`: the round trip).
+async fn tokenize_grpc(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let mut config = ServerConfig::ephemeral();
+    config.tokenizer_models_dir = Some(args.models_dir.clone());
+    config.tokenize_prefix_cache_bytes = args.prefix_cache_bytes;
+    let server = Server::bind(&config).await?;
+    let addr = server.grpc_addr().to_string();
+    let task = tokio::spawn(server.serve(shutdown.clone()));
+    let mut client = InferenceCacheClient::connect(format!("http://{addr}"))
+        .await
+        .context("connect")?;
+    println!("bench tokenize --grpc: LookupRoute with prompt_text to an in-process server");
+    println!(
+        "{:>10} {:>14} {:>12} {:>12} {:>14}",
+        "target_tok", "first_srv_p50", "srv_p50_us", "srv_p99_us", "client_p50_us"
+    );
+    let micros = |t: Instant| {
+        u64::try_from(t.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    };
+    let request = |text: &str| LookupRouteRequest {
+        model_id: args.model.clone(),
+        tenant_id: "bench".into(),
+        hash_scheme: "vllm".into(),
+        prompt_text: text.to_owned(),
+        ..Default::default()
+    };
+    let mut salt = 1 << 30;
+    for &size in &args.sizes {
+        let (mut first, mut srv, mut cli) = (histogram()?, histogram()?, histogram()?);
+        for _ in 0..args.iterations {
+            salt += 1;
+            let prompt = synthetic_prompt(size, salt);
+            let mut sent = (prompt.len() as f64 * args.warm_share) as usize;
+            while !prompt.is_char_boundary(sent) {
+                sent -= 1;
+            }
+            let r = client
+                .lookup_route(request(&prompt[..sent]))
+                .await?
+                .into_inner();
+            first.saturating_record(u64::try_from(r.lookup_latency_us).unwrap_or(0).max(1));
+            let t = Instant::now();
+            let r = client.lookup_route(request(&prompt)).await?.into_inner();
+            cli.saturating_record(micros(t));
+            anyhow::ensure!(
+                !r.token_ids.is_empty(),
+                "the server did not tokenize ({})",
+                r.reason_code
+            );
+            srv.saturating_record(u64::try_from(r.lookup_latency_us).unwrap_or(0).max(1));
+        }
+        println!(
+            "{:>10} {:>14} {:>12} {:>12} {:>14}",
+            size,
+            first.value_at_quantile(0.5),
+            srv.value_at_quantile(0.5),
+            srv.value_at_quantile(0.99),
+            cli.value_at_quantile(0.5)
+        );
+    }
+    shutdown.cancel();
+    task.await??;
     Ok(())
 }
 
