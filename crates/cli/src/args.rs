@@ -148,6 +148,13 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_TOKENIZER_MODELS_DIR", default_value = "")]
     pub tokenizer_models_dir: String,
 
+    /// Bytes of encoded prompt_text prefixes kept per model, so a
+    /// conversation re-sent with one more turn encodes only what is new
+    /// (0 disables the cache).
+    #[arg(long, env = "INFERENCECACHE_TOKENIZE_PREFIX_CACHE_BYTES",
+          default_value_t = inferencecache_server::tokenize_prefix::DEFAULT_BUDGET_BYTES)]
+    pub tokenize_prefix_cache_bytes: usize,
+
     /// Tenant policies from a file (YAML or JSON, the /policy push schema),
     /// for running without the Kubernetes controller. Reloaded when it
     /// changes; a bad edit keeps the last good policy and logs why.

@@ -74,9 +74,20 @@ pub struct TokenizeBenchArgs {
     /// Approximate prompt sizes in tokens.
     #[arg(long, value_delimiter = ',', default_value = "1000,8000,32000")]
     sizes: Vec<usize>,
-    /// Requests per size.
+    /// Requests per size and column.
     #[arg(long, default_value_t = 200)]
     iterations: usize,
+    /// Prefix cache budget for the `miss` and `warm` columns (as
+    /// --tokenize-prefix-cache-bytes).
+    #[arg(long, default_value_t = inferencecache_server::tokenize_prefix::DEFAULT_BUDGET_BYTES)]
+    prefix_cache_bytes: usize,
+    /// Share of a `warm` prompt's text sent (and cached) the turn before.
+    #[arg(long, default_value_t = 0.9)]
+    warm_share: f64,
+    /// Also send the `warm` case as LookupRoute calls to an in-process
+    /// server and report its handler latency (`lookup_latency_us`).
+    #[arg(long)]
+    grpc: bool,
 }
 
 /// A prompt of about `tokens` tokens: varied English, code and numbers, so
@@ -326,54 +337,205 @@ async fn grpc(args: GrpcBenchArgs) -> anyhow::Result<()> {
 }
 
 fn tokenize(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
-    let models = inferencecache_server::tokenize::Tokenizers::load_dir(&args.models_dir);
-    let tok = models.get(&args.model).with_context(|| {
+    use inferencecache_server::tokenize::Tokenizers;
+    use inferencecache_server::tokenize_prefix::PrefixCacheMetrics;
+    let not_found = || {
         format!(
             "model {:?} not found under {}; run .ci/fetch-tokenizers or pass --models-dir",
             args.model,
             args.models_dir.display()
         )
-    })?;
+    };
+    let plain = Tokenizers::load_dir(&args.models_dir);
+    let plain = plain.get(&args.model).with_context(not_found)?;
+    // The path before issue 16: HF's own tokenizer (fancy-regex split) and
+    // `encode` with offsets.
+    let hf_tok =
+        tokenizers::Tokenizer::from_file(args.models_dir.join(&args.model).join("tokenizer.json"))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .ok();
+    let metrics = PrefixCacheMetrics::default();
+    let cached = Tokenizers::load_dir_cached(&args.models_dir, args.prefix_cache_bytes, &metrics);
+    let cached = cached.get(&args.model).with_context(not_found)?;
     println!(
-        "bench tokenize: model {} ({} requests per size)",
-        args.model, args.iterations
+        "bench tokenize: model {} ({} requests per size and column; prefix cache {} bytes{}; warm = {:.0}% of the text sent before)",
+        args.model,
+        args.iterations,
+        args.prefix_cache_bytes,
+        if cached.prefix_cache().is_some() {
+            ""
+        } else {
+            ", not enabled for this tokenizer"
+        },
+        args.warm_share * 100.0
     );
     println!(
-        "{:>12} {:>12} {:>10} {:>10} {:>10}",
-        "target_tok", "actual_tok", "p50_us", "p99_us", "max_us"
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "target_tok",
+        "actual_tok",
+        "hf_p50_us",
+        "cold_p50",
+        "cold_us/t",
+        "miss_p50",
+        "warm_p50",
+        "warm_p99",
+        "warm_us/t",
+        "render_p50"
     );
+    let micros = |t: Instant| {
+        u64::try_from(t.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    };
+    // A fresh conversation per request, so only the `warm` column hits.
+    let mut salt = 0;
+    let mut next = |size: usize| {
+        salt += 1;
+        synthetic_prompt(size, salt)
+    };
     for &size in &args.sizes {
-        let prompts: Vec<String> = (0..8).map(|salt| synthetic_prompt(size, salt)).collect();
-        let actual = tok.encode_chat(&prompts[0])?.len();
-        let mut h = histogram()?;
-        let mut render = histogram()?;
+        let actual = plain.encode_chat(&synthetic_prompt(size, 0))?.len();
+        let (mut hf, mut cold, mut miss, mut warm, mut render) = (
+            histogram()?,
+            histogram()?,
+            histogram()?,
+            histogram()?,
+            histogram()?,
+        );
         let bar = ProgressBar::new(args.iterations as u64);
-        let micros = |t: Instant| {
-            u64::try_from(t.elapsed().as_micros())
-                .unwrap_or(u64::MAX)
-                .max(1)
-        };
-        for i in 0..args.iterations {
-            let prompt = &prompts[i % prompts.len()];
+        for _ in 0..args.iterations {
+            // Before this cache: render + HF `encode` (with offsets).
+            let prompt = next(size);
             let t = Instant::now();
-            std::hint::black_box(tok.render(prompt)?);
+            let rendered = plain.render(&prompt)?;
             render.saturating_record(micros(t));
+            if let Some(tok) = &hf_tok {
+                let t = Instant::now();
+                let e = tok
+                    .encode(plain.render(&prompt)?, false)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                hf.saturating_record(micros(t));
+                std::hint::black_box((e, rendered));
+            }
+            let prompt = next(size);
             let t = Instant::now();
-            std::hint::black_box(tok.encode_chat(prompt)?);
-            h.saturating_record(micros(t));
+            std::hint::black_box(plain.encode_chat(&prompt)?);
+            cold.saturating_record(micros(t));
+            let prompt = next(size);
+            let t = Instant::now();
+            std::hint::black_box(cached.encode_chat(&prompt)?);
+            miss.saturating_record(micros(t));
+            let prompt = next(size);
+            let mut sent = (prompt.len() as f64 * args.warm_share) as usize;
+            while !prompt.is_char_boundary(sent) {
+                sent -= 1;
+            }
+            cached.encode_chat(&prompt[..sent])?;
+            let t = Instant::now();
+            std::hint::black_box(cached.encode_chat(&prompt)?);
+            warm.saturating_record(micros(t));
             bar.inc(1);
         }
         bar.finish_and_clear();
+        let per_token = |us: u64| us as f64 / actual.max(1) as f64;
         println!(
-            "{:>12} {:>12} {:>10} {:>10} {:>10} {:>16}",
+            "{:>10} {:>10} {:>10} {:>10} {:>10.3} {:>10} {:>10} {:>10} {:>10.3} {:>10}",
             size,
             actual,
-            h.value_at_quantile(0.5),
-            h.value_at_quantile(0.99),
-            h.max(),
+            hf.value_at_quantile(0.5),
+            cold.value_at_quantile(0.5),
+            per_token(cold.value_at_quantile(0.5)),
+            miss.value_at_quantile(0.5),
+            warm.value_at_quantile(0.5),
+            warm.value_at_quantile(0.99),
+            per_token(warm.value_at_quantile(0.5)),
             render.value_at_quantile(0.5)
         );
     }
+    if let Some(cache) = cached.prefix_cache() {
+        println!(
+            "prefix cache: {} entries, {} bytes",
+            cache.len(),
+            cache.bytes()
+        );
+    }
+    if args.grpc {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("start the async runtime")?
+            .block_on(tokenize_grpc(args))?;
+    }
+    Ok(())
+}
+
+/// The `warm` case through gRPC: per request a fresh conversation, its first
+/// `warm_share` sent once (`first_srv_*`), then the whole of it (`srv_*`:
+/// the server's own `lookup_latency_us`; `client_*`: the round trip).
+async fn tokenize_grpc(args: &TokenizeBenchArgs) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let mut config = ServerConfig::ephemeral();
+    config.tokenizer_models_dir = Some(args.models_dir.clone());
+    config.tokenize_prefix_cache_bytes = args.prefix_cache_bytes;
+    let server = Server::bind(&config).await?;
+    let addr = server.grpc_addr().to_string();
+    let task = tokio::spawn(server.serve(shutdown.clone()));
+    let mut client = InferenceCacheClient::connect(format!("http://{addr}"))
+        .await
+        .context("connect")?;
+    println!("bench tokenize --grpc: LookupRoute with prompt_text to an in-process server");
+    println!(
+        "{:>10} {:>14} {:>12} {:>12} {:>14}",
+        "target_tok", "first_srv_p50", "srv_p50_us", "srv_p99_us", "client_p50_us"
+    );
+    let micros = |t: Instant| {
+        u64::try_from(t.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    };
+    let request = |text: &str| LookupRouteRequest {
+        model_id: args.model.clone(),
+        tenant_id: "bench".into(),
+        hash_scheme: "vllm".into(),
+        prompt_text: text.to_owned(),
+        ..Default::default()
+    };
+    let mut salt = 1 << 30;
+    for &size in &args.sizes {
+        let (mut first, mut srv, mut cli) = (histogram()?, histogram()?, histogram()?);
+        for _ in 0..args.iterations {
+            salt += 1;
+            let prompt = synthetic_prompt(size, salt);
+            let mut sent = (prompt.len() as f64 * args.warm_share) as usize;
+            while !prompt.is_char_boundary(sent) {
+                sent -= 1;
+            }
+            let r = client
+                .lookup_route(request(&prompt[..sent]))
+                .await?
+                .into_inner();
+            first.saturating_record(u64::try_from(r.lookup_latency_us).unwrap_or(0).max(1));
+            let t = Instant::now();
+            let r = client.lookup_route(request(&prompt)).await?.into_inner();
+            cli.saturating_record(micros(t));
+            anyhow::ensure!(
+                !r.token_ids.is_empty(),
+                "the server did not tokenize ({})",
+                r.reason_code
+            );
+            srv.saturating_record(u64::try_from(r.lookup_latency_us).unwrap_or(0).max(1));
+        }
+        println!(
+            "{:>10} {:>14} {:>12} {:>12} {:>14}",
+            size,
+            first.value_at_quantile(0.5),
+            srv.value_at_quantile(0.5),
+            srv.value_at_quantile(0.99),
+            cli.value_at_quantile(0.5)
+        );
+    }
+    shutdown.cancel();
+    task.await??;
     Ok(())
 }
 

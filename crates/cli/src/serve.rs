@@ -99,6 +99,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
         tls,
         engine_block_size,
         tokenizer_models_dir,
+        tokenize_prefix_cache_bytes: args.tokenize_prefix_cache_bytes,
         policy_file: args.policy_file.clone(),
         templates_dir: args.templates_dir.clone(),
         pd_topology_file: args.pd_topology_file.clone(),

@@ -210,6 +210,9 @@ pub struct ServerConfig {
     pub engine_block_size: u32,
     /// Directory of tokenizers for `prompt_text`, if any.
     pub tokenizer_models_dir: Option<PathBuf>,
+    /// Bytes of encoded `prompt_text` prefixes kept per model for reuse
+    /// (`--tokenize-prefix-cache-bytes`; 0 disables the cache).
+    pub tokenize_prefix_cache_bytes: usize,
     /// Policy file (YAML or JSON, the `/policy` schema), if any.
     pub policy_file: Option<PathBuf>,
     /// Directory of prompt templates (one YAML/JSON file each), if any.
@@ -245,6 +248,7 @@ impl ServerConfig {
             tls: None,
             engine_block_size: DEFAULT_ENGINE_BLOCK_SIZE,
             tokenizer_models_dir: None,
+            tokenize_prefix_cache_bytes: crate::tokenize_prefix::DEFAULT_BUDGET_BYTES,
             policy_file: None,
             templates_dir: None,
             pd_topology_file: None,

@@ -51,6 +51,8 @@ pub mod tiktoken;
 pub mod tls;
 pub mod tokenize;
 pub mod tokenize_budget;
+pub mod tokenize_prefix;
+pub mod tokenize_split;
 pub mod ui;
 pub mod watch;
 

@@ -102,6 +102,8 @@ pub struct Metrics {
     registry: Registry,
     /// Resource limits: refusals, shed lookups, replica and tokenizer gauges.
     pub limits: crate::limits::LimitMetrics,
+    /// The prompt_text prefix caches.
+    pub tokenize_prefix: crate::tokenize_prefix::PrefixCacheMetrics,
     /// Bus (active-active replicas) and warm-restart metrics.
     pub replication: crate::replicate::metrics::ReplicationMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
@@ -283,6 +285,8 @@ impl Metrics {
         let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
         let limits = crate::limits::LimitMetrics::default();
         limits.register(&mut registry);
+        let tokenize_prefix = crate::tokenize_prefix::PrefixCacheMetrics::default();
+        tokenize_prefix.register(&mut registry);
         let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
         let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
         let ui = crate::ui::UiMetrics::register(&mut registry);
@@ -295,6 +299,7 @@ impl Metrics {
             registry,
             index_gauges,
             limits,
+            tokenize_prefix,
             replication,
             producers,
             snapshot_auth,

@@ -110,7 +110,13 @@ impl Server {
             Arc::clone(&metrics),
             config.tokenizer_models_dir.as_deref().map_or_else(
                 crate::tokenize::Tokenizers::none,
-                crate::tokenize::Tokenizers::load_dir,
+                |dir| {
+                    crate::tokenize::Tokenizers::load_dir_cached(
+                        dir,
+                        config.tokenize_prefix_cache_bytes,
+                        &metrics.tokenize_prefix,
+                    )
+                },
             ),
             clock,
         )

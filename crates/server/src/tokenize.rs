@@ -12,6 +12,7 @@
 //! whose id is its path relative to the root (e.g. `Qwen/Qwen3-8B`). A
 //! request's `model_id` is only ever a key into that set, never a path.
 
+use crate::tokenize_prefix::{CutRule, PrefixCache, PrefixCacheMetrics};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use std::collections::HashMap;
 use std::path::{Component, Path};
@@ -45,7 +46,24 @@ pub enum TokenizeError {
 /// A model's encoder: Hugging Face `tokenizer.json` or a tiktoken BPE file.
 enum Encoder {
     Hf(Box<tokenizers::Tokenizer>),
+    /// HF with the split regex on a DFA ([`crate::tokenize_split`]).
+    Fast(
+        Box<crate::tokenize_split::FastTokenizer>,
+        Box<crate::tokenize_split::FastEncoder>,
+    ),
     Tiktoken(Box<crate::tiktoken::TiktokenEncoder>),
+}
+
+type HfImpl = tokenizers::TokenizerImpl<
+    tokenizers::ModelWrapper,
+    tokenizers::NormalizerWrapper,
+    tokenizers::PreTokenizerWrapper,
+    tokenizers::PostProcessorWrapper,
+    tokenizers::DecoderWrapper,
+>;
+
+fn hf_impl(t: &tokenizers::Tokenizer) -> &HfImpl {
+    t
 }
 
 /// True for a directory that holds a model's tokenizer.
@@ -59,6 +77,10 @@ pub struct ChatTokenizer {
     tokenizer: Encoder,
     env: Option<Environment<'static>>,
     specials: HashMap<String, String>,
+    /// Where a Hugging Face encode may be split (None: this tokenizer's
+    /// shape is outside the argument in [`crate::tokenize_prefix`]).
+    cut_rule: Option<CutRule>,
+    prefix: Option<PrefixCache>,
 }
 
 impl std::fmt::Debug for ChatTokenizer {
@@ -127,15 +149,46 @@ impl ChatTokenizer {
             Err(_) => serde_json::Value::Null,
         };
         let hf = dir.join("tokenizer.json");
+        let mut cut_rule = None;
         let tokenizer = match crate::tiktoken::find_tiktoken_file(dir) {
             Some(file) if !hf.is_file() => Encoder::Tiktoken(Box::new(
                 crate::tiktoken::TiktokenEncoder::load(&file, &config)
                     .map_err(|e| err(format!("{}: {e}", file.display())))?,
             )),
-            _ => Encoder::Hf(Box::new(
-                tokenizers::Tokenizer::from_file(hf)
-                    .map_err(|e| err(format!("tokenizer.json: {e}")))?,
-            )),
+            _ => {
+                let bytes = std::fs::read(&hf).map_err(|e| err(format!("tokenizer.json: {e}")))?;
+                let json: serde_json::Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| err(format!("tokenizer.json: {e}")))?;
+                cut_rule = CutRule::for_tokenizer(&json)
+                    .inspect_err(|why| {
+                        tracing::info!(model_id = %id, why, "tokenize: no prefix cache for this tokenizer");
+                    })
+                    .ok();
+                let fast = cut_rule
+                    .is_some()
+                    .then(|| serde_json::from_value(json))
+                    .and_then(|r| {
+                        r.inspect_err(|e| {
+                            tracing::info!(model_id = %id, error = %e, "tokenize: plain HF split");
+                        })
+                        .ok()
+                    });
+                let fast = fast.and_then(|f: crate::tokenize_split::FastTokenizer| {
+                    crate::tokenize_split::FastEncoder::new(&f)
+                        .inspect_err(|e| {
+                            tracing::info!(model_id = %id, error = %e, "tokenize: plain HF encode");
+                        })
+                        .ok()
+                        .map(|e| (f, e))
+                });
+                match fast {
+                    Some((f, e)) => Encoder::Fast(Box::new(f), Box::new(e)),
+                    None => Encoder::Hf(Box::new(
+                        tokenizers::Tokenizer::from_bytes(&bytes)
+                            .map_err(|e| err(format!("tokenizer.json: {e}")))?,
+                    )),
+                }
+            }
         };
         let mut specials = HashMap::new();
         for key in [
@@ -160,7 +213,24 @@ impl ChatTokenizer {
             tokenizer,
             env,
             specials,
+            cut_rule,
+            prefix: None,
         })
+    }
+
+    /// Keeps up to `budget` bytes of encoded prefixes for reuse (0 or a
+    /// tokenizer outside the cut argument: none).
+    pub fn with_prefix_cache(mut self, budget: usize, metrics: &PrefixCacheMetrics) -> Self {
+        self.prefix = match (&self.cut_rule, budget) {
+            (Some(rule), 1..) => Some(PrefixCache::new(rule.clone(), budget, &self.id, metrics)),
+            _ => None,
+        };
+        self
+    }
+
+    /// The prefix cache, if enabled.
+    pub fn prefix_cache(&self) -> Option<&PrefixCache> {
+        self.prefix.as_ref()
     }
 
     /// Renders `text` as one user message with the generation prompt.
@@ -189,12 +259,30 @@ impl ChatTokenizer {
     /// top of what the template writes).
     pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
         let rendered = self.render(text)?;
-        match &self.tokenizer {
-            Encoder::Hf(t) => t
-                .encode(rendered, false)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| TokenizeError::Encode(e.to_string())),
-            Encoder::Tiktoken(t) => t.encode(&rendered).map_err(TokenizeError::Encode),
+        self.encode_rendered(&rendered)
+    }
+
+    /// Token ids of an already rendered text, through the prefix cache when
+    /// there is one.
+    pub fn encode_rendered(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
+        use crate::tokenize_prefix::{encode, encode_fresh, encode_with_starts};
+        match (&self.tokenizer, &self.prefix) {
+            (Encoder::Fast(t, fast), cache) => {
+                // A segment that is not NFC yet goes the HF way.
+                let rest = |s: &str| match fast.encode(t, s) {
+                    Some(r) => Ok(r),
+                    None => encode_with_starts(t.as_ref(), s),
+                };
+                match cache {
+                    Some(cache) => encode(cache, rendered, rest),
+                    None => rest(rendered).map(|(ids, _)| ids),
+                }
+            }
+            (Encoder::Hf(t), Some(cache)) => {
+                encode(cache, rendered, |s| encode_with_starts(hf_impl(t), s))
+            }
+            (Encoder::Hf(t), None) => encode_fresh(hf_impl(t), rendered),
+            (Encoder::Tiktoken(t), _) => t.encode(rendered).map_err(TokenizeError::Encode),
         }
     }
 }
@@ -231,6 +319,16 @@ impl Tokenizers {
     /// broken models are logged and skipped: one bad model must not take the
     /// others (or the server) down.
     pub fn load_dir(root: &Path) -> Self {
+        Self::load_dir_cached(root, 0, &PrefixCacheMetrics::default())
+    }
+
+    /// As [`Tokenizers::load_dir`], each Hugging Face model with a prefix
+    /// cache of `prefix_budget` bytes (0: none).
+    pub fn load_dir_cached(
+        root: &Path,
+        prefix_budget: usize,
+        metrics: &PrefixCacheMetrics,
+    ) -> Self {
         let mut models = HashMap::new();
         let mut stack = vec![root.to_path_buf()];
         while let Some(dir) = stack.pop() {
@@ -254,7 +352,7 @@ impl Tokenizers {
                 }
                 match ChatTokenizer::load(&id, &dir) {
                     Ok(t) => {
-                        models.insert(id, Arc::new(t));
+                        models.insert(id, Arc::new(t.with_prefix_cache(prefix_budget, metrics)));
                     }
                     Err(e) => tracing::warn!(model_id = %id, error = %e, "tokenize: failed model"),
                 }

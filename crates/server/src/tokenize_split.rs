@@ -1,0 +1,300 @@
+//! The GPT-4-style pre-tokenizer split without `fancy-regex` (issue 16).
+//!
+//! Profiling `prompt_text` showed the `Split` regex as the largest cost of an
+//! HF encode: its `\s+(?!\S)` look-ahead makes `fancy-regex` run the whole
+//! pattern on its backtracking VM. Without that one alternative the pattern
+//! is regular, and the `regex` crate (the same Unicode tables `fancy-regex`
+//! delegates to) matches it with a DFA. The look-ahead is put back by hand:
+//! at a position where the original's first five alternatives fail, both
+//! patterns are at a whitespace run without a line break, `[p, w)`; the
+//! original's `\s+(?!\S)` then takes `[p, w-1 char)` when the run has at least
+//! two characters and is followed by a non-space, and otherwise falls through
+//! to `\s+` = `[p, w)` like ours. A match of ours that is all whitespace with
+//! no `\r`/`\n` came from `\s+` (every other alternative needs a letter, a
+//! digit, an apostrophe, a symbol or a line break), so that is the one case
+//! to shorten. The regex has no look-behind, so resuming at the shortened end
+//! scans exactly as the original does.
+//!
+//! Used only for a `pre_tokenizer` of exactly the shape the prefix-cache
+//! argument allow-lists (`Split` with one of
+//! [`crate::tokenize_prefix::KNOWN_SPLIT_REGEXES`], `Isolated`, then a
+//! `ByteLevel` without its own regex); every other tokenizer loads as plain
+//! HF. `tests/tokenize_hf.rs` compares it with the HF tokenizer on random
+//! texts.
+
+use crate::tokenize_prefix::KNOWN_SPLIT_REGEXES;
+use serde::{Deserialize, Deserializer};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::tokenizer::pattern::Pattern;
+use tokenizers::{
+    DecoderWrapper, Model, ModelWrapper, Normalizer, NormalizerWrapper, Offsets,
+    PostProcessorWrapper, PreTokenizedString, PreTokenizer, SplitDelimiterBehavior, TokenizerImpl,
+};
+
+/// An HF tokenizer whose pre-tokenizer is [`FastSplit`].
+pub type FastTokenizer =
+    TokenizerImpl<ModelWrapper, NormalizerWrapper, FastSplit, PostProcessorWrapper, DecoderWrapper>;
+
+/// The look-ahead alternative the `regex` crate cannot run.
+const LOOKAHEAD: &str = r"\s+(?!\S)|";
+
+/// `Sequence[Split(GPT-4-style regex, Isolated), ByteLevel]` on a DFA.
+#[derive(Debug, Clone)]
+pub struct FastSplit {
+    regex: regex::Regex,
+    bytes: ByteLevel,
+}
+
+impl FastSplit {
+    /// From a `pre_tokenizer` of `tokenizer.json`, or why not.
+    pub fn from_json(pre: &serde_json::Value) -> Result<Self, String> {
+        use serde_json::Value;
+        let str_at = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let parts = match str_at(pre, "type").as_deref() {
+            Some("Sequence") => pre
+                .get("pretokenizers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => return Err("pre_tokenizer is not a Sequence".into()),
+        };
+        let [split, bytes] = parts.as_slice() else {
+            return Err("pre_tokenizer is not Split + ByteLevel".into());
+        };
+        let pattern = split
+            .get("pattern")
+            .and_then(|p| str_at(p, "Regex"))
+            .filter(|r| KNOWN_SPLIT_REGEXES.contains(&r.as_str()))
+            .ok_or("pre_tokenizer split is not a known regex")?;
+        if str_at(split, "type").as_deref() != Some("Split")
+            || str_at(split, "behavior").as_deref() != Some("Isolated")
+            || split
+                .get("invert")
+                .is_some_and(|v| v != &Value::Bool(false))
+        {
+            return Err("pre_tokenizer split is not isolated".into());
+        }
+        let bytes: ByteLevel =
+            serde_json::from_value(bytes.clone()).map_err(|e| format!("byte level: {e}"))?;
+        if bytes.use_regex || bytes.add_prefix_space {
+            return Err("byte level splits again or adds a prefix space".into());
+        }
+        let regular = pattern.replacen(LOOKAHEAD, "", 1);
+        if regular == pattern {
+            return Err("known regex without the look-ahead alternative".into());
+        }
+        let regex = regex::Regex::new(&regular).map_err(|e| e.to_string())?;
+        Ok(Self { regex, bytes })
+    }
+}
+
+impl<'de> Deserialize<'de> for FastSplit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Self::from_json(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+impl FastSplit {
+    /// Calls `f` with each piece `[start, end)` of `text`, in order, until it
+    /// returns `None`. The pieces tile `text` (the regex matches every
+    /// character), except that a stretch it did not match is passed too.
+    fn pieces(&self, text: &str, mut f: impl FnMut(usize, usize) -> Option<()>) -> Option<()> {
+        let mut at = 0;
+        while at < text.len() {
+            let Some(m) = self.regex.find_at(text, at) else {
+                return f(at, text.len());
+            };
+            if m.start() > at {
+                f(at, m.start())?;
+            }
+            let s = m.as_str();
+            let mut end = m.end();
+            // `\s+(?!\S)`: a space run before a non-space leaves its last
+            // character to the next piece (see the module docs).
+            if end < text.len()
+                && s.chars().all(char::is_whitespace)
+                && !s.contains(['\r', '\n'])
+                && let Some((last, _)) = s.char_indices().last()
+                && last > 0
+            {
+                end = m.start() + last;
+            }
+            f(m.start(), end)?;
+            at = end;
+        }
+        Some(())
+    }
+}
+
+/// The split positions, in the shape `Pattern` wants (every byte covered,
+/// matches flagged).
+impl Pattern for &FastSplit {
+    fn find_matches(&self, inside: &str) -> tokenizers::Result<Vec<(Offsets, bool)>> {
+        if inside.is_empty() {
+            return Ok(vec![((0, 0), false)]);
+        }
+        let mut out = Vec::with_capacity(inside.len() / 3);
+        self.pieces(inside, |a, b| {
+            out.push(((a, b), true));
+            Some(())
+        });
+        Ok(out)
+    }
+}
+
+/// GPT-2's byte-to-character table of the `ByteLevel` pre-tokenizer: the
+/// printable Latin-1 bytes stand for themselves, the others (in byte order)
+/// for U+0100 onwards.
+fn byte_chars() -> [char; 256] {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut table = ['\0'; 256];
+    let mut next = 256u32;
+    for b in 0..=255u8 {
+        table[usize::from(b)] = if printable(b) {
+            char::from(b)
+        } else {
+            next += 1;
+            char::from_u32(next - 1).unwrap_or('\0')
+        };
+    }
+    table
+}
+
+/// The encode of a [`FastTokenizer`] without HF's offset-tracking strings:
+/// added tokens split off (leftmost-longest, as HF), each other segment
+/// checked to be NFC already (else the caller falls back to HF), split,
+/// byte-mapped and handed to the BPE model piece by piece, exactly the calls
+/// HF makes, minus the alignment bookkeeping.
+#[derive(Debug)]
+pub struct FastEncoder {
+    added: aho_corasick::AhoCorasick,
+    added_ids: Vec<u32>,
+    byte_chars: [char; 256],
+}
+
+impl FastEncoder {
+    /// For `t`, whose added tokens are all unnormalized and non-stripping
+    /// (the prefix-cache shape check).
+    pub fn new(t: &FastTokenizer) -> Result<Self, String> {
+        let mut added: Vec<(u32, String)> = t
+            .get_added_tokens_decoder()
+            .into_iter()
+            .map(|(id, tok)| (id, tok.content))
+            .collect();
+        added.sort_unstable();
+        let trie = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(added.iter().map(|(_, c)| c))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            added: trie,
+            added_ids: added.iter().map(|(id, _)| *id).collect(),
+            byte_chars: byte_chars(),
+        })
+    }
+
+    /// Ids of `text` and the byte offset where each token's piece starts;
+    /// `None` when a segment is not NFC (the caller uses HF's encode).
+    pub fn encode(&self, t: &FastTokenizer, text: &str) -> Option<(Vec<u32>, Vec<u32>)> {
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        let mut starts = Vec::with_capacity(text.len() / 3);
+        let mut at = 0;
+        for m in self.added.find_iter(text) {
+            self.segment(t, text, at, m.start(), &mut ids, &mut starts)?;
+            ids.push(*self.added_ids.get(m.pattern().as_usize())?);
+            starts.push(u32::try_from(m.start()).ok()?);
+            at = m.end();
+        }
+        self.segment(t, text, at, text.len(), &mut ids, &mut starts)?;
+        Some((ids, starts))
+    }
+
+    fn segment(
+        &self,
+        t: &FastTokenizer,
+        text: &str,
+        from: usize,
+        to: usize,
+        ids: &mut Vec<u32>,
+        starts: &mut Vec<u32>,
+    ) -> Option<()> {
+        let seg = text.get(from..to)?;
+        if seg.is_empty() {
+            return Some(());
+        }
+        if !seg.is_ascii()
+            && let Some(n) = t.get_normalizer()
+        {
+            let mut normalized = tokenizers::NormalizedString::from(seg);
+            n.normalize(&mut normalized).ok()?;
+            if normalized.get() != seg {
+                return None;
+            }
+        }
+        let split = t.get_pre_tokenizer()?;
+        let model = t.get_model();
+        let mut mapped = String::new();
+        split.pieces(seg, |a, b| {
+            mapped.clear();
+            mapped.extend(
+                seg.as_bytes()[a..b]
+                    .iter()
+                    .map(|&x| self.byte_chars[usize::from(x)]),
+            );
+            let start = u32::try_from(from + a).ok()?;
+            for token in model.tokenize(&mapped).ok()? {
+                ids.push(token.id);
+                starts.push(start);
+            }
+            Some(())
+        })
+    }
+}
+
+impl PreTokenizer for FastSplit {
+    fn pre_tokenize(&self, pretokenized: &mut PreTokenizedString) -> tokenizers::Result<()> {
+        pretokenized
+            .split(|_, normalized| normalized.split(self, SplitDelimiterBehavior::Isolated))?;
+        self.bytes.pre_tokenize(pretokenized)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(text: &str) -> Vec<&str> {
+        let pre = serde_json::json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": KNOWN_SPLIT_REGEXES[0]},
+             "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+             "use_regex": false}]});
+        let f = FastSplit::from_json(&pre).unwrap();
+        (&f).find_matches(text)
+            .unwrap()
+            .into_iter()
+            .map(|((a, b), _)| &text[a..b])
+            .collect()
+    }
+
+    #[test]
+    fn the_byte_table_is_gpt2s() {
+        let t = byte_chars();
+        assert_eq!(
+            (t[usize::from(b'a')], t[usize::from(b' ')], t[0]),
+            ('a', 'Ġ', 'Ā')
+        );
+        assert_eq!((t[usize::from(b'\n')], t[0xAD], t[0xFF]), ('Ċ', 'Ń', 'ÿ'));
+    }
+
+    #[test]
+    fn the_lookahead_leaves_one_space_for_the_next_piece() {
+        assert_eq!(split("a   b"), vec!["a", "  ", " b"]);
+        assert_eq!(split("a b"), vec!["a", " b"]);
+        assert_eq!(split("a  "), vec!["a", "  "]);
+        assert_eq!(split("x \n  y"), vec!["x", " \n", " ", " y"]);
+        assert_eq!(split("1  !!"), vec!["1", " ", " !!"]);
+        assert_eq!(split("we'll  3"), vec!["we", "'ll", " ", " ", "3"]);
+    }
+}
