@@ -8,32 +8,19 @@ mod common;
 #[path = "common/engine.rs"]
 mod engine;
 
-use common::{BIN, http_get, http_send};
+use common::{http_get, http_send};
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;
 
 /// Runs doctor with `args`; (exit code, stdout).
 fn doctor(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .arg("doctor")
-        .args(args)
-        .output()
-        .expect("run doctor");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    common::run_doctor(args, &[])
 }
 
 /// The `--json` report's check named `name`.
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"].as_str().unwrap().starts_with(name))
-        .unwrap_or_else(|| panic!("no check {name} in {report}"))
+    common::doctor_check(report, name, |n| n.starts_with(name))
 }
 
 fn free_port() -> u16 {

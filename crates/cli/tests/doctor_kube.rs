@@ -15,7 +15,7 @@ mod common;
 #[path = "common/engine.rs"]
 mod engine;
 
-use common::{BIN, http_send, repo_root};
+use common::{http_send, repo_root};
 use inferencecache_operator::crd::{self, CacheBackend};
 use inferencecache_operator::testing::{Cluster, apiserver_binary, free_port, require, which};
 use inferencecache_operator::webhook::inject::{Decision, InjectConfig, decide};
@@ -41,26 +41,12 @@ fn doctor(args: &[String]) -> (i32, String) {
 
 /// As [`doctor`], with extra environment variables.
 fn doctor_env(args: &[String], env: &[(&str, &str)]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .arg("doctor")
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run doctor");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    common::run_doctor(args, env)
 }
 
 /// The `--json` report's check named exactly `name`.
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {report:#}"))
+    common::doctor_check(report, name, |n| n == name)
 }
 
 fn kubectl_ok(cluster: &Cluster, args: &[&str]) {

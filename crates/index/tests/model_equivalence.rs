@@ -904,33 +904,8 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
                 entries,
                 stats,
             } => {
-                let mut wire = Vec::new();
-                let prefixes: Vec<PrefixEntry> = entries
-                    .iter()
-                    .map(|x| {
-                        wire.push(x.tier);
-                        let (bh, bc) = x.chain.clone().unwrap_or_default();
-                        PrefixEntry {
-                            prefix_hash: hb(x.hash),
-                            token_count: x.tokens,
-                            block_hashes: bh.into_iter().map(hb).collect(),
-                            block_token_counts: bc,
-                            tier: Tier::from_wire(x.tier),
-                            adapter_id: match x.adapter {
-                                0 => String::new(),
-                                i => ADAPTERS[i].to_string(),
-                            },
-                        }
-                    })
-                    .collect();
-                let mut u = upd(TENANTS[t], MODELS[m], SCHEMES[s], REPLICAS[r], prefixes);
-                u.adapter_id = ADAPTERS[adapter].to_string();
-                u.timestamp_us = ts_off_s.map_or(0, |o| model.now / 1000 + o * 1_000_000);
-                u.stats = stats.map(|(h, p)| ReplicaStatsReport {
-                    hit_rate: HIT_RATES[h],
-                    pressure: PRESSURES[p],
-                    ..Default::default()
-                });
+                let (u, wire) =
+                    build_update(model.now, t, m, s, r, adapter, ts_off_s, &entries, stats);
                 let out = e.idx.ingest(&u);
                 let (q, cl, cf) = model.ingest(&u, &wire);
                 let got_q: u64 = out.evictions.quota.iter().map(|x| x.1).sum();

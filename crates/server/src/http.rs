@@ -112,6 +112,17 @@ pub(crate) fn allow_methods(
     }
 }
 
+/// The gate of the read-only endpoints under `/snapshot`'s audience
+/// (`/snapshot`, `/ui/state`, `/ui/events`): GET only, then TokenReview.
+pub(crate) async fn snapshot_read_gate(
+    state: &HttpState,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<(), HttpError> {
+    allow_methods(method, &[Method::GET], "GET")?;
+    auth_gate(state, Endpoint::Snapshot, headers).await
+}
+
 /// In TokenReview mode, the request's bearer token must belong to the
 /// controller's service account.
 pub(crate) async fn auth_gate(
@@ -297,8 +308,7 @@ async fn snapshot(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    allow_methods(&method, &[Method::GET], "GET")?;
-    auth_gate(&state, Endpoint::Snapshot, &headers).await?;
+    snapshot_read_gate(&state, &method, &headers).await?;
     let core = state.core.clone();
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();

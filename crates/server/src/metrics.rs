@@ -107,6 +107,8 @@ pub struct Metrics {
     /// Bus (active-active replicas) and warm-restart metrics.
     pub replication: crate::replicate::metrics::ReplicationMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
+    /// `lookup_route_latency` alone, for [`Metrics::lookup_totals`].
+    latency_view: Registry,
     /// 1 while serving, 0 after.
     pub server_up: Gauge,
     /// 1 when gRPC terminates TLS.
@@ -195,6 +197,14 @@ impl Metrics {
             lookup_route_calls.clone(),
         );
         registry.register(
+            "inferencecache_lookup_route_latency_seconds",
+            "Server-side LookupRoute latency, per model",
+            lookup_route_latency.clone(),
+        );
+        // The same histograms (shared handles) in a registry of their own,
+        // so the status page reads their sums without encoding every family.
+        let mut latency_view = Registry::default();
+        latency_view.register(
             "inferencecache_lookup_route_latency_seconds",
             "Server-side LookupRoute latency, per model",
             lookup_route_latency.clone(),
@@ -297,6 +307,7 @@ impl Metrics {
             stores,
             ui,
             registry,
+            latency_view,
             index_gauges,
             limits,
             tokenize_prefix,
@@ -451,10 +462,8 @@ impl Metrics {
         }
         // prometheus-client reads a histogram's sum and count back only
         // through an encoder; the typed families are that encoder's output.
-        let latency = self
-            .families()
-            .into_iter()
-            .find(|f| f.name == "inferencecache_lookup_route_latency_seconds");
+        let latency = prometheus_client::encoding::prometheus_protobuf::encode(&self.latency_view)
+            .unwrap_or_default();
         for series in latency.iter().flat_map(|f| &f.metric) {
             if let Some(h) = &series.histogram {
                 out.latency_sum += h.sample_sum;
@@ -466,19 +475,22 @@ impl Metrics {
 
     /// OpenMetrics text exposition (ends with `# EOF`).
     pub fn encode_openmetrics(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail; an encoder error would only come
-        // from a metric's own encode, which ours never return.
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        self.encode_with(prometheus_client::encoding::text::encode)
     }
 
     /// Prometheus classic text exposition, version 0.0.4.
     pub fn encode_text(&self) -> String {
+        self.encode_with(prometheus_client::encoding::prometheus_text::encode)
+    }
+
+    fn encode_with(
+        &self,
+        encode: fn(&mut String, &Registry) -> Result<(), std::fmt::Error>,
+    ) -> String {
         let mut out = String::new();
-        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
+        // Writing into a String cannot fail; an encoder error would only come
+        // from a metric's own encode, which ours never return.
+        if encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
         out

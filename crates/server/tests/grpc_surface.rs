@@ -128,12 +128,7 @@ async fn a_report_stream_is_applied_whole_across_windows() {
         }],
         ..Default::default()
     });
-    let ack = c
-        .report_cache_state(futures::stream::iter(updates))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(ack.accepted);
+    common::report(&mut c, updates.collect()).await;
     let state = c
         .get_cache_state(GetCacheStateRequest {
             model_id: "m".into(),

@@ -171,3 +171,32 @@ pub fn require(name: &str, found: Option<PathBuf>) -> Option<PathBuf> {
 pub fn grpcurl() -> Option<PathBuf> {
     require("grpcurl", tool("GRPCURL", "grpcurl", "grpcurl"))
 }
+
+/// Runs `inferencecache doctor` with `args` and extra environment variables;
+/// (exit code, stdout).
+pub fn run_doctor<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new(BIN)
+        .arg("doctor")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run doctor");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The first check of a doctor `--json` report whose name satisfies `matches`.
+pub fn doctor_check<'a>(
+    report: &'a serde_json::Value,
+    what: &str,
+    matches: impl Fn(&str) -> bool,
+) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str().is_some_and(&matches))
+        .unwrap_or_else(|| panic!("no check {what} in {report:#}"))
+}

@@ -20,7 +20,7 @@ pub use feed::CLIENT_BUFFER;
 pub use metrics::UiMetrics;
 pub use state::{FeedState, UiReplica, UiState, UiTenant};
 
-use crate::http::{Endpoint, HttpState, allow_methods, auth_gate};
+use crate::http::{HttpState, allow_methods, snapshot_read_gate};
 use crate::http_error::HttpError;
 use axum::Router;
 use axum::extract::State;
@@ -75,8 +75,7 @@ async fn ui_state(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    allow_methods(&method, &[Method::GET], "GET")?;
-    auth_gate(&state, Endpoint::Snapshot, &headers).await?;
+    snapshot_read_gate(&state, &method, &headers).await?;
     let core = state.core.clone();
     let ready = state.ready.load(Ordering::Acquire);
     let built =
@@ -100,8 +99,7 @@ async fn events(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    allow_methods(&method, &[Method::GET], "GET")?;
-    auth_gate(&state, Endpoint::Snapshot, &headers).await?;
+    snapshot_read_gate(&state, &method, &headers).await?;
     if !state.ready.load(Ordering::Acquire) {
         return Err(HttpError::NotReady);
     }
