@@ -277,6 +277,13 @@ pub struct ServeArgs {
     /// on the async runtime (lookups then queue behind large reports).
     #[arg(long, env = "INFERENCECACHE_INGEST_LANES")]
     pub ingest_lanes: Option<usize>,
+
+    /// Write the gRPC responses that become ready in one scheduler round
+    /// with one syscall instead of one each (on by default: more lookups per
+    /// core under load; an idle request pays one extra task poll).
+    #[arg(long, env = "INFERENCECACHE_GRPC_WRITE_COALESCING", default_value_t = true,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub grpc_write_coalescing: bool,
     /// Replication bus.
     #[command(flatten)]
     pub bus: crate::bus_args::BusArgs,

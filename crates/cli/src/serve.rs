@@ -125,6 +125,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             ingest_lanes: args
                 .ingest_lanes
                 .unwrap_or_else(inferencecache_server::ingest_lane::default_lanes),
+            grpc_write_coalescing: args.grpc_write_coalescing,
         },
         bus: args
             .bus

@@ -55,6 +55,7 @@ pub mod tokenize_prefix;
 pub mod tokenize_split;
 pub mod ui;
 pub mod watch;
+pub mod write_coalesce;
 
 pub use config::{ControlAuth, ServerConfig};
 pub use error::{ConfigError, ServeError};

@@ -74,6 +74,9 @@ pub struct Limits {
     pub lenient_policy_validation: bool,
     /// Threads applying ingest and events (0 = inline on the runtime).
     pub ingest_lanes: usize,
+    /// gRPC connections write the responses of one scheduler round with one
+    /// syscall (`write_coalesce`).
+    pub grpc_write_coalescing: bool,
 }
 
 impl Default for Limits {
@@ -89,6 +92,7 @@ impl Default for Limits {
             http_body_timeout: DEFAULT_HTTP_BODY_TIMEOUT,
             lenient_policy_validation: false,
             ingest_lanes: crate::ingest_lane::default_lanes(),
+            grpc_write_coalescing: true,
         }
     }
 }

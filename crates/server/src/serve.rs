@@ -13,6 +13,7 @@ use crate::policy::{PolicyFileWatcher, PolicyStore};
 use crate::service::InferenceCacheService;
 use crate::templates::CompiledTemplate;
 use crate::watch::{FileWatcher, Reloadable};
+use crate::write_coalesce::CoalescedWrites;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -249,7 +250,12 @@ impl Server {
             let stop = stop.clone();
             match self.tls {
                 Some(acceptor) => {
-                    let incoming = crate::tls::incoming(self.grpc, acceptor, stop.clone());
+                    let incoming = crate::tls::incoming(
+                        self.grpc,
+                        acceptor,
+                        limits.grpc_write_coalescing,
+                        stop.clone(),
+                    );
                     tasks.spawn(async move {
                         grpc.serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                             .await
@@ -259,11 +265,13 @@ impl Server {
                 None => {
                     // Small unary responses must not wait for the peer's delayed
                     // ACK (Nagle): without NODELAY LookupRoute's p99 is ~40 ms.
-                    let incoming = TcpListenerStream::new(self.grpc).map(|accepted| {
-                        accepted.inspect(|tcp| {
+                    let coalesce = limits.grpc_write_coalescing;
+                    let incoming = TcpListenerStream::new(self.grpc).map(move |accepted| {
+                        accepted.map(|tcp| {
                             if let Err(e) = tcp.set_nodelay(true) {
                                 tracing::debug!(error = %e, "grpc_set_nodelay_failed");
                             }
+                            CoalescedWrites::new(tcp, coalesce)
                         })
                     });
                     tasks.spawn(async move {

@@ -5,6 +5,7 @@
 
 use crate::config::TlsFiles;
 use crate::error::ServeError;
+use crate::write_coalesce::CoalescedWrites;
 use futures::Stream;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -201,8 +202,9 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, ServeError> {
 pub fn incoming(
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    coalesce_writes: bool,
     stop: CancellationToken,
-) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+) -> impl Stream<Item = std::io::Result<TlsStream<CoalescedWrites<TcpStream>>>> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -224,7 +226,12 @@ pub fn incoming(
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                match tokio::time::timeout(
+                    HANDSHAKE_TIMEOUT,
+                    acceptor.accept(CoalescedWrites::new(tcp, coalesce_writes)),
+                )
+                .await
+                {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
                     }
