@@ -112,6 +112,21 @@ impl Server {
             .unwrap();
     }
 
+    /// The value of the sample `series` (name and labels exactly as
+    /// exposed) on the server's `/metrics`; 0 when absent.
+    fn metric(&self, series: &str) -> f64 {
+        let (_, body) = common::http_get(&format!("127.0.0.1:{}", self.http), "/metrics");
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
     /// The reason code of a lookup for prefix `p1` in `tenant`.
     async fn lookup(&self, tenant: &str) -> String {
         self.client()
@@ -214,6 +229,23 @@ impl OperatorProc {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// The distinct-prefix quota the server holds for `tenant`, from
+/// `/ui/state` (which lists only tenants with something indexed).
+async fn server_quota(server: &Server, tenant: &str) -> Option<i64> {
+    let body = reqwest::get(server.control_url("/ui/state"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let state: serde_json::Value = serde_json::from_str(&body).ok()?;
+    state["tenants"]
+        .as_array()?
+        .iter()
+        .find(|t| t["tenantId"] == tenant)?["quota"]
+        .as_i64()
 }
 
 /// Polls `f` until it returns true or `within` passes.
@@ -416,10 +448,81 @@ async fn cachepolicy_lifecycle_reaches_lookups_and_survives_a_server_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cachepolicy_routing_switches_the_ranking_and_the_push_version() {
+    let Some(cluster) = setup().await else { return };
+    let server = Server::start();
+    server.ingest(&["p1"]).await;
+    let _op = OperatorProc::start(&cluster, &server, &[], "operator");
+    let client = cluster.client().await;
+    let policies: Api<CachePolicy> = Api::namespaced(client.clone(), TENANT);
+    let version = "inferencecache_policy_version";
+    let ranked = |r: &str| format!("inferencecache_lookup_route_rankings_total{{ranking=\"{r}\"}}");
+
+    // No `routing` anywhere: version 7, the server's own ranking (ttft).
+    policies
+        .create(
+            &PostParams::default(),
+            &cachepolicy("p", serde_json::json!({"minimumMatchedTokens": 64})),
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "version 7 pushed", || async {
+        server.metric(version) == 7.0
+    })
+    .await;
+    server.lookup(TENANT).await;
+    assert_eq!(server.metric(&ranked("contract")), 0.0);
+
+    // `routing.ranking: Contract` → version 8, and lookups of the tenant
+    // are answered by the contract ranking.
+    policies
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"routing": {"ranking": "Contract"}}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "routing reaches LookupRoute",
+        || async {
+            server.lookup(TENANT).await;
+            server.metric(version) == 8.0 && server.metric(&ranked("contract")) > 0.0
+        },
+    )
+    .await;
+    let stored = policies.get("p").await.unwrap();
+    assert_eq!(
+        stored.spec.routing.and_then(|r| r.ranking),
+        Some(inferencecache_operator::crd::Ranking::Contract)
+    );
+
+    // Removed again: back to version 7 and the server's ranking.
+    policies
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"routing": null}})),
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "version 7 again", || async {
+        server.metric(version) == 7.0
+    })
+    .await;
+    let contract = server.metric(&ranked("contract"));
+    let ttft = server.metric(&ranked("ttft"));
+    server.lookup(TENANT).await;
+    assert_eq!(server.metric(&ranked("contract")), contract);
+    assert_eq!(server.metric(&ranked("ttft")), ttft + 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cacheindex_and_cachetenant_status_follow_the_snapshot() {
     let Some(cluster) = setup().await else { return };
     let server = Server::start();
-    let op = OperatorProc::start(&cluster, &server, &[], "operator");
+    let _op = OperatorProc::start(&cluster, &server, &[], "operator");
     let client = cluster.client().await;
     let tenants: Api<CacheTenant> = Api::namespaced(client.clone(), TENANT);
     tenants
@@ -450,16 +553,21 @@ async fn cacheindex_and_cachetenant_status_follow_the_snapshot() {
     )
     .await;
 
-    // The quota reaches the server: three prefixes, two kept.
-    eventually(Duration::from_secs(5), "quota pushed", || async {
-        let body = reqwest::get(server.control_url("/snapshot")).await.unwrap();
-        body.status() == 200
-            && op
-                .metrics_text()
-                .contains("inferencecache_operator_pushes_total{target=\"policy\",result=\"ok\"}")
-    })
+    // The quota reaches the server: three prefixes, two kept. A quota is
+    // enforced when the tenant's prefixes are stored, so it must be in force
+    // before they arrive. "Some push succeeded" does not say so: the
+    // operator's first push can predate its sight of the CacheTenant. So the
+    // tenant gets one prefix (making it visible in /ui/state, which shows
+    // the quota the server holds for each indexed tenant), and the rest
+    // follow once the server reports the quota.
+    server.ingest(&["p1"]).await;
+    eventually(
+        Duration::from_secs(10),
+        "quota in force on the server",
+        || async { server_quota(&server, TENANT).await == Some(2) },
+    )
     .await;
-    server.ingest(&["p1", "p2", "p3"]).await;
+    server.ingest(&["p2", "p3"]).await;
     eventually(
         Duration::from_secs(5),
         "CacheIndex follows /snapshot",

@@ -10,11 +10,16 @@
 //! out and reported, instead of failing the whole document: the other
 //! namespaces keep their policy. The reference would fail the list decode and
 //! push nothing.
+//!
+//! The document is version 8 when a resolved policy carries `routing` and 7
+//! otherwise, so clusters that do not use it keep working with servers that
+//! refuse 8 (docs/decisions.md, "Kubernetes operator").
 
 use crate::crd::{AffinityRouting, CachePolicy, CacheTenant, IsolationMode};
 use crate::duration::parse_go_duration;
 use inferencecache_control_api::policy::{
-    POLICY_CONTROLLER_VERSION, PolicySnapshot, ResolvedPolicy, ResolvedTenant, StrategyWire,
+    POLICY_CONTROLLER_VERSION, POLICY_PROPAGATION_VERSION, PolicySnapshot, ResolvedPolicy,
+    ResolvedTenant, RoutingWire, StrategyWire,
 };
 use kube::ResourceExt;
 
@@ -129,9 +134,16 @@ pub fn policy_snapshot(policies: &[CachePolicy], tenants: &[CacheTenant]) -> Res
         });
     }
 
+    // Version 8 only when a policy needs it: a cluster that sets no
+    // `routing` keeps pushing 7, which reference servers also accept.
+    let version = if out.iter().any(|p| p.routing.is_some()) {
+        POLICY_PROPAGATION_VERSION
+    } else {
+        POLICY_CONTROLLER_VERSION
+    };
     Resolved {
         snapshot: PolicySnapshot {
-            version: POLICY_CONTROLLER_VERSION,
+            version,
             policies: Some(out),
             tenants: (!quotas.is_empty()).then_some(quotas),
         },
@@ -159,9 +171,17 @@ fn resolve_policy(p: &CachePolicy, namespace: String) -> Result<ResolvedPolicy, 
             require_chain: st.require_chain,
             enable_tenant_hot: st.enable_tenant_hot,
         }),
-        // The CRD has no `routing` object yet: the server's --ranking and
-        // default weights apply.
-        routing: None,
+        routing: s.routing.map(|r| RoutingWire {
+            ranking: r.ranking.map(|m| m.wire().to_owned()),
+            prefill_micros_per_token: r.prefill_micros_per_token,
+            request_overhead_micros: r.request_overhead_micros,
+            pressure_micros: r.pressure_micros,
+            t2_reload_cost: r.t2_reload_cost,
+            t3_reload_cost: r.t3_reload_cost,
+            affinity_max_pressure: r.affinity_max_pressure,
+            tentative_ttl_seconds: r.tentative_ttl_seconds,
+            load_bound: r.load_bound,
+        }),
     })
 }
 
@@ -250,6 +270,57 @@ mod tests {
                 "strategy": {"enableChainMatching": true, "requireChain": true, "enableTenantHot": true}
             })
         );
+    }
+
+    #[test]
+    fn routing_is_resolved_and_only_then_the_push_is_version_8() {
+        let spec: CachePolicySpec = serde_json::from_value(serde_json::json!({
+            "routing": {
+                "ranking": "Contract",
+                "prefillMicrosPerToken": 80,
+                "t2ReloadCost": 0.5,
+                "affinityMaxPressure": 0.9,
+                "tentativeTTLSeconds": 0,
+                "loadBound": 2.5
+            }
+        }))
+        .unwrap();
+        let plain = policy("a", "p", CachePolicySpec::default());
+        let r = policy_snapshot(&[plain.clone(), policy("t", "p", spec)], &[]);
+        let json = serde_json::to_value(&r.snapshot).unwrap();
+        assert_eq!(json["version"], 8);
+        assert!(json["policies"][0].get("routing").is_none(), "{json}");
+        assert_eq!(
+            json["policies"][1]["routing"],
+            serde_json::json!({
+                "ranking": "contract",
+                "prefillMicrosPerToken": 80.0,
+                "t2ReloadCost": 0.5,
+                "affinityMaxPressure": 0.9_f32,
+                "tentativeTTLSeconds": 0.0,
+                "loadBound": 2.5
+            })
+        );
+        // An empty object still asks for the server's defaults explicitly
+        // (and so still needs v8); no object at all stays on v7.
+        let empty: CachePolicySpec =
+            serde_json::from_value(serde_json::json!({"routing": {}})).unwrap();
+        let r = policy_snapshot(&[policy("t", "p", empty)], &[]);
+        assert_eq!(r.snapshot.version, 8);
+        let r = policy_snapshot(&[plain], &[tenant("t", "t", "acme", Some(1))]);
+        assert_eq!(r.snapshot.version, 7);
+    }
+
+    #[test]
+    fn a_skipped_policy_does_not_raise_the_version() {
+        let bad: CachePolicySpec = serde_json::from_value(serde_json::json!({
+            "evictionTTL": "forever",
+            "routing": {"ranking": "Ttft"}
+        }))
+        .unwrap();
+        let r = policy_snapshot(&[policy("a", "bad", bad)], &[]);
+        assert_eq!(r.snapshot.version, 7);
+        assert_eq!(r.skipped.len(), 1);
     }
 
     #[test]

@@ -134,6 +134,9 @@ async fn crds_install_default_and_validate_on_a_real_apiserver() {
     // And our type reads it back.
     let typed = policies.get("p").await.unwrap();
     assert_eq!(typed.spec.minimum_matched_tokens, Some(64));
+    // `routing` has no default: a policy that does not set it must not turn
+    // every push into version 8.
+    assert!(spec.get("routing").is_none(), "{spec}");
 
     // Schema validation rejects what it can express.
     for (name, spec, why) in [
@@ -151,6 +154,26 @@ async fn crds_install_default_and_validate_on_a_real_apiserver() {
             "bad-min",
             serde_json::json!({"minimumMatchedTokens": -1}),
             "minimumMatchedTokens",
+        ),
+        (
+            "bad-ranking",
+            serde_json::json!({"routing": {"ranking": "ttft"}}),
+            "spec.routing.ranking",
+        ),
+        (
+            "bad-reload",
+            serde_json::json!({"routing": {"t2ReloadCost": 2}}),
+            "spec.routing.t2ReloadCost",
+        ),
+        (
+            "bad-weight",
+            serde_json::json!({"routing": {"prefillMicrosPerToken": -1}}),
+            "spec.routing.prefillMicrosPerToken",
+        ),
+        (
+            "bad-ttl",
+            serde_json::json!({"routing": {"tentativeTTLSeconds": 86401}}),
+            "spec.routing.tentativeTTLSeconds",
         ),
     ] {
         let obj = serde_json::json!({

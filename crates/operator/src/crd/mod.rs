@@ -25,7 +25,8 @@ pub use index::{
 };
 pub use pd::{AcceleratorType, PDTopology, PDTopologySpec, PDTopologyStatus, Pool, Transport};
 pub use policy::{
-    AffinityRouting, CachePolicy, CachePolicySpec, CachePolicyStatus, Eviction, Strategy,
+    AffinityRouting, CachePolicy, CachePolicySpec, CachePolicyStatus, Eviction,
+    MAX_TENTATIVE_TTL_SECONDS, Ranking, Routing, Strategy,
 };
 pub use template::{PromptTemplate, PromptTemplateSpec, PromptTemplateStatus, Slot, SlotType};
 pub use tenant::{CacheTenant, CacheTenantSpec, CacheTenantStatus, IsolationMode, TenantQuota};

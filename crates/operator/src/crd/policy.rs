@@ -65,6 +65,11 @@ pub struct CachePolicySpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub affinity_routing: Option<AffinityRouting>,
+    /// Ranking mode and estimated-TTFT weights (the `/policy` v8 `routing`
+    /// object). Absent = the server's `--ranking` and default weights; a
+    /// cluster where no CachePolicy sets it is pushed as version 7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<Routing>,
 }
 
 /// Cap victim order.
@@ -112,6 +117,133 @@ pub struct Strategy {
     /// Tenant-hot boost (default true).
     #[serde(default = "some_true", skip_serializing_if = "Option::is_none")]
     pub enable_tenant_hot: Option<bool>,
+}
+
+/// Largest `tentativeTTLSeconds`: the server caps holdings at a day.
+pub const MAX_TENTATIVE_TTL_SECONDS: f64 = 86_400.0;
+
+/// `spec.routing`: the ranking mode and the estimated-TTFT weights. Each
+/// absent field takes the server's default (docs/decisions.md, "Routing").
+/// The ranges are the server's `/policy` validation: what the schema admits,
+/// the server uses unchanged.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Routing {
+    /// `Ttft` (estimated time to first token over every live replica) or
+    /// `Contract` (the reference's longest-prefix ranking). Absent = the
+    /// server's `--ranking`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranking: Option<Ranking>,
+    /// Microseconds of prefill per uncached prompt token (server default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub prefill_micros_per_token: Option<f64>,
+    /// Microseconds of fixed cost per prefill (server default 5000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub request_overhead_micros: Option<f64>,
+    /// Microseconds of queued work per unit of reported pressure (server
+    /// default 50000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pressure_micros: Option<f64>,
+    /// Reload cost of a host-memory (T2) match as a fraction of recomputing
+    /// it, 0 to 1 (server default 0.25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
+    pub t2_reload_cost: Option<f64>,
+    /// Reload cost of a disk / remote (T3) match, 0 to 1 (server default
+    /// 0.75).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
+    pub t3_reload_cost: Option<f64>,
+    /// Reported pressure at or above which a replica without a match is
+    /// skipped (server default 1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub affinity_max_pressure: Option<f32>,
+    /// Lifetime of tentative holdings in seconds, at most a day; 0 turns
+    /// approximate mode off (server default 120).
+    #[serde(
+        default,
+        rename = "tentativeTTLSeconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = MAX_TENTATIVE_TTL_SECONDS))]
+    pub tentative_ttl_seconds: Option<f64>,
+    /// Bounded-load factor over the fleet's mean recent hint count; 0 = off
+    /// (server default 1.25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub load_bound: Option<f64>,
+}
+
+impl Routing {
+    /// The values outside the schema's ranges, as Kubernetes field errors
+    /// (the webhook's check, for objects that reached the apiserver before
+    /// the schema had them).
+    pub fn field_errors(&self) -> Vec<String> {
+        let at_least_zero = [
+            ("prefillMicrosPerToken", self.prefill_micros_per_token),
+            ("requestOverheadMicros", self.request_overhead_micros),
+            ("pressureMicros", self.pressure_micros),
+            ("t2ReloadCost", self.t2_reload_cost),
+            ("t3ReloadCost", self.t3_reload_cost),
+            (
+                "affinityMaxPressure",
+                self.affinity_max_pressure.map(f64::from),
+            ),
+            ("tentativeTTLSeconds", self.tentative_ttl_seconds),
+            ("loadBound", self.load_bound),
+        ];
+        let at_most = [
+            ("t2ReloadCost", self.t2_reload_cost, 1.0),
+            ("t3ReloadCost", self.t3_reload_cost, 1.0),
+            (
+                "tentativeTTLSeconds",
+                self.tentative_ttl_seconds,
+                MAX_TENTATIVE_TTL_SECONDS,
+            ),
+        ];
+        let mut errs = Vec::new();
+        for (field, v) in at_least_zero {
+            if let Some(x) = v.filter(|x| x.is_nan() || *x < 0.0) {
+                errs.push(format!(
+                    "spec.routing.{field}: Invalid value: {x}: must be greater than or equal to 0"
+                ));
+            }
+        }
+        for (field, v, max) in at_most {
+            if let Some(x) = v.filter(|x| *x > max) {
+                errs.push(format!(
+                    "spec.routing.{field}: Invalid value: {x}: must be less than or equal to {max}"
+                ));
+            }
+        }
+        errs
+    }
+}
+
+/// `Ttft` (lowest estimated time to first token over every live replica)
+/// or `Contract` (the reference's longest-prefix ranking); absent = the
+/// server's `--ranking`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Ranking {
+    /// Lowest estimated time to first token wins (the server's default).
+    Ttft,
+    /// The reference's ranking and affinity, exactly.
+    Contract,
+}
+
+impl Ranking {
+    /// The lower-case form the `/policy` wire carries (the server reads it
+    /// case-insensitively; lower case is what it documents and writes).
+    pub fn wire(self) -> &'static str {
+        match self {
+            Self::Ttft => "ttft",
+            Self::Contract => "contract",
+        }
+    }
 }
 
 /// Reserved: no component writes it (as in the reference).

@@ -40,6 +40,9 @@ fn policy_field_errors(p: &CachePolicy) -> Vec<String> {
             );
         }
     }
+    if let Some(r) = p.spec.routing {
+        errs.extend(r.field_errors());
+    }
     errs
 }
 
@@ -178,6 +181,50 @@ mod tests {
         assert_eq!(cache_policy(Op::Update, &bad, Some(&bad), &[]), None);
         let good = policy("p", CachePolicySpec::default());
         assert!(cache_policy(Op::Update, &bad, Some(&good), &[]).is_some());
+    }
+
+    #[test]
+    fn routing_values_outside_the_servers_ranges_are_rejected() {
+        let with = |routing: serde_json::Value| {
+            let spec: CachePolicySpec =
+                serde_json::from_value(serde_json::json!({ "routing": routing })).unwrap();
+            policy("p", spec)
+        };
+        for (routing, want) in [
+            (
+                serde_json::json!({"prefillMicrosPerToken": -1}),
+                "spec.routing.prefillMicrosPerToken: Invalid value: -1: must be greater than or equal to 0",
+            ),
+            (
+                serde_json::json!({"t3ReloadCost": 1.5}),
+                "spec.routing.t3ReloadCost: Invalid value: 1.5: must be less than or equal to 1",
+            ),
+            (
+                serde_json::json!({"tentativeTTLSeconds": 90000}),
+                "spec.routing.tentativeTTLSeconds: Invalid value: 90000: must be less than or equal to 86400",
+            ),
+            (
+                serde_json::json!({"affinityMaxPressure": -0.5}),
+                "spec.routing.affinityMaxPressure",
+            ),
+        ] {
+            let msg = cache_policy(Op::Create, &with(routing.clone()), None, &[])
+                .unwrap_or_else(|| panic!("{routing} admitted"));
+            assert!(msg.contains(want), "{routing}: {msg}");
+        }
+        let edges = with(serde_json::json!({
+            "ranking": "Contract", "prefillMicrosPerToken": 0, "t2ReloadCost": 1,
+            "t3ReloadCost": 0, "tentativeTTLSeconds": 86400, "loadBound": 0
+        }));
+        assert_eq!(cache_policy(Op::Create, &edges, None, &[]), None);
+        // An unknown ranking never reaches the rules: the typed decode (and
+        // the schema's enum) refuse it.
+        assert!(
+            serde_json::from_value::<CachePolicySpec>(
+                serde_json::json!({"routing": {"ranking": "ttft"}})
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -17,10 +17,12 @@
 //! }}]}
 //! ```
 //!
-//! Every field is optional; null and absent take the default. Negative
-//! numbers are clamped to 0 and reload costs to [0, 1]. A `routing` object
-//! in a body of version 3–7 is ignored (those versions are resolved exactly
-//! as before).
+//! Every field is optional; null and absent take the default. The strict
+//! decoder refuses numbers outside the CachePolicy schema's ranges (negative,
+//! reload costs above 1, holdings over a day: `validate.rs`); resolution
+//! clamps them, which is what `--lenient-policy-validation` gets. A `routing`
+//! object in a body of version 3–7 is ignored (those versions are resolved
+//! exactly as before).
 
 pub use inferencecache_control_api::policy::RoutingWire;
 use inferencecache_index::{RankingMode, TtftWeights};

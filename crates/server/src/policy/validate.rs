@@ -10,9 +10,13 @@
 //! `/policy` ([`super::decode_policy_json_lenient`]).
 
 use super::wire::{PolicyError, PolicySnapshot, ResolvedPolicy, ResolvedTenant};
+use inferencecache_control_api::policy::RoutingWire;
 
 /// Largest routing floor the CRD's pattern admits (8 integer digits).
 const MAX_ROUTING_FLOOR: f32 = 1e8;
+/// Largest `routing.tentativeTTLSeconds` (the CRD's maximum; lenient mode
+/// clamps to it).
+const MAX_TENTATIVE_TTL_SECONDS: f64 = 86_400.0;
 
 fn invalid(entry: &str, field: &str, why: String) -> PolicyError {
     PolicyError::Invalid(format!("{entry}.{field}: {why}"))
@@ -29,7 +33,41 @@ fn non_negative<T: PartialOrd + Default + std::fmt::Display + Copy>(
     }
 }
 
-fn policy(i: usize, p: &ResolvedPolicy) -> Result<(), PolicyError> {
+/// The v8 `routing` numbers, checked against the CachePolicy schema's
+/// ranges (`spec.routing`): at least 0, reload costs at most 1, tentative
+/// holdings at most a day. `ranking` is checked when it is resolved.
+fn routing(e: &str, r: &RoutingWire) -> Result<(), PolicyError> {
+    let fields = [
+        ("prefillMicrosPerToken", r.prefill_micros_per_token, None),
+        ("requestOverheadMicros", r.request_overhead_micros, None),
+        ("pressureMicros", r.pressure_micros, None),
+        ("t2ReloadCost", r.t2_reload_cost, Some(1.0)),
+        ("t3ReloadCost", r.t3_reload_cost, Some(1.0)),
+        (
+            "affinityMaxPressure",
+            r.affinity_max_pressure.map(f64::from),
+            None,
+        ),
+        (
+            "tentativeTTLSeconds",
+            r.tentative_ttl_seconds,
+            Some(MAX_TENTATIVE_TTL_SECONDS),
+        ),
+        ("loadBound", r.load_bound, None),
+    ];
+    for (field, v, max) in fields {
+        let Some(x) = v else { continue };
+        let why = match max {
+            Some(m) if !(0.0..=m).contains(&x) => format!("must be in [0, {m}], got {x}"),
+            None if x.is_nan() || x < 0.0 => format!("must be >= 0, got {x}"),
+            _ => continue,
+        };
+        return Err(invalid(e, &format!("routing.{field}"), why));
+    }
+    Ok(())
+}
+
+fn policy(i: usize, version: i64, p: &ResolvedPolicy) -> Result<(), PolicyError> {
     let entry = format!(
         "policies[{i}] (namespace {:?})",
         p.namespace.as_deref().unwrap_or("")
@@ -63,6 +101,10 @@ fn policy(i: usize, p: &ResolvedPolicy) -> Result<(), PolicyError> {
             ));
         }
     }
+    // Versions before 8 ignore `routing`, so its values cannot matter there.
+    if let Some(r) = p.routing.as_ref().filter(|_| version >= 8) {
+        routing(e, r)?;
+    }
     if let Some(s) = p.strategy {
         if s.require_chain == Some(true) && s.enable_chain_matching == Some(false) {
             return Err(invalid(
@@ -95,7 +137,7 @@ fn tenant(i: usize, t: &ResolvedTenant) -> Result<(), PolicyError> {
 /// Checks every entry; the first violation wins.
 pub(super) fn check(s: &PolicySnapshot) -> Result<(), PolicyError> {
     for (i, p) in s.policies.iter().flatten().enumerate() {
-        policy(i, p)?;
+        policy(i, s.version, p)?;
     }
     for (i, t) in s.tenants.iter().flatten().enumerate() {
         tenant(i, t)?;
@@ -170,6 +212,48 @@ mod tests {
             let msg = refused(&body);
             assert!(msg.contains(want), "{t}: {msg}");
         }
+    }
+
+    #[test]
+    fn v8_routing_numbers_are_checked_like_the_crd() {
+        let cases = [
+            (
+                r#"{"prefillMicrosPerToken":-1}"#,
+                "routing.prefillMicrosPerToken: must be >= 0, got -1",
+            ),
+            (r#"{"pressureMicros":-0.5}"#, "routing.pressureMicros"),
+            (
+                r#"{"t2ReloadCost":2}"#,
+                "routing.t2ReloadCost: must be in [0, 1], got 2",
+            ),
+            (r#"{"t3ReloadCost":-1}"#, "routing.t3ReloadCost"),
+            (
+                r#"{"affinityMaxPressure":-1}"#,
+                "routing.affinityMaxPressure",
+            ),
+            (
+                r#"{"tentativeTTLSeconds":86401}"#,
+                "routing.tentativeTTLSeconds: must be in [0, 86400]",
+            ),
+            (r#"{"loadBound":-2}"#, "routing.loadBound"),
+        ];
+        for (r, want) in cases {
+            let body = format!(r#"{{"version":8,"policies":[{{"namespace":"a","routing":{r}}}]}}"#);
+            let msg = refused(&body);
+            assert!(msg.contains(want), "{r}: {msg}");
+            assert!(msg.contains("policies[0] (namespace \"a\")"), "{r}: {msg}");
+            // Ignored before v8; clamped in lenient mode.
+            let v7 = body.replace(r#""version":8"#, r#""version":7"#);
+            assert!(decode_policy_json(v7.as_bytes()).is_ok(), "{v7}");
+            assert!(
+                decode_policy_json_lenient(body.as_bytes()).is_ok(),
+                "{body}"
+            );
+        }
+        let edges = r#"{"version":8,"policies":[{"namespace":"a","routing":{"ranking":"contract",
+            "prefillMicrosPerToken":0,"requestOverheadMicros":0,"pressureMicros":0,"t2ReloadCost":1,
+            "t3ReloadCost":0,"affinityMaxPressure":0,"tentativeTTLSeconds":86400,"loadBound":0}}]}"#;
+        assert!(decode_policy_json(edges.as_bytes()).is_ok());
     }
 
     #[test]

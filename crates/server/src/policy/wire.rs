@@ -150,7 +150,12 @@ mod tests {
                 r#"{{"version":{v},"policies":[{{"namespace":"a","routing":{{"ranking":"contract","prefillMicrosPerToken":80,"t2ReloadCost":2,"pressureMicros":-1,"tentativeTTLSeconds":0,"loadBound":2.5}}}}]}}"#
             )
         };
-        let p = decode(&body(8)).unwrap().policies["a"];
+        // Out-of-range numbers are refused by the strict decoder
+        // (`validate.rs`); lenient mode clamps them, as resolution always does.
+        assert!(decode(&body(8)).is_err());
+        let p = decode_policy_json_lenient(body(8).as_bytes())
+            .unwrap()
+            .policies["a"];
         assert_eq!(p.ranking, Some(RankingMode::Contract));
         assert_eq!(p.ttft.prefill_us_per_token, 80.0);
         assert_eq!(p.ttft.t2_reload, 1.0, "clamped to [0, 1]");
