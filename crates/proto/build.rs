@@ -23,6 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         // INVALID_ARGUMENT for undecodable messages (src/codec.rs).
         .codec_path("crate::codec::ContractCodec")
+        // A lookup's block hashes are slices of the request buffer, not one
+        // allocation each (32+ per lookup on the hot path).
+        .bytes(".inferencecache.v1alpha1.LookupRouteRequest.block_hashes")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -236,7 +236,7 @@ impl Workload {
             model_id: MODEL.into(),
             tenant_id: TENANT.into(),
             hash_scheme: SCHEME.into(),
-            block_hashes: (0..self.blocks).map(|b| block_hash(c, b)).collect(),
+            block_hashes: (0..self.blocks).map(|b| block_hash(c, b).into()).collect(),
             block_token_counts: vec![BLOCK_TOKENS; self.blocks],
             ..Default::default()
         }

@@ -24,7 +24,7 @@ fn lookup_for(tenant: &str, model: &str, f: u64, d: u64) -> LookupRouteRequest {
         model_id: model.into(),
         tenant_id: tenant.into(),
         hash_scheme: "vllm".into(),
-        block_hashes: (0..d).map(|i| block(f, i)).collect(),
+        block_hashes: (0..d).map(|i| block(f, i).into()).collect(),
         block_token_counts: vec![64; d as usize],
         ..Default::default()
     }

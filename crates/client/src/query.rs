@@ -111,7 +111,7 @@ impl RouteQuery {
                 hashes,
                 token_counts,
             } => {
-                req.block_hashes = hashes.clone();
+                req.block_hashes = hashes.iter().map(|h| h.clone().into()).collect();
                 req.block_token_counts = token_counts.clone();
             }
             RouteInput::PrefixHash { hash, token_count } => {

@@ -8,7 +8,8 @@ use crate::policy::PolicyStore;
 use crate::route::LookupPipeline;
 pub use inferencecache_index::RankingMode;
 use inferencecache_index::{
-    CacheEvent, CacheUpdate, Clock, EvictionCounts, Index, IndexConfig, PROBE_TENANT, SystemClock,
+    CacheEvent, CacheUpdate, Clock, EventKind, EvictionCounts, Index, IndexConfig, PROBE_TENANT,
+    SystemClock,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,13 +181,22 @@ impl Core {
             .unwrap_or(false)
     }
 
-    /// Applies one event on its replica's ingest lane.
+    /// Applies one event in its replica's ingest-lane order. A clear (work
+    /// in proportion to what the replica holds) runs on the lane; the others
+    /// cost an index probe or two and run inline when the lane is idle
+    /// (`IngestLanes::run_light`).
     pub async fn apply_event_on_lane(&self, event: CacheEvent) {
         let core = self.clone();
-        let replica = event.replica_id.clone();
-        self.lanes
-            .run(&replica, move || core.apply_event(&event))
-            .await;
+        let lane = self.lanes.lane_of(&event.replica_id);
+        if matches!(event.kind, EventKind::AllCleared) {
+            self.lanes
+                .run_on(lane, move || core.apply_event(&event))
+                .await;
+        } else {
+            self.lanes
+                .run_light(lane, move || core.apply_event(&event))
+                .await;
+        }
     }
 
     /// Applies resource limits (the defaults apply until this is called).

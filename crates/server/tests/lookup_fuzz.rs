@@ -66,7 +66,7 @@ fn request() -> impl Strategy<Value = LookupRouteRequest> {
                     prefix_token_count: pc,
                     hash_scheme: scheme,
                     slo: slo.map(|(ttft_ms, tbt_ms)| Slo { ttft_ms, tbt_ms }),
-                    block_hashes: bh,
+                    block_hashes: bh.into_iter().map(Into::into).collect(),
                     block_token_counts: bc,
                     token_ids: toks,
                     prompt_text: text,

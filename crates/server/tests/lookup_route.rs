@@ -112,7 +112,7 @@ async fn chain_lookup_reports_the_longest_leading_run_per_replica() {
     let r = lookup(
         &mut c,
         LookupRouteRequest {
-            block_hashes: (1..=6).map(h).collect(),
+            block_hashes: (1..=6).map(|i| h(i).into()).collect(),
             block_token_counts: vec![64; 6],
             ..req()
         },
@@ -221,7 +221,11 @@ async fn affinity_pick_matches_the_cross_check_vector() {
     let r = lookup(
         &mut c,
         LookupRouteRequest {
-            block_hashes: chain.block_hashes.iter().map(|b| b.to_vec()).collect(),
+            block_hashes: chain
+                .block_hashes
+                .iter()
+                .map(|b| b.to_vec().into())
+                .collect(),
             block_token_counts: chain.block_token_counts.clone(),
             ..req()
         },
@@ -309,7 +313,7 @@ async fn require_chain_refuses_requests_without_a_chain() {
     let ok = lookup(
         &mut c,
         LookupRouteRequest {
-            block_hashes: vec![h(1)],
+            block_hashes: vec![h(1).into()],
             block_token_counts: vec![128],
             ..req()
         },
@@ -708,7 +712,7 @@ async fn slow_index_lookup_over_the_budget_is_timeout() {
     )
     .await;
     let chain = LookupRouteRequest {
-        block_hashes: hashes,
+        block_hashes: hashes.into_iter().map(Into::into).collect(),
         block_token_counts: vec![16; n],
         ..req()
     };

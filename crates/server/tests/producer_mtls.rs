@@ -206,7 +206,7 @@ async fn a_flood_from_one_identity_is_throttled_while_another_keeps_writing() {
                 tenant_id: "team-b".into(),
                 hash_scheme: "vllm".into(),
                 block_hashes: (i * 10..i * 10 + 10)
-                    .map(|h| h.to_be_bytes().to_vec())
+                    .map(|h| h.to_be_bytes().to_vec().into())
                     .collect(),
                 block_token_counts: vec![16; 10],
                 ..Default::default()

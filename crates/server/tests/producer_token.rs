@@ -198,7 +198,7 @@ async fn producers_write_only_their_namespaces_tenants() {
         model_id: "m".into(),
         tenant_id: "team-a".into(),
         hash_scheme: "vllm".into(),
-        block_hashes: vec![vec![1], vec![2]],
+        block_hashes: vec![vec![1].into(), vec![2].into()],
         block_token_counts: vec![16, 16],
         ..Default::default()
     };

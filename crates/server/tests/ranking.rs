@@ -46,7 +46,7 @@ fn chain_req(blocks: std::ops::RangeInclusive<u8>) -> LookupRouteRequest {
         tenant_id: "t".into(),
         hash_scheme: "vllm".into(),
         block_token_counts: vec![64; hashes.len()],
-        block_hashes: hashes,
+        block_hashes: hashes.into_iter().map(Into::into).collect(),
         ..Default::default()
     }
 }

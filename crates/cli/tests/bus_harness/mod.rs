@@ -441,7 +441,7 @@ pub fn lookups(seed: u64, n: usize) -> Vec<LookupRouteRequest> {
                 block_hashes: if exact {
                     Vec::new()
                 } else {
-                    (0..d).map(|i| block(f, i)).collect()
+                    (0..d).map(|i| block(f, i).into()).collect()
                 },
                 block_token_counts: if exact {
                     Vec::new()

@@ -24,7 +24,7 @@ pub struct RouteRequest<'a> {
     /// Tokens the exact key covers.
     pub prefix_token_count: i32,
     /// Block chain, first block first (may be empty).
-    pub block_hashes: &'a [Vec<u8>],
+    pub block_hashes: &'a [bytes::Bytes],
     /// Tokens per chain block.
     pub block_token_counts: &'a [i32],
     /// Canonical token ids, when the gateway sends tokens.

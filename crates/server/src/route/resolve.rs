@@ -15,7 +15,7 @@ pub const MAX_PROMPT_TEXT_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub enum ChainHashes<'a> {
     /// From `block_hashes` (borrowed).
-    Request(&'a [Vec<u8>]),
+    Request(&'a [bytes::Bytes]),
     /// Fingerprinted from `token_ids` / `prompt_text`.
     Computed(Vec<fingerprint::WireHash>),
 }
@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn explicit_chain_beats_token_ids() {
         let req = RouteRequest {
-            block_hashes: &[vec![1; 8]],
+            block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
             block_token_counts: &[16],
             token_ids: &(0..64).collect::<Vec<u32>>(),
             ..Default::default()
@@ -262,7 +262,7 @@ mod tests {
         assert!(matches!(resolve(&too_many, 16, true), Input::FailOpen));
         // Chain ignored (matching disabled) and nothing else to go on.
         let ignored = RouteRequest {
-            block_hashes: &[vec![1; 8]],
+            block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
             block_token_counts: &[16],
             ..Default::default()
         };
@@ -274,7 +274,7 @@ mod tests {
         let req = RouteRequest {
             prefix_hash: &[9; 8],
             prefix_token_count: 100,
-            block_hashes: &[vec![1; 8]],
+            block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
             block_token_counts: &[16, 16],
             ..Default::default()
         };
