@@ -7,7 +7,9 @@
 #   bench/h2load/run.sh [BINARY] [-- extra serve flags]
 #
 # BINARY defaults to target/release/inferencecache. Prints requests/s and
-# latency for both RPCs and the LookupRoute/Check ratio.
+# latency for both RPCs and the LookupRoute/Check ratio. INGEST=N (blocks/s)
+# runs `bench grpc --server` beside h2load on core 1, re-reporting chains at
+# that rate (plus one closed-loop lookup client) for the whole measurement.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-target/release/inferencecache}
@@ -42,6 +44,13 @@ import base64,struct,sys
 n=int(sys.argv[1]); print(",".join("\""+base64.b64encode(struct.pack(">Q",0xB10C0000+i)).decode()+"\"" for i in range(n)))' "${BLOCKS:-32}")],\"blockTokenCounts\":[$(python3 -c 'import sys; print(",".join(["16"]*int(sys.argv[1])))' "${BLOCKS:-32}")]}" \
     "127.0.0.1:$port" inferencecache.v1alpha1.InferenceCache/LookupRoute | grep -q PREFIX_MATCH \
     || { echo "the seeded lookup is not a PREFIX_MATCH" >&2; exit 1; }
+fi
+if [ -n "${INGEST:-}" ]; then
+  taskset -c 1 "$bin" --log-level error bench grpc --server "127.0.0.1:$port" --concurrency 1 \
+    --duration 3600s --warmup 0s --ingest-rate "$INGEST" >"$work/ingest.out" 2>&1 &
+  ingest=$!
+  trap 'kill $ingest $pid 2>/dev/null; wait $ingest $pid 2>/dev/null; rm -rf "$work"' EXIT
+  sleep 3
 fi
 run() {
   local name=$1 path=$2 body=$3
