@@ -47,10 +47,11 @@ n=int(sys.argv[1]); print(",".join("\""+base64.b64encode(struct.pack(">Q",0xB10C
 fi
 if [ -n "${INGEST:-}" ]; then
   taskset -c 1 "$bin" --log-level error bench grpc --server "127.0.0.1:$port" --concurrency 1 \
-    --duration 3600s --warmup 0s --ingest-rate "$INGEST" >"$work/ingest.out" 2>&1 &
+    --duration 3600s --warmup 1s --ingest-rate "$INGEST" >"$work/ingest.out" 2>&1 &
   ingest=$!
   trap 'kill $ingest $pid 2>/dev/null; wait $ingest $pid 2>/dev/null; rm -rf "$work"' EXIT
   sleep 3
+  kill -0 "$ingest" 2>/dev/null || { echo "the ingest client did not start:" >&2; cat "$work/ingest.out" >&2; exit 1; }
 fi
 run() {
   local name=$1 path=$2 body=$3
@@ -62,4 +63,8 @@ run() {
 }
 run Check /grpc.health.v1.Health/Check "$work/health.bin"
 run LookupRoute /inferencecache.v1alpha1.InferenceCache/LookupRoute "$work/lookup.bin"
+if [ -n "${INGEST:-}" ]; then
+  kill -0 "$ingest" 2>/dev/null || { echo "the ingest client stopped early:" >&2; cat "$work/ingest.out" >&2; exit 1; }
+  echo "ingest: $INGEST blocks/s alongside, for both runs"
+fi
 awk '{gsub(",","",$2); r[NR]=$2} END {printf "LookupRoute / Check = %.2f\n", r[2]/r[1]}' "$work/out"
