@@ -142,10 +142,13 @@
 //!
 //! # Memory
 //!
-//! A (prefix, replica) entry is a 24-byte holder. A key is one 48-byte table
-//! slot: the partition id and a hash of up to 8 bytes inline (longer hashes
+//! A (prefix, replica) entry is a 24-byte holder. A key is one 48-byte slot
+//! stored in its hash-table bucket (a probe reads the control byte, then the
+//! slot): the partition id and a hash of up to 8 bytes inline (longer hashes
 //! behind a pointer) and a single holder inline; more holders spill to a
-//! vector. See BENCHMARKS.md for the measured resident bytes per key and per
+//! vector. An empty bucket costs the same 48 bytes plus its control byte, so
+//! a key costs 56–112 B depending on where the shard's table is between two
+//! doublings. See BENCHMARKS.md for the measured resident bytes per key and per
 //! extra holder.
 
 mod affinity;
