@@ -180,20 +180,25 @@ impl Index {
             .collect();
         let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         if total > 1 {
-            // Depth-aware distinguishing power: a replica matched to depth
-            // `d` is weighed by how many replicas match at least `d`,
-            // counted on the sorted depths alone (integers) instead of
-            // sorting the named scores (string compares); the final sort
-            // below orders the scores whatever order they arrive in.
-            let mut depths: Vec<i32> = scores.iter().map(|s| s.matched_tokens).collect();
-            depths.sort_unstable();
-            for s in &mut scores {
-                let d = s.matched_tokens;
-                let at_least = depths.len() - depths.partition_point(|&x| x < d);
-                let dp = distinguishing_power(at_least as i64, total);
-                if dp != 1.0 {
-                    s.score *= dp as f32;
+            scores.sort_by(|a, b| {
+                b.matched_tokens
+                    .cmp(&a.matched_tokens)
+                    .then_with(|| a.replica_id.cmp(&b.replica_id))
+            });
+            let mut i = 0;
+            while i < scores.len() {
+                let depth = scores[i].matched_tokens;
+                let mut right = i;
+                while right < scores.len() && scores[right].matched_tokens == depth {
+                    right += 1;
                 }
+                let dp = distinguishing_power(right as i64, total);
+                if dp != 1.0 {
+                    for s in &mut scores[i..right] {
+                        s.score *= dp as f32;
+                    }
+                }
+                i = right;
             }
         }
         scores.sort_by(by_score);
