@@ -1,7 +1,7 @@
 //! Sharded entry storage.
 //!
-//! 64 shards, each a `RwLock` over a `hashbrown::HashTable` whose buckets
-//! hold the slots (key and holders). A key's 64-bit hash ([`KeyRef`]) is computed once and picks both
+//! 64 shards, each a `RwLock` over a `hashbrown::HashTable` of `u32`
+//! positions into a dense array of slots (key and holders). A key's 64-bit hash ([`KeyRef`]) is computed once and picks both
 //! the shard and the bucket. No code path ever holds two shard write locks;
 //! a chain lookup may hold several read locks, always taken in ascending
 //! shard order (see `lookup.rs`).
@@ -11,64 +11,114 @@ use crate::key::{EntryKey, KeyRef};
 use hashbrown::HashTable;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// One key and its holders: 48 bytes, stored in the hash table's own bucket.
+/// One key and its holders: 48 bytes.
 pub(crate) struct Slot {
     key: EntryKey,
     holders: Holders,
 }
 
-/// The table of one shard: the 48-byte slots live in the hash table's
-/// buckets, so a probe goes control byte -> slot (one dependent load less
-/// per block than a table of positions over a separate slot array).
+/// The table of one shard: a hash table of `u32` positions (4 bytes a bucket
+/// plus its control byte) over a dense array of slots, so a key costs its
+/// 48-byte slot plus 5 bytes per bucket whatever the table's load factor.
+/// Removal swaps the last slot into the hole and repoints its bucket.
 #[derive(Default)]
 pub(crate) struct ShardMap {
-    table: HashTable<Slot>,
+    table: HashTable<u32>,
+    slots: Vec<Slot>,
 }
 
-/// The bucket hasher: a slot's key hash (one folded multiply for an 8-byte
-/// prefix hash; only table growth and shrinking recompute it).
+/// The bucket hasher: a position's key hash (one folded multiply for an
+/// 8-byte prefix hash; only table growth and the moved slot of a removal
+/// recompute it).
 #[inline]
-fn rehash(s: &Slot) -> u64 {
-    s.key.as_ref().hash
+fn hash_at(slots: &[Slot], i: u32) -> u64 {
+    slots.get(i as usize).map_or(0, |s| s.key.as_ref().hash)
 }
 
 impl ShardMap {
-    // `get`, `get_mut` and `take_holder` each probe with their own closure: a
-    // probe shared by several callers is one `RawTable::find` instance that
-    // LLVM stops inlining (+13 % instructions on a refresh in callgrind).
+    #[inline]
+    fn find(&self, k: &KeyRef<'_>) -> Option<usize> {
+        let slots = &self.slots;
+        self.table
+            .find(k.hash, |&i| {
+                slots
+                    .get(i as usize)
+                    .is_some_and(|s| s.key.matches(k.part, k.bytes))
+            })
+            .map(|&i| i as usize)
+    }
+
+    // `get` and `get_mut` each probe with their own closure: a probe shared
+    // by several callers is one `RawTable::find` instance that LLVM stops
+    // inlining (+13 % instructions on a refresh in callgrind).
     #[inline]
     pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&Holders> {
-        self.table
-            .find(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .map(|s| &s.holders)
+        let slots = &self.slots;
+        let &i = self.table.find(k.hash, |&i| {
+            slots
+                .get(i as usize)
+                .is_some_and(|s| s.key.matches(k.part, k.bytes))
+        })?;
+        slots.get(i as usize).map(|s| &s.holders)
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, k: &KeyRef<'_>) -> Option<&mut Holders> {
-        self.table
-            .find_mut(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .map(|s| &mut s.holders)
+        let slots = &self.slots;
+        let &i = self.table.find(k.hash, |&i| {
+            slots
+                .get(i as usize)
+                .is_some_and(|s| s.key.matches(k.part, k.bytes))
+        })?;
+        self.slots.get_mut(i as usize).map(|s| &mut s.holders)
     }
 
     /// Insert a key the caller has just seen absent.
     #[inline]
     pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, holders: Holders) {
-        self.table.insert_unique(
-            k.hash,
-            Slot {
-                key: k.to_key(),
-                holders,
-            },
-            rehash,
-        );
+        let i = self.slots.len() as u32;
+        self.slots.push(Slot {
+            key: k.to_key(),
+            holders,
+        });
+        let slots = &self.slots;
+        self.table.insert_unique(k.hash, i, |&j| hash_at(slots, j));
+    }
+
+    /// Remove the slot at `i` whose bucket is already gone: the last slot
+    /// moves into the hole and its bucket is repointed.
+    fn swap_out(&mut self, i: usize) -> Option<Slot> {
+        if i >= self.slots.len() {
+            return None;
+        }
+        let last = self.slots.len() - 1;
+        let slot = self.slots.swap_remove(i);
+        if i != last {
+            let h = hash_at(&self.slots, i as u32);
+            if let Some(b) = self.table.find_mut(h, |&j| j as usize == last) {
+                *b = i as u32;
+            }
+        }
+        Some(slot)
+    }
+
+    /// The bucket of `k` taken out of the table, with its position.
+    fn take_bucket(&mut self, k: &KeyRef<'_>) -> Option<usize> {
+        let slots = &self.slots;
+        let e = self
+            .table
+            .find_entry(k.hash, |&i| {
+                slots
+                    .get(i as usize)
+                    .is_some_and(|s| s.key.matches(k.part, k.bytes))
+            })
+            .ok()?;
+        Some(e.remove().0 as usize)
     }
 
     pub(crate) fn remove(&mut self, k: &KeyRef<'_>) -> Option<Holders> {
-        let e = self
-            .table
-            .find_entry(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .ok()?;
-        Some(e.remove().0.holders)
+        let i = self.take_bucket(k)?;
+        self.swap_out(i).map(|s| s.holders)
     }
 
     /// Remove `replica` from the key with one probe. Returns the holder and
@@ -78,37 +128,51 @@ impl ShardMap {
         k: &KeyRef<'_>,
         replica: u32,
     ) -> Option<(Holder, Option<&Holders>)> {
-        let mut e = self
-            .table
-            .find_entry(k.hash, |s| s.key.matches(k.part, k.bytes))
-            .ok()?;
-        let holders = &mut e.get_mut().holders;
+        let i = self.find(k)?;
+        let holders = &mut self.slots.get_mut(i)?.holders;
         let j = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
         let h = holders.remove(j)?;
         if holders.is_empty() {
-            e.remove();
+            let i = self.take_bucket(k)?;
+            self.swap_out(i);
             return Some((h, None));
         }
-        Some((h, Some(&e.into_mut().holders)))
+        Some((h, self.slots.get(i).map(|s| &s.holders)))
     }
 
     /// Every key as (partition id, hash bytes, holders).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &[u8], &Holders)> {
-        self.table
+        self.slots
             .iter()
             .map(|s| (s.key.part(), s.key.hash_bytes(), &s.holders))
     }
 
     /// Keep the keys for which `f(partition id, hash bytes, holders)` is true.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(u32, &[u8], &mut Holders) -> bool) {
-        self.table.retain(|s| {
-            let Slot { key, holders } = s;
-            f(key.part(), key.hash_bytes(), holders)
+        let mut gone: Vec<u32> = Vec::new();
+        let slots = &mut self.slots;
+        self.table.retain(|&mut i| {
+            let keep = slots
+                .get_mut(i as usize)
+                .is_none_or(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
+            if !keep {
+                gone.push(i);
+            }
+            keep
         });
+        if gone.is_empty() {
+            return;
+        }
+        // Highest position first: the slot swapped into a hole is always a
+        // live one (every removed position above it is already gone).
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone {
+            self.swap_out(i as usize);
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.table.len()
+        self.slots.len()
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -116,16 +180,18 @@ impl ShardMap {
     }
 
     pub(crate) fn shrink_to(&mut self, n: usize) {
-        self.table.shrink_to(n, rehash);
+        let slots = &self.slots;
+        self.table.shrink_to(n, |&j| hash_at(slots, j));
+        self.slots.shrink_to(n);
     }
 }
 
 /// Number of shards (power of two; [`KeyRef::shard`] takes 6 bits).
 pub(crate) const SHARDS: usize = 64;
 
-/// One shard's lock and table on cache lines of its own: a writer locking
-/// one shard never invalidates the line a reader of its neighbour holds
-/// (the lock word and the table header share a line, which the lock's own
+/// One shard's lock and table header on cache lines of its own: a writer
+/// locking one shard never invalidates the line a reader of its neighbour
+/// holds (the lock word and the header share a line, which the lock's own
 /// read-modify-write brings into the reader's cache anyway). 128 bytes
 /// because the adjacent-line prefetcher pairs 64-byte lines.
 #[repr(align(128))]
@@ -185,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn removal_keeps_every_other_slot() {
+    fn removal_repoints_the_moved_slot() {
         let keys: Vec<[u8; 8]> = (0u64..200).map(|i| i.to_le_bytes()).collect();
         let mut m = ShardMap::default();
         for (i, k) in keys.iter().enumerate() {
