@@ -68,7 +68,17 @@ pub(crate) enum EntryKey {
 }
 
 impl EntryKey {
+    #[inline]
     pub(crate) fn new(part: u32, hash: &[u8]) -> Self {
+        // The usual 8-byte hash: one word copy, no length-dependent memcpy
+        // (a chain lookup builds one key per matched block for its LFU hits).
+        if let Ok(bytes) = <[u8; INLINE]>::try_from(hash) {
+            return EntryKey::Inline {
+                part,
+                len: INLINE as u8,
+                bytes,
+            };
+        }
         if hash.len() <= INLINE {
             let mut bytes = [0u8; INLINE];
             bytes[..hash.len()].copy_from_slice(hash);

@@ -99,7 +99,8 @@
 //!
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
 //! sweeps. There is no global lock:
-//! - entries live in 64 shards, each a `RwLock` over a `hashbrown::HashTable`
+//! - entries live in 64 shards (each on 128-byte lines of its own), each a
+//!   `RwLock` over a `hashbrown::HashTable` of positions into a dense array
 //!   of (key, holders) slots, key = (partition id, hash bytes) with partition =
 //!   interned (tenant, model, scheme, adapter). A key's 64-bit hash is
 //!   computed once and picks both the shard and the bucket (prefix hashes are
@@ -142,11 +143,12 @@
 //!
 //! # Memory
 //!
-//! A (prefix, replica) entry is a 24-byte holder. A key is one 48-byte table
-//! slot: the partition id and a hash of up to 8 bytes inline (longer hashes
-//! behind a pointer) and a single holder inline; more holders spill to a
-//! vector. See BENCHMARKS.md for the measured resident bytes per key and per
-//! extra holder.
+//! A (prefix, replica) entry is a 24-byte holder. A key is one 48-byte slot
+//! in its shard's dense slot array, reached through a `u32` position in the
+//! hash table (4 bytes plus a control byte per bucket): the partition id and
+//! a hash of up to 8 bytes inline (longer hashes behind a pointer) and a
+//! single holder inline; more holders spill to a vector. See BENCHMARKS.md
+//! for the measured resident bytes per key and per extra holder.
 
 mod affinity;
 mod aggregate;

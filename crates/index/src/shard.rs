@@ -189,28 +189,36 @@ impl ShardMap {
 /// Number of shards (power of two; [`KeyRef::shard`] takes 6 bits).
 pub(crate) const SHARDS: usize = 64;
 
+/// One shard's lock and table header on cache lines of its own: a writer
+/// locking one shard never invalidates the line a reader of its neighbour
+/// holds (the lock word and the header share a line, which the lock's own
+/// read-modify-write brings into the reader's cache anyway). 128 bytes
+/// because the adjacent-line prefetcher pairs 64-byte lines.
+#[repr(align(128))]
+struct Padded(RwLock<ShardMap>);
+
 /// The shards.
 pub(crate) struct Shards {
-    shards: Box<[RwLock<ShardMap>]>,
+    shards: Box<[Padded]>,
 }
 
 impl Shards {
     pub(crate) fn new() -> Self {
         Self {
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(ShardMap::default()))
+                .map(|_| Padded(RwLock::new(ShardMap::default())))
                 .collect(),
         }
     }
 
     #[inline]
     pub(crate) fn read(&self, i: usize) -> RwLockReadGuard<'_, ShardMap> {
-        read(&self.shards[i % SHARDS])
+        read(&self.shards[i % SHARDS].0)
     }
 
     #[inline]
     pub(crate) fn write(&self, i: usize) -> RwLockWriteGuard<'_, ShardMap> {
-        write(&self.shards[i % SHARDS])
+        write(&self.shards[i % SHARDS].0)
     }
 
     pub(crate) fn len(&self) -> usize {
