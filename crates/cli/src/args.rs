@@ -14,7 +14,7 @@ use std::ffi::OsString;
 /// a request.
 #[derive(Debug, Parser)]
 #[command(name = "inferencecache", version, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Log format: json (one object per line) or text.
     #[arg(long, global = true, env = "INFERENCECACHE_LOG_FORMAT", default_value = "json",
           value_parser = parse_log_format)]
@@ -33,7 +33,7 @@ pub struct Cli {
 // Parsed once at startup: the size difference between variants costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the policy server: gRPC on :9090, health and metrics on :8080,
     /// controller endpoints on :8081.
     ///
@@ -80,7 +80,7 @@ pub enum Command {
 
 /// Flags of `serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// gRPC listen address (InferenceCache, health, reflection). `:PORT` means every interface.
     #[arg(
         long,
@@ -345,7 +345,7 @@ pub struct ServeArgs {
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One JSON object per line.
     Json,
     /// Human-readable lines.
@@ -380,7 +380,7 @@ fn parse_ranking(s: &str) -> Result<inferencecache_server::core::RankingMode, St
         .ok_or_else(|| format!("unknown ranking {s:?}; expected ttft or contract"))
 }
 
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let bad = || format!("{s:?} is not a duration; use e.g. 500ms, 90s, 30m or 1h30m");
     let mut total = std::time::Duration::ZERO;
     let mut rest = s.trim();
@@ -412,7 +412,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 
 /// Accepts Go-style single-dash long flags (`-grpc-bind-address=:9090`), as
 /// existing manifests written for the reference server use them.
-pub fn go_style_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+pub(crate) fn go_style_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     args.into_iter()
         .map(|arg| match arg.to_str() {
             Some(s) if is_go_long_flag(s) => OsString::from(format!("-{s}")),

@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 
 /// Benchmarks of a running system.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     #[command(subcommand)]
     what: BenchWhat,
 }
@@ -64,7 +64,7 @@ mod visibility;
 
 /// Flags of `bench tokenize`.
 #[derive(Debug, Args)]
-pub struct TokenizeBenchArgs {
+pub(crate) struct TokenizeBenchArgs {
     /// Tokenizer models directory (as --tokenizer-models-dir).
     #[arg(long, default_value = ".cache/tokenizers")]
     models_dir: std::path::PathBuf,
@@ -92,7 +92,7 @@ pub struct TokenizeBenchArgs {
 
 /// A prompt of about `tokens` tokens: varied English, code and numbers, so
 /// the tokenizer does realistic work (not one repeated merge).
-pub fn synthetic_prompt(tokens: usize, salt: usize) -> String {
+pub(crate) fn synthetic_prompt(tokens: usize, salt: usize) -> String {
     const PARAGRAPH: &str = "The cache-aware router sends each request to the replica that \
         already holds the longest prefix of its prompt, so prefill work is skipped. \
         fn route(req: &Request) -> Option<ReplicaId> { index.lookup(req.chain()) } \
@@ -109,7 +109,7 @@ pub fn synthetic_prompt(tokens: usize, salt: usize) -> String {
 
 /// Flags of `bench grpc`.
 #[derive(Debug, Args)]
-pub struct GrpcBenchArgs {
+pub(crate) struct GrpcBenchArgs {
     /// Target server (host:port). Default: an in-process server on loopback.
     #[arg(long)]
     server: Option<String>,
@@ -244,7 +244,7 @@ impl Workload {
 }
 
 /// Runs `inferencecache bench ...`.
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     let g = match args.what {
         BenchWhat::Grpc(g) => g,
         BenchWhat::Tokenize(t) => return tokenize(&t),

@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 
 /// Flood shape.
 #[derive(Debug, Clone, Copy)]
-pub struct Flood {
+pub(super) struct Flood {
     /// Concurrent producer streams.
     pub streams: usize,
     /// Distinct prefixes per stream.
@@ -77,7 +77,7 @@ async fn producer(
 }
 
 /// Starts the producers, each on a fresh connection to `url`.
-pub async fn start(
+pub(super) async fn start(
     url: &str,
     flood: Flood,
     measuring: Arc<AtomicBool>,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// `--nats-*` flags.
 #[derive(Debug, Clone, Args)]
-pub struct BusArgs {
+pub(crate) struct BusArgs {
     /// NATS URL of the replication bus (JetStream). Empty: no bus. With it,
     /// `serve` applies the stream (and relays gRPC reports to it) and
     /// `subscribe` publishes to it directly.
@@ -49,7 +49,7 @@ pub struct BusArgs {
 
 impl BusArgs {
     /// `None` without `--nats-url`; an error names a bad stream or prefix.
-    pub fn config(
+    pub(crate) fn config(
         &self,
         default_max_age: Duration,
     ) -> Result<Option<(BusConfig, ProducerLimits)>, String> {
@@ -72,7 +72,7 @@ impl BusArgs {
     }
 
     /// `--nats-name`, or the hostname, or the process id.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         if !self.nats_name.is_empty() {
             return self.nats_name.clone();
         }
@@ -89,7 +89,7 @@ impl BusArgs {
 
 /// `--state-dir` flags.
 #[derive(Debug, Clone, Args)]
-pub struct StateArgs {
+pub(crate) struct StateArgs {
     /// Directory for the index snapshot (warm restarts). Empty: none.
     #[arg(long, env = "INFERENCECACHE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
@@ -102,7 +102,7 @@ pub struct StateArgs {
 
 impl StateArgs {
     /// The server's state settings.
-    pub fn settings(&self) -> Option<inferencecache_server::state::StateSettings> {
+    pub(crate) fn settings(&self) -> Option<inferencecache_server::state::StateSettings> {
         self.state_dir
             .clone()
             .filter(|d| !d.as_os_str().is_empty())

@@ -3,7 +3,7 @@
 use crate::args::LogFormat;
 
 /// Installs the global subscriber.
-pub fn init(format: LogFormat, level: tracing::Level) -> anyhow::Result<()> {
+pub(crate) fn init(format: LogFormat, level: tracing::Level) -> anyhow::Result<()> {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)

@@ -17,7 +17,7 @@ const SERVER: &str = "http://inference-cache-server.inference-cache-system.svc:8
 
 /// Flags of `operator`.
 #[derive(Debug, Args)]
-pub struct OperatorArgs {
+pub(crate) struct OperatorArgs {
     /// Kubeconfig file; default: in-cluster, then $KUBECONFIG.
     #[arg(long, env = "INFERENCECACHE_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
@@ -168,7 +168,7 @@ fn config(a: OperatorArgs) -> OperatorConfig {
 }
 
 /// Runs the operator until SIGINT/SIGTERM.
-pub fn run(args: OperatorArgs) -> ExitCode {
+pub(crate) fn run(args: OperatorArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -204,7 +204,7 @@ pub fn run(args: OperatorArgs) -> ExitCode {
 
 /// Flags of `crds`.
 #[derive(Debug, Args)]
-pub struct CrdsArgs {
+pub(crate) struct CrdsArgs {
     /// Write one `<group>_<plural>.yaml` per CRD into this directory
     /// (`config/crd/bases`) instead of printing one stream.
     #[arg(long, value_name = "DIR")]
@@ -212,7 +212,7 @@ pub struct CrdsArgs {
 }
 
 /// `inferencecache crds`: every CRD as YAML.
-pub fn crds(args: CrdsArgs) -> ExitCode {
+pub(crate) fn crds(args: CrdsArgs) -> ExitCode {
     use inferencecache_operator::crd;
     let result = match args.output_dir {
         None => crd::all_yaml().map(|yaml| print!("{yaml}")),

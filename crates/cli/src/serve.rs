@@ -14,7 +14,7 @@ const EXIT_USAGE: u8 = 2;
 const EXIT_FAILURE: u8 = 1;
 
 /// Runs the server; returns the process exit code.
-pub fn run(args: ServeArgs) -> ExitCode {
+pub(crate) fn run(args: ServeArgs) -> ExitCode {
     let config = match build_config(&args) {
         Ok(c) => c,
         Err(e) => {

@@ -36,7 +36,7 @@ inferencecache simulate --trace ../shared/data/mooncake/conversation_trace.jsonl
 inferencecache simulate --trace my.jsonl --replicas 16 --policies rr,hints,oracle --plot out.svg --json out.json\n  \
 inferencecache simulate --trace my.jsonl --server 127.0.0.1:9090 --input chain   # a running server"
 )]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Mooncake-format trace (one JSON request per line).
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
@@ -118,7 +118,7 @@ pub struct SimulateArgs {
 
 /// `--input` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum InputArg {
+pub(crate) enum InputArg {
     /// `token_ids`: the server fingerprints.
     TokenIds,
     /// `block_hashes`: the gateway fingerprints.
@@ -126,7 +126,7 @@ pub enum InputArg {
 }
 
 /// Runs `simulate`; returns the process exit code.
-pub fn run(args: SimulateArgs) -> ExitCode {
+pub(crate) fn run(args: SimulateArgs) -> ExitCode {
     match run_inner(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -37,7 +37,7 @@ LookupRoute with the same token_ids finds this replica.";
 /// Flags of `subscribe`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]
-pub struct SubscribeArgs {
+pub(crate) struct SubscribeArgs {
     /// Index key for this replica (required; the injected sidecar uses $(POD_NAME)).
     #[arg(long, env = "INFERENCECACHE_REPLICA_ID", default_value = "")]
     pub replica_id: String,
@@ -346,7 +346,7 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
 }
 
 /// Runs `subscribe`; returns the process exit code.
-pub fn run(args: SubscribeArgs) -> ExitCode {
+pub(crate) fn run(args: SubscribeArgs) -> ExitCode {
     let config = match build_config(&args) {
         Ok(c) => c,
         Err(e) => {

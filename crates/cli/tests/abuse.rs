@@ -175,8 +175,8 @@ mod raw {
     use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
     #[derive(Default)]
-    pub struct RawCodec;
-    pub struct Raw;
+    pub(crate) struct RawCodec;
+    pub(crate) struct Raw;
 
     impl Encoder for Raw {
         type Item = Bytes;
@@ -208,7 +208,11 @@ mod raw {
         }
     }
 
-    pub async fn call(addr: &str, method: &'static str, body: Vec<u8>) -> Result<Bytes, Status> {
+    pub(crate) async fn call(
+        addr: &str,
+        method: &'static str,
+        body: Vec<u8>,
+    ) -> Result<Bytes, Status> {
         let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect()

@@ -30,7 +30,7 @@ use std::sync::RwLock;
 /// spans tens of requests at a few requests per second over the fleet (so
 /// the bound's one-request slack is small), short enough to follow a shift of
 /// the traffic within minutes.
-pub const RECENT_HALF_LIFE_NS: i64 = 120_000_000_000;
+pub(crate) const RECENT_HALF_LIFE_NS: i64 = 120_000_000_000;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Queue {

@@ -11,7 +11,7 @@ use tonic::transport::server::Router;
 /// Builds the gRPC router with every service registered. Request messages
 /// longer than `max_message_bytes` are refused with RESOURCE_EXHAUSTED
 /// (`grpc_limits`); `refused` counts them.
-pub async fn router(
+pub(crate) async fn router(
     service: InferenceCacheService,
     max_message_bytes: usize,
     refused: prometheus_client::metrics::counter::Counter,

@@ -26,7 +26,7 @@ pub struct Sample {
 
 /// The samples of `families` whose family or sample name is in `names`
 /// (all when empty).
-pub fn samples(families: &[MetricFamily], names: &[String]) -> Vec<Sample> {
+pub(crate) fn samples(families: &[MetricFamily], names: &[String]) -> Vec<Sample> {
     let mut out = Vec::new();
     for family in families {
         let wanted = |sample: &str| {

@@ -31,7 +31,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often `--policy-file`, `--templates-dir` and `--pd-topology-file` are
 /// checked for changes.
-pub const POLICY_FILE_POLL: Duration = Duration::from_secs(2);
+pub(crate) const POLICY_FILE_POLL: Duration = Duration::from_secs(2);
 
 /// A server whose listeners are bound but not yet serving.
 pub struct Server {

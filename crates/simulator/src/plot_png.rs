@@ -50,7 +50,7 @@ pub(crate) fn font() -> &'static Result<String, String> {
 }
 
 /// Writes the figure for `report` to `path` as PNG.
-pub fn write_png(report: &SimReport, path: &Path) -> Result<(), SimError> {
+pub(crate) fn write_png(report: &SimReport, path: &Path) -> Result<(), SimError> {
     let out_err = |message: String| SimError::Output {
         path: path.to_owned(),
         message,

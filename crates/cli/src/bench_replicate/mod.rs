@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Flags of `bench replicate`.
 #[derive(Debug, Args)]
-pub struct ReplicateBenchArgs {
+pub(super) struct ReplicateBenchArgs {
     #[command(subcommand)]
     what: What,
 }
@@ -77,7 +77,7 @@ struct BusArgs {
 }
 
 /// Runs `bench replicate ...`.
-pub fn run(args: ReplicateBenchArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ReplicateBenchArgs) -> anyhow::Result<()> {
     match args.what {
         What::Snapshot(a) => snapshot(&a),
         What::Bus(a) => tokio::runtime::Builder::new_multi_thread()

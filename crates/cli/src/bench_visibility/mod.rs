@@ -25,7 +25,7 @@ use inferencecache_subscriber::loopback::Stored;
 
 /// Flags of `bench visibility`.
 #[derive(Debug, Args)]
-pub struct VisibilityBenchArgs {
+pub(super) struct VisibilityBenchArgs {
     /// Target ingest rates in blocks per second.
     #[arg(long, value_delimiter = ',', default_value = "1000,50000")]
     rates: Vec<u64>,
@@ -77,7 +77,7 @@ fn chain(n: u64, bpe: u64) -> Stored {
 }
 
 /// Runs the benchmark and prints one line per rate.
-pub fn run(args: VisibilityBenchArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: VisibilityBenchArgs) -> anyhow::Result<()> {
     memory::memory_per_block()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -72,7 +72,7 @@ pub(super) struct Summary {
 }
 
 impl Latencies {
-    pub fn new() -> anyhow::Result<Self> {
+    pub(super) fn new() -> anyhow::Result<Self> {
         Ok(Self {
             hist: Arc::new(Mutex::new(Histogram::new(3)?)),
             missed: Arc::new(AtomicU64::new(0)),
@@ -80,7 +80,7 @@ impl Latencies {
     }
 
     /// Records a sample, or a miss for `None`.
-    pub fn add(&self, latency: Option<Duration>) {
+    pub(super) fn add(&self, latency: Option<Duration>) {
         match latency {
             Some(d) => {
                 if let Ok(mut h) = self.hist.lock() {
@@ -93,7 +93,7 @@ impl Latencies {
         }
     }
 
-    pub fn summary(&self) -> Summary {
+    pub(super) fn summary(&self) -> Summary {
         let missed = self.missed.load(Ordering::Relaxed);
         let Ok(h) = self.hist.lock() else {
             return Summary {

@@ -36,7 +36,7 @@ pub(super) struct Rig {
 impl Rig {
     /// Starts everything and returns once the sidecar is connected and
     /// subscribed.
-    pub async fn start(args: &VisibilityBenchArgs) -> anyhow::Result<Self> {
+    pub(super) async fn start(args: &VisibilityBenchArgs) -> anyhow::Result<Self> {
         let (cancel, server_cancel) = (CancellationToken::new(), CancellationToken::new());
         let server = Server::bind(&ServerConfig::ephemeral())
             .await
@@ -100,7 +100,7 @@ impl Rig {
 
     /// Sum of the sidecar's samples whose name (with labels) starts with
     /// `prefix`.
-    pub fn counter(&self, prefix: &str) -> u64 {
+    pub(super) fn counter(&self, prefix: &str) -> u64 {
         self.metrics
             .encode()
             .lines()
@@ -111,7 +111,7 @@ impl Rig {
 
     /// Stops the sidecar (which sends what it still holds, bounded by its
     /// RPC timeout), then the server.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub(super) async fn stop(self) -> anyhow::Result<()> {
         self.cancel.cancel();
         self.running.wait().await?;
         self.server_cancel.cancel();

@@ -23,7 +23,7 @@ const LOOKUP_TOKENS: std::ops::Range<u32> = 0..64;
 
 /// Everything doctor talks to, resolved from the flags.
 #[derive(Debug)]
-pub struct Target {
+pub(super) struct Target {
     server: String,
     grpc_addr: String,
     wants_tls: bool,
@@ -78,7 +78,7 @@ impl Target {
     /// Resolves the flags and what `--kubeconfig` discovery found (flags
     /// win: `server_flag_given` says --server was on the command line);
     /// `Err` explains an unusable flag.
-    pub fn new(
+    pub(super) fn new(
         args: &DoctorArgs,
         token: Option<String>,
         found: Option<&Found>,
@@ -187,7 +187,7 @@ impl Target {
 }
 
 /// Runs every check.
-pub async fn run(t: &Target) -> Vec<Check> {
+pub(super) async fn run(t: &Target) -> Vec<Check> {
     let mut out = Vec::new();
     if let Some(why) = &t.server_missing {
         for name in [

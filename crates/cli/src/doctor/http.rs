@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// An HTTP answer: status code and body.
 #[derive(Debug)]
-pub struct Answer {
+pub(super) struct Answer {
     /// Status code.
     pub status: u16,
     /// Body text.
@@ -12,7 +12,7 @@ pub struct Answer {
 }
 
 /// GETs or POSTs `url`; `Err` carries why nothing answered.
-pub async fn call(
+pub(super) async fn call(
     url: &str,
     token: Option<&str>,
     post: Option<String>,
@@ -46,7 +46,10 @@ pub async fn call(
 
 /// Samples of a Prometheus text body whose series starts with `prefix`
 /// (name plus, optionally, the opening of its labels).
-pub fn samples<'a>(body: &'a str, prefix: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+pub(super) fn samples<'a>(
+    body: &'a str,
+    prefix: &'a str,
+) -> impl Iterator<Item = (&'a str, f64)> + 'a {
     body.lines()
         .filter(move |l| l.starts_with(prefix))
         .filter_map(|l| {

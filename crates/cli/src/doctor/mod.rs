@@ -62,7 +62,7 @@ Examples:
 /// Flags of `doctor`.
 #[derive(Debug, Args)]
 #[command(after_long_help = LONG_HELP)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     #[command(flatten)]
     server: ServerArgs,
 
@@ -137,7 +137,7 @@ pub struct DoctorArgs {
 
 /// Runs `doctor`; returns the process exit code. `server_flag_given`:
 /// --server was on the command line (it then wins over discovery).
-pub fn run(args: DoctorArgs, server_flag_given: bool) -> ExitCode {
+pub(crate) fn run(args: DoctorArgs, server_flag_given: bool) -> ExitCode {
     let token = match args.token.resolve() {
         Ok(t) => t,
         Err(message) => {

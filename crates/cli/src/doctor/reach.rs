@@ -9,7 +9,7 @@
 
 /// Which kind of object a rule names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     /// A Service (the server's).
     Service,
     /// A pod (an engine with a sidecar).
@@ -18,7 +18,7 @@ pub enum Kind {
 
 /// One `--address-override` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
+pub(super) struct Rule {
     kind: Kind,
     namespace: Option<String>,
     name: String,
@@ -47,7 +47,7 @@ fn split_port(s: &str, what: &str) -> Result<(String, Option<u16>), String> {
 }
 
 /// Parses `KIND/[NS/]NAME[:PORT]=HOST[:PORT]` (clap's value parser).
-pub fn parse(value: &str) -> Result<Rule, String> {
+pub(super) fn parse(value: &str) -> Result<Rule, String> {
     let usage = "use svc/NAME=HOST, svc/NAME:PORT=HOST:PORT or pod/NAMESPACE/NAME:PORT=HOST:PORT";
     let (object, target) = value
         .split_once('=')
@@ -86,7 +86,7 @@ pub fn parse(value: &str) -> Result<Rule, String> {
 
 /// Where to dial `port` of the object `kind namespace/name`, if a rule
 /// says (a rule for that port wins over one for the whole object).
-pub fn lookup(
+pub(super) fn lookup(
     rules: &[Rule],
     kind: Kind,
     namespace: &str,
@@ -102,7 +102,7 @@ pub fn lookup(
 }
 
 /// True when some rule names the object (any port).
-pub fn names(rules: &[Rule], kind: Kind, namespace: &str, name: &str) -> bool {
+pub(super) fn names(rules: &[Rule], kind: Kind, namespace: &str, name: &str) -> bool {
     rules.iter().any(|r| {
         r.kind == kind && r.name == name && r.namespace.as_deref().is_none_or(|n| n == namespace)
     })

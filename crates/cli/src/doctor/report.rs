@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(super) enum Status {
     /// Works.
     Ok,
     /// Works, but something an operator likely wants to change.
@@ -38,7 +38,7 @@ impl Status {
 
 /// One step of the diagnosis.
 #[derive(Debug, Clone)]
-pub struct Check {
+pub(super) struct Check {
     /// Stable name (`server.grpc`, `sidecar.engine`, ...) for scripts.
     pub name: String,
     /// Outcome.
@@ -51,12 +51,12 @@ pub struct Check {
 
 impl Check {
     /// A passing check.
-    pub fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(super) fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Status::Ok, detail, "")
     }
 
     /// A finding with its remediation.
-    pub fn new(
+    pub(super) fn new(
         name: impl Into<String>,
         status: Status,
         detail: impl Into<String>,
@@ -71,7 +71,7 @@ impl Check {
     }
 
     /// A failure with its remediation.
-    pub fn fail(
+    pub(super) fn fail(
         name: impl Into<String>,
         detail: impl Into<String>,
         remediation: impl Into<String>,
@@ -80,7 +80,7 @@ impl Check {
     }
 
     /// A warning with its remediation.
-    pub fn warn(
+    pub(super) fn warn(
         name: impl Into<String>,
         detail: impl Into<String>,
         remediation: impl Into<String>,
@@ -89,18 +89,18 @@ impl Check {
     }
 
     /// Not run because `because` failed.
-    pub fn skip(name: impl Into<String>, because: &str) -> Self {
+    pub(super) fn skip(name: impl Into<String>, because: &str) -> Self {
         Self::new(name, Status::Skip, format!("not run: {because}"), "")
     }
 }
 
 /// True when no check failed.
-pub fn healthy(checks: &[Check]) -> bool {
+pub(super) fn healthy(checks: &[Check]) -> bool {
     checks.iter().all(|c| c.status != Status::Fail)
 }
 
 /// The readable report.
-pub fn text(checks: &[Check]) -> String {
+pub(super) fn text(checks: &[Check]) -> String {
     let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
     let mut out = String::new();
     for c in checks {
@@ -131,7 +131,7 @@ pub fn text(checks: &[Check]) -> String {
 }
 
 /// The JSON report (`--json`).
-pub fn json(checks: &[Check]) -> Value {
+pub(super) fn json(checks: &[Check]) -> Value {
     json!({
         "healthy": healthy(checks),
         "checks": checks.iter().map(|c| json!({

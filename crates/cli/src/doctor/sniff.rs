@@ -19,7 +19,7 @@ const TLS_HANDSHAKE: u8 = 0x16;
 
 /// What the port turned out to speak.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Wire {
+pub(super) enum Wire {
     /// Nothing accepts connections there.
     Refused(String),
     /// Plaintext HTTP/2 (gRPC without TLS).
@@ -32,7 +32,7 @@ pub enum Wire {
 
 /// Probes `addr` (host:port). Blocking, bounded by `timeout` per step: a
 /// handful of bytes on one connection.
-pub fn sniff(addr: &str, timeout: Duration) -> Wire {
+pub(super) fn sniff(addr: &str, timeout: Duration) -> Wire {
     let target = match addr.to_socket_addrs().map(|mut a| a.next()) {
         Ok(Some(a)) => a,
         Ok(None) => return Wire::Refused(format!("{addr} resolves to no address")),

@@ -42,7 +42,7 @@ inferencecache lookup --tenant team-a --model m --hashes 9f1c2d3e4a5b6c7d,001122
 /// Flags of `lookup`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES, after_long_help = LONG_HELP)]
-pub struct LookupArgs {
+pub(crate) struct LookupArgs {
     #[command(flatten)]
     server: ServerArgs,
 
@@ -111,7 +111,7 @@ pub struct LookupArgs {
 }
 
 /// Runs `lookup`; returns the process exit code.
-pub fn run(args: LookupArgs) -> ExitCode {
+pub(crate) fn run(args: LookupArgs) -> ExitCode {
     let query = match query(&args) {
         Ok(q) => q,
         Err(message) => return Failure::flags(message).report("lookup"),

@@ -2,10 +2,10 @@
 //! `snapshot` and `watch`. All gRPC calls go through `inferencecache-client`,
 //! so `lookup` prints exactly what a gateway using the SDK would get.
 
-pub mod lookup;
+pub(crate) mod lookup;
 mod output;
 pub(crate) mod server;
-pub mod snapshot;
-pub mod state;
+pub(crate) mod snapshot;
+pub(crate) mod state;
 pub(crate) mod token;
-pub mod watch;
+pub(crate) mod watch;

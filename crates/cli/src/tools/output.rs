@@ -1,7 +1,7 @@
 //! Small formatting helpers shared by the tools' readable output.
 
 /// Lowercase hex of a hash, as operators paste it back into `--hashes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -10,7 +10,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Parses hex (an optional `0x` prefix is allowed).
-pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
+pub(super) fn unhex(s: &str) -> Result<Vec<u8>, String> {
     let s = s.trim();
     let digits = s.strip_prefix("0x").unwrap_or(s);
     if digits.is_empty() || digits.len() % 2 != 0 {
@@ -28,7 +28,7 @@ pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Bytes with a binary unit (KiB, MiB, GiB).
-pub fn bytes(n: i64) -> String {
+pub(super) fn bytes(n: i64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     #[allow(clippy::cast_precision_loss)] // display only
     let mut v = n as f64;
@@ -45,7 +45,7 @@ pub fn bytes(n: i64) -> String {
 }
 
 /// A duration in the unit that reads best (µs below 1 ms).
-pub fn latency(d: std::time::Duration) -> String {
+pub(super) fn latency(d: std::time::Duration) -> String {
     if d.as_micros() < 1000 {
         format!("{} µs", d.as_micros())
     } else {
@@ -54,7 +54,7 @@ pub fn latency(d: std::time::Duration) -> String {
 }
 
 /// Left-aligned columns: every cell padded to its column's widest value.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -78,7 +78,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// An f32 as JSON in its shortest round-trip form (0.8, not
 /// 0.800000011920929 as widening to f64 would print).
-pub fn f32_json(v: f32) -> serde_json::Value {
+pub(super) fn f32_json(v: f32) -> serde_json::Value {
     v.to_string()
         .parse::<f64>()
         .ok()

@@ -8,15 +8,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// The tool worked (for `lookup`: the server answered, whatever the hint).
-pub const OK: u8 = 0;
+pub(crate) const OK: u8 = 0;
 /// The server could not be reached or the call failed.
-pub const RUNTIME_ERROR: u8 = 1;
+pub(crate) const RUNTIME_ERROR: u8 = 1;
 /// The flags are unusable.
-pub const BAD_FLAGS: u8 = 2;
+pub(crate) const BAD_FLAGS: u8 = 2;
 
 /// Where the server is and how to dial it.
 #[derive(Debug, Args)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// gRPC address of the server: http://HOST:PORT, https://HOST:PORT, or
     /// HOST:PORT (plaintext).
     #[arg(
@@ -46,7 +46,7 @@ pub struct ServerArgs {
 
 impl ServerArgs {
     /// The client configuration these flags describe.
-    pub fn config(&self) -> ClientConfig {
+    pub(crate) fn config(&self) -> ClientConfig {
         let mut config =
             ClientConfig::new(self.server.clone()).connect_timeout(Duration::from_secs(3));
         let any_tls = self.tls_ca_file.is_some()
@@ -64,7 +64,7 @@ impl ServerArgs {
     }
 
     /// Dials the server now, turning failures into advice.
-    pub async fn connect(&self, config: ClientConfig) -> Result<Client, Failure> {
+    pub(crate) async fn connect(&self, config: ClientConfig) -> Result<Client, Failure> {
         Client::connect(config)
             .await
             .map_err(|e| Failure::from_client(&e, &self.server))
@@ -73,7 +73,7 @@ impl ServerArgs {
 
 /// A tool failure: the message to print and the exit code.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// What went wrong and what to do next.
     pub message: String,
     /// `RUNTIME_ERROR` or `BAD_FLAGS`.
@@ -82,7 +82,7 @@ pub struct Failure {
 
 impl Failure {
     /// A runtime failure (exit 1).
-    pub fn runtime(message: impl Into<String>) -> Self {
+    pub(crate) fn runtime(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: RUNTIME_ERROR,
@@ -90,7 +90,7 @@ impl Failure {
     }
 
     /// A flag problem (exit 2).
-    pub fn flags(message: impl Into<String>) -> Self {
+    pub(crate) fn flags(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: BAD_FLAGS,
@@ -98,7 +98,7 @@ impl Failure {
     }
 
     /// Explains a client error in terms of the tool's flags.
-    pub fn from_client(err: &ClientError, server: &str) -> Self {
+    pub(crate) fn from_client(err: &ClientError, server: &str) -> Self {
         match err {
             ClientError::InvalidEndpoint { .. } | ClientError::Tls(_) => {
                 Self::flags(format!("{err} (check --server and the --tls-* flags)"))
@@ -116,7 +116,7 @@ impl Failure {
     }
 
     /// Prints the message as `inferencecache TOOL: ...` and returns the code.
-    pub fn report(self, tool: &str) -> ExitCode {
+    pub(crate) fn report(self, tool: &str) -> ExitCode {
         eprintln!("inferencecache {tool}: {}", self.message);
         ExitCode::from(self.code)
     }
@@ -124,7 +124,7 @@ impl Failure {
 
 /// Runs `work` on a fresh current-thread runtime: the tools make a handful
 /// of calls, so one thread is plenty.
-pub fn block_on<F: Future<Output = Result<u8, Failure>>>(tool: &str, work: F) -> ExitCode {
+pub(crate) fn block_on<F: Future<Output = Result<u8, Failure>>>(tool: &str, work: F) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -34,7 +34,7 @@ inferencecache snapshot --token-file /var/run/secrets/tokens/controller"
 /// Flags of `snapshot`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES, after_long_help = LONG_HELP)]
-pub struct SnapshotArgs {
+pub(crate) struct SnapshotArgs {
     /// URL of /snapshot; a bare http://HOST:PORT gets /snapshot appended.
     #[arg(
         long,
@@ -56,7 +56,7 @@ pub struct SnapshotArgs {
 }
 
 /// Runs `snapshot`; returns the process exit code.
-pub fn run(args: SnapshotArgs) -> ExitCode {
+pub(crate) fn run(args: SnapshotArgs) -> ExitCode {
     let url = snapshot_url(&args.url);
     let token = match args.token.resolve() {
         Ok(t) => t,

@@ -28,7 +28,7 @@ inferencecache state --tenant team-a --model llama-3-8b --json | jq '.replicas[]
 /// Flags of `state`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES, after_long_help = LONG_HELP)]
-pub struct StateArgs {
+pub(crate) struct StateArgs {
     #[command(flatten)]
     server: ServerArgs,
 
@@ -46,7 +46,7 @@ pub struct StateArgs {
 }
 
 /// Runs `state`; returns the process exit code.
-pub fn run(args: StateArgs) -> ExitCode {
+pub(crate) fn run(args: StateArgs) -> ExitCode {
     block_on("state", async move {
         let client = args.server.connect(args.server.config()).await?;
         let state = client

@@ -36,7 +36,7 @@ inferencecache watch --count 1 --for 30s   # wait for the first event, at most 3
 /// Flags of `watch`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES, after_long_help = LONG_HELP)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     #[command(flatten)]
     server: ServerArgs,
 
@@ -94,7 +94,7 @@ impl EventType {
 }
 
 /// Runs `watch`; returns the process exit code.
-pub fn run(args: WatchArgs) -> ExitCode {
+pub(crate) fn run(args: WatchArgs) -> ExitCode {
     block_on("watch", async move {
         // Listen for Ctrl-C / SIGTERM before anything else, so a signal that
         // arrives while connecting still means "stop cleanly".

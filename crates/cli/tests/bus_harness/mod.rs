@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 /// nats-server, or `None` (skip, printed) unless real parts are required.
-pub fn nats_bin() -> Option<PathBuf> {
+pub(crate) fn nats_bin() -> Option<PathBuf> {
     let found = std::env::var("NATS_SERVER")
         .ok()
         .map(PathBuf::from)
@@ -36,7 +36,7 @@ pub fn nats_bin() -> Option<PathBuf> {
 }
 
 /// A free loopback port (bound then released).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -47,10 +47,10 @@ pub fn free_port() -> u16 {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A fresh temp directory, removed on drop.
-pub struct TempDir(pub PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
-    pub fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         let p = std::env::temp_dir().join(format!(
             "ic-{tag}-{}-{}",
             std::process::id(),
@@ -69,7 +69,7 @@ impl Drop for TempDir {
 }
 
 /// A running nats-server.
-pub struct Nats {
+pub(crate) struct Nats {
     bin: PathBuf,
     child: Option<Child>,
     pub port: u16,
@@ -78,7 +78,7 @@ pub struct Nats {
 }
 
 impl Nats {
-    pub fn start(bin: &Path) -> Self {
+    pub(crate) fn start(bin: &Path) -> Self {
         let mut n = Self {
             bin: bin.to_owned(),
             child: None,
@@ -91,7 +91,7 @@ impl Nats {
     }
 
     /// Ports and store chosen, not started (a bus that is down at start).
-    pub fn reserve(bin: &Path) -> Self {
+    pub(crate) fn reserve(bin: &Path) -> Self {
         Self {
             bin: bin.to_owned(),
             child: None,
@@ -101,7 +101,7 @@ impl Nats {
         }
     }
 
-    pub fn launch(&mut self) {
+    pub(crate) fn launch(&mut self) {
         let child = Command::new(&self.bin)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-m", &self.monitor.to_string(), "-js", "-sd"])
@@ -118,12 +118,12 @@ impl Nats {
         });
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
     /// `kill -9`.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -138,7 +138,7 @@ impl Drop for Nats {
 }
 
 /// Polls `f` until true or panics after `limit`.
-pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+pub(crate) fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
     let t = Instant::now();
     while !f() {
         assert!(t.elapsed() < limit, "timed out waiting for {what}");
@@ -148,7 +148,7 @@ pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> D
 }
 
 /// A running `inferencecache serve`, logs drained into memory.
-pub struct Replica {
+pub(crate) struct Replica {
     pub child: Child,
     pub grpc: String,
     pub http: String,
@@ -157,7 +157,7 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub fn start(args: &[String]) -> Self {
+    pub(crate) fn start(args: &[String]) -> Self {
         let mut child = Command::new(BIN)
             .arg("serve")
             .args([
@@ -215,14 +215,14 @@ impl Replica {
     }
 
     /// The first log line with `message == msg`.
-    pub fn log(&self, msg: &str) -> Option<serde_json::Value> {
+    pub(crate) fn log(&self, msg: &str) -> Option<serde_json::Value> {
         self.logs.lock().unwrap().iter().find_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
             (v["message"] == msg).then_some(v)
         })
     }
 
-    pub fn wait_log(&self, msg: &str, limit: Duration) -> serde_json::Value {
+    pub(crate) fn wait_log(&self, msg: &str, limit: Duration) -> serde_json::Value {
         let mut found = None;
         wait_until(limit, msg, || {
             found = self.log(msg);
@@ -231,16 +231,16 @@ impl Replica {
         found.unwrap()
     }
 
-    pub fn readyz(&self) -> (String, String) {
+    pub(crate) fn readyz(&self) -> (String, String) {
         http_get(&self.http, "/readyz")
     }
 
-    pub fn wait_ready(&self, limit: Duration) -> Duration {
+    pub(crate) fn wait_ready(&self, limit: Duration) -> Duration {
         wait_until(limit, "readyz 200", || self.readyz().0.contains("200"))
     }
 
     /// A metric sample's value (first series whose line starts with `prefix`).
-    pub fn metric(&self, prefix: &str) -> Option<f64> {
+    pub(crate) fn metric(&self, prefix: &str) -> Option<f64> {
         let (_, body) = http_get(&self.http, "/metrics");
         body.lines()
             .find(|l| {
@@ -254,19 +254,19 @@ impl Replica {
             .and_then(|v| v.parse().ok())
     }
 
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    pub fn term(&mut self) {
+    pub(crate) fn term(&mut self) {
         let _ = Command::new("kill")
             .args(["-s", "TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
     }
 
-    pub async fn client(&self) -> InferenceCacheClient<Channel> {
+    pub(crate) async fn client(&self) -> InferenceCacheClient<Channel> {
         InferenceCacheClient::connect(format!("http://{}", self.grpc))
             .await
             .unwrap()
@@ -280,7 +280,7 @@ impl Drop for Replica {
 }
 
 /// Bus-mode flags for a replica.
-pub fn bus_args(nats: &Nats, name: &str) -> Vec<String> {
+pub(crate) fn bus_args(nats: &Nats, name: &str) -> Vec<String> {
     [
         "--nats-url",
         &nats.url(),
@@ -294,10 +294,10 @@ pub fn bus_args(nats: &Nats, name: &str) -> Vec<String> {
 }
 
 /// A deterministic xorshift generator.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -305,31 +305,31 @@ impl Rng {
         self.0 = x;
         x
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
-pub const TENANTS: [&str; 2] = ["team.a", "team-b"];
-pub const MODELS: [&str; 2] = ["meta/llama 3", "qwen"];
-pub const REPLICAS: [&str; 5] = ["r0", "r1", "r2", "r3", "r4"];
-pub const FAMILIES: u64 = 60;
-pub const DEPTH: u64 = 12;
+pub(crate) const TENANTS: [&str; 2] = ["team.a", "team-b"];
+pub(crate) const MODELS: [&str; 2] = ["meta/llama 3", "qwen"];
+pub(crate) const REPLICAS: [&str; 5] = ["r0", "r1", "r2", "r3", "r4"];
+pub(crate) const FAMILIES: u64 = 60;
+pub(crate) const DEPTH: u64 = 12;
 
 /// Block hash of prefix family `f` at position `i` (families share nothing).
-pub fn block(f: u64, i: u64) -> Vec<u8> {
+pub(crate) fn block(f: u64, i: u64) -> Vec<u8> {
     (f * 1_000 + i + 1).to_be_bytes().to_vec()
 }
 
 /// One workload operation.
 #[derive(Debug, Clone)]
-pub enum Op {
+pub(crate) enum Op {
     Report(CacheStateUpdate),
     Event(CacheEvent),
 }
 
 /// A mixed workload: chain reports (with stats), evictions, rare clears.
-pub fn workload(seed: u64, n: usize) -> Vec<Op> {
+pub(crate) fn workload(seed: u64, n: usize) -> Vec<Op> {
     let mut r = Rng(seed | 1);
     let mut ops = Vec::with_capacity(n);
     for _ in 0..n {
@@ -389,7 +389,7 @@ pub fn workload(seed: u64, n: usize) -> Vec<Op> {
 
 /// Sends ops over gRPC: reports on one client stream per chunk (acked),
 /// events as unary calls, in order.
-pub async fn send_grpc(
+pub(crate) async fn send_grpc(
     client: &mut InferenceCacheClient<Channel>,
     ops: &[Op],
 ) -> Result<(), tonic::Status> {
@@ -417,7 +417,7 @@ pub async fn send_grpc(
 
 /// 10,000 mixed lookups (prefixes of every depth, beyond the deepest, other
 /// families, unknown tenants / models / schemes).
-pub fn lookups(seed: u64, n: usize) -> Vec<LookupRouteRequest> {
+pub(crate) fn lookups(seed: u64, n: usize) -> Vec<LookupRouteRequest> {
     let mut r = Rng(seed | 1);
     (0..n)
         .map(|_| {
@@ -458,7 +458,7 @@ pub fn lookups(seed: u64, n: usize) -> Vec<LookupRouteRequest> {
 /// scores kept for a relative comparison (lookups run a few ms apart, and
 /// freshness moves with the clock).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub reason: String,
     pub ranked: Vec<(String, i32, i32)>,
     pub scores: Vec<f32>,
@@ -480,7 +480,7 @@ impl From<LookupRouteResponse> for Answer {
 
 /// Same reason and the same held entries (replica, matched tokens, tier) in
 /// any order, scores ignored: for a reference fed on another clock.
-pub fn same_entries(a: &Answer, b: &Answer) -> bool {
+pub(crate) fn same_entries(a: &Answer, b: &Answer) -> bool {
     let sorted = |x: &Answer| {
         let mut v = x.ranked.clone();
         v.sort();
@@ -494,7 +494,7 @@ pub fn same_entries(a: &Answer, b: &Answer) -> bool {
 /// and on a loaded 2-core machine those answers can be a second or more
 /// apart (seen: 0.7% at a 300 s TTL). A replica that missed an update
 /// differs by far more (a whole entry's score or a different ranking).
-pub fn same_answer(a: &Answer, b: &Answer) -> bool {
+pub(crate) fn same_answer(a: &Answer, b: &Answer) -> bool {
     a.reason == b.reason
         && a.ranked == b.ranked
         && a.scores
@@ -506,7 +506,7 @@ pub fn same_answer(a: &Answer, b: &Answer) -> bool {
 /// Runs every lookup against every replica (8 workers, each with its own
 /// connections); returns the number of requests whose answers differ, the
 /// first difference, and how many answers carried a hint.
-pub async fn compare(
+pub(crate) async fn compare(
     replicas: &[&Replica],
     reqs: &[LookupRouteRequest],
 ) -> (usize, Option<String>, usize) {
@@ -514,7 +514,7 @@ pub async fn compare(
 }
 
 /// [`compare`] with another notion of "the same answer".
-pub async fn compare_by(
+pub(crate) async fn compare_by(
     replicas: &[&Replica],
     reqs: &[LookupRouteRequest],
     same: fn(&Answer, &Answer) -> bool,
@@ -568,7 +568,7 @@ pub async fn compare_by(
 
 /// Waits until every replica has applied the same stream sequence, at least
 /// `min_seq`, with nothing pending (metrics are mirrored every second).
-pub fn wait_converged(replicas: &[&Replica], min_seq: f64, limit: Duration) -> f64 {
+pub(crate) fn wait_converged(replicas: &[&Replica], min_seq: f64, limit: Duration) -> f64 {
     let mut seq = 0.0;
     wait_until(limit, "replicas at the same applied sequence", || {
         let seqs: Vec<f64> = replicas
@@ -587,7 +587,7 @@ pub fn wait_converged(replicas: &[&Replica], min_seq: f64, limit: Duration) -> f
 /// The Python engine-style KV-event publisher of `subscribe_e2e`
 /// (`python/engine_publisher.py`), driven over stdin/stdout; `None` (skip,
 /// printed) without pyzmq + msgspec unless real parts are required.
-pub struct Engine {
+pub(crate) struct Engine {
     child: Child,
     stdin: std::process::ChildStdin,
     stdout: BufReader<std::process::ChildStdout>,
@@ -596,7 +596,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         use std::io::Write as _;
         let root = super::common::repo_root();
         let py = [
@@ -646,7 +646,7 @@ impl Engine {
 
     /// BlockStored (map form) of `n` 16-token blocks with engine hashes
     /// `base..base+n`, tokens from `first`.
-    pub fn store(&mut self, base: u64, n: u64, parent: Option<u64>, first: u32) {
+    pub(crate) fn store(&mut self, base: u64, n: u64, parent: Option<u64>, first: u32) {
         use std::io::Write as _;
         let big = |h: u64| u64::MAX - 1_000_000 + h;
         let cmd = serde_json::json!({
@@ -671,7 +671,7 @@ impl Drop for Engine {
 }
 
 /// `inferencecache subscribe --nats-url` for `replica`, logs drained.
-pub fn subscribe_to_bus(engine: &Engine, nats: &Nats, replica: &str) -> Child {
+pub(crate) fn subscribe_to_bus(engine: &Engine, nats: &Nats, replica: &str) -> Child {
     let mut child = Command::new(BIN)
         .args([
             "subscribe",

@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// A Python that can import pyzmq and msgspec (skips the test, or fails it
 /// under INFERENCECACHE_REQUIRE_REAL_PARTS=1, when there is none).
-pub fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let candidates = [
         std::env::var("INFERENCECACHE_PYTHON")
             .ok()
@@ -35,12 +35,12 @@ pub fn python() -> Option<PathBuf> {
 }
 
 /// Engine hashes above i64::MAX, as vLLM's default produces.
-pub fn big(h: u64) -> u64 {
+pub(crate) fn big(h: u64) -> u64 {
     u64::MAX - 1_000_000 + h
 }
 
 /// The Python engine publisher, driven over stdin/stdout.
-pub struct Publisher {
+pub(crate) struct Publisher {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -52,7 +52,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// Starts the publisher on ephemeral loopback ports.
-    pub fn start(py: &PathBuf) -> Self {
+    pub(crate) fn start(py: &PathBuf) -> Self {
         let script = repo_root().join("crates/cli/tests/python/engine_publisher.py");
         let mut child = Command::new(py)
             .arg(script)
@@ -76,7 +76,7 @@ impl Publisher {
     }
 
     /// One command; its JSON answer.
-    pub fn send(&mut self, cmd: Value) -> Value {
+    pub(crate) fn send(&mut self, cmd: Value) -> Value {
         writeln!(self.stdin, "{cmd}").unwrap();
         self.stdin.flush().unwrap();
         let mut line = String::new();
@@ -86,13 +86,13 @@ impl Publisher {
 
     /// BlockStored (vLLM map form) of `n` 16-token blocks with engine
     /// hashes `base..base+n`, tokens from `first`.
-    pub fn store(&mut self, base: u64, n: u64, parent: Option<u64>, first: u32) {
+    pub(crate) fn store(&mut self, base: u64, n: u64, parent: Option<u64>, first: u32) {
         self.store_form("map", base, n, parent, first, json!({}));
     }
 
     /// BlockStored in `form` (`map`, `tuple`, `sglang`) with `extra` fields
     /// (`lora_id`, `medium`, ...) merged into the command.
-    pub fn store_form(
+    pub(crate) fn store_form(
         &mut self,
         form: &str,
         base: u64,
@@ -115,7 +115,7 @@ impl Publisher {
     }
 
     /// BlockRemoved (GPU) of engine hashes `base..base+n`.
-    pub fn remove(&mut self, base: u64, n: u64) {
+    pub(crate) fn remove(&mut self, base: u64, n: u64) {
         self.send(json!({
             "op": "remove", "form": "map",
             "hashes": (base..base + n).map(big).collect::<Vec<_>>(),
@@ -133,7 +133,7 @@ impl Drop for Publisher {
 
 /// A child whose JSON log is drained on a thread (so it never blocks on a
 /// full pipe), killed on drop.
-pub struct Proc {
+pub(crate) struct Proc {
     /// The process.
     pub child: Child,
     /// The `listening` log line.
@@ -142,7 +142,7 @@ pub struct Proc {
 
 impl Proc {
     /// Spawns `inferencecache <args>` and waits for its `listening` line.
-    pub fn start(args: &[&str]) -> Self {
+    pub(crate) fn start(args: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args(args)
             .stderr(Stdio::piped())
@@ -159,7 +159,7 @@ impl Proc {
     }
 
     /// An address from the `listening` line.
-    pub fn addr(&self, key: &str) -> String {
+    pub(crate) fn addr(&self, key: &str) -> String {
         self.listening[key].as_str().unwrap().to_owned()
     }
 }
@@ -173,7 +173,7 @@ impl Drop for Proc {
 
 /// `inferencecache serve` on ephemeral loopback ports, once `/readyz` says
 /// so (the `listening` line comes just before the server marks itself ready).
-pub fn serve(extra: &[&str]) -> Proc {
+pub(crate) fn serve(extra: &[&str]) -> Proc {
     let mut args = vec!["serve"];
     args.extend_from_slice(&super::common::EPHEMERAL);
     args.extend_from_slice(extra);
@@ -190,12 +190,17 @@ pub fn serve(extra: &[&str]) -> Proc {
 
 /// `inferencecache subscribe` for one replica of model `m`, tenant `t`,
 /// fed by `engine`, reporting to the server's gRPC address.
-pub fn subscribe(engine: &Publisher, replica: &str, server_grpc: &str, extra: &[&str]) -> Proc {
+pub(crate) fn subscribe(
+    engine: &Publisher,
+    replica: &str,
+    server_grpc: &str,
+    extra: &[&str],
+) -> Proc {
     subscribe_as(engine, replica, "t", server_grpc, extra)
 }
 
 /// As [`subscribe`], under another tenant.
-pub fn subscribe_as(
+pub(crate) fn subscribe_as(
     engine: &Publisher,
     replica: &str,
     tenant: &str,
@@ -230,7 +235,7 @@ pub fn subscribe_as(
 }
 
 /// Sum of the samples of a Prometheus text body whose line starts with `prefix`.
-pub fn metric(body: &str, prefix: &str) -> f64 {
+pub(crate) fn metric(body: &str, prefix: &str) -> f64 {
     body.lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStderr, Command, Stdio};
 
 /// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_inferencecache");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_inferencecache");
 
 /// Loopback ephemeral ports for every listener.
-pub const EPHEMERAL: [&str; 6] = [
+pub(crate) const EPHEMERAL: [&str; 6] = [
     "--grpc-bind-address",
     "127.0.0.1:0",
     "--http-bind-address",
@@ -19,16 +19,19 @@ pub const EPHEMERAL: [&str; 6] = [
 ];
 
 /// The repository root.
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// JSON log lines of a child's stderr.
-pub type LogLines =
+pub(crate) type LogLines =
     std::iter::Map<std::io::Lines<BufReader<ChildStderr>>, fn(std::io::Result<String>) -> String>;
 
 /// Reads JSON log lines until one has `message == want`.
-pub fn wait_for_log(lines: &mut impl Iterator<Item = String>, want: &str) -> serde_json::Value {
+pub(crate) fn wait_for_log(
+    lines: &mut impl Iterator<Item = String>,
+    want: &str,
+) -> serde_json::Value {
     for line in lines {
         let v: serde_json::Value =
             serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
@@ -40,7 +43,7 @@ pub fn wait_for_log(lines: &mut impl Iterator<Item = String>, want: &str) -> ser
 }
 
 /// A running `inferencecache serve` child, killed on drop.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     pub child: Child,
     pub lines: LogLines,
     pub grpc: String,
@@ -51,7 +54,7 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts the binary on ephemeral loopback ports with JSON logs and
     /// waits until it reports its bound addresses.
-    pub fn start(extra: &[&str]) -> Self {
+    pub(crate) fn start(extra: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .arg("serve")
             .args(EPHEMERAL)
@@ -76,7 +79,7 @@ impl ServerProcess {
     }
 
     /// Sends a signal by name (TERM, INT).
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .args(["-s", sig, &self.child.id().to_string()])
             .status()
@@ -93,7 +96,7 @@ impl Drop for ServerProcess {
 }
 
 /// A minimal HTTP/1.0 GET; returns (status line, body).
-pub fn http_get(addr: &str, path: &str) -> (String, String) {
+pub(crate) fn http_get(addr: &str, path: &str) -> (String, String) {
     let mut conn = std::net::TcpStream::connect(addr).unwrap();
     write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut resp = String::new();
@@ -106,7 +109,7 @@ pub fn http_get(addr: &str, path: &str) -> (String, String) {
 }
 
 /// A minimal HTTP/1.0 request with a body; returns (status line, body).
-pub fn http_send(
+pub(crate) fn http_send(
     addr: &str,
     method: &str,
     path: &str,
@@ -136,7 +139,7 @@ pub fn http_send(
 }
 
 /// Finds a tool: an env override, then the repo's .venv, then PATH.
-pub fn tool(env: &str, venv_name: &str, path_name: &str) -> Option<PathBuf> {
+pub(crate) fn tool(env: &str, venv_name: &str, path_name: &str) -> Option<PathBuf> {
     if let Ok(p) = std::env::var(env) {
         return Some(PathBuf::from(p));
     }
@@ -156,7 +159,7 @@ pub fn tool(env: &str, venv_name: &str, path_name: &str) -> Option<PathBuf> {
 
 /// A missing real part skips its test with a printed reason, unless
 /// INFERENCECACHE_REQUIRE_REAL_PARTS=1 (CI), where it fails.
-pub fn require(name: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+pub(crate) fn require(name: &str, found: Option<PathBuf>) -> Option<PathBuf> {
     if found.is_none() {
         let msg = format!("{name} not found; run .ci/run (or its install step) to install it");
         if std::env::var("INFERENCECACHE_REQUIRE_REAL_PARTS").as_deref() == Ok("1") {
@@ -168,13 +171,16 @@ pub fn require(name: &str, found: Option<PathBuf>) -> Option<PathBuf> {
 }
 
 /// The real grpcurl, if installed.
-pub fn grpcurl() -> Option<PathBuf> {
+pub(crate) fn grpcurl() -> Option<PathBuf> {
     require("grpcurl", tool("GRPCURL", "grpcurl", "grpcurl"))
 }
 
 /// Runs `inferencecache doctor` with `args` and extra environment variables;
 /// (exit code, stdout).
-pub fn run_doctor<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> (i32, String) {
+pub(crate) fn run_doctor<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    env: &[(&str, &str)],
+) -> (i32, String) {
     let out = Command::new(BIN)
         .arg("doctor")
         .args(args)
@@ -188,7 +194,7 @@ pub fn run_doctor<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -
 }
 
 /// The first check of a doctor `--json` report whose name satisfies `matches`.
-pub fn doctor_check<'a>(
+pub(crate) fn doctor_check<'a>(
     report: &'a serde_json::Value,
     what: &str,
     matches: impl Fn(&str) -> bool,

@@ -9,10 +9,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Policy that turns affinity off, so misses are NO_HINT / TENANT_HOT.
-pub const NO_AFFINITY: &str = r#"{"version":7,"policies":[{"namespace":"t","affinityRouting":false,"minimumMatchedTokens":64}]}"#;
+pub(crate) const NO_AFFINITY: &str = r#"{"version":7,"policies":[{"namespace":"t","affinityRouting":false,"minimumMatchedTokens":64}]}"#;
 
 /// A running server.
-pub struct Running {
+pub(crate) struct Running {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub control: SocketAddr,
@@ -21,7 +21,7 @@ pub struct Running {
 }
 
 impl Running {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(ServerConfig::ephemeral()).await
     }
 
@@ -29,13 +29,13 @@ impl Running {
     /// only mode that still answers TENANT_HOT and the scope-wide affinity
     /// pick the hint-parsing tests pin.
     #[allow(dead_code)]
-    pub async fn start_contract() -> Self {
+    pub(crate) async fn start_contract() -> Self {
         let mut config = ServerConfig::ephemeral();
         config.index.ranking = inferencecache_server::core::RankingMode::Contract;
         Self::start_with(config).await
     }
 
-    pub async fn start_with(config: ServerConfig) -> Self {
+    pub(crate) async fn start_with(config: ServerConfig) -> Self {
         let server = Server::bind(&config).await.expect("bind");
         let (grpc, http, control) = (
             server.grpc_addr(),
@@ -67,19 +67,19 @@ impl Running {
         panic!("server did not become ready");
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://{}", self.grpc)
     }
 
     /// A client with a deadline generous enough for a loaded debug build.
-    pub async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         Client::connect(ClientConfig::new(self.endpoint()).lookup_deadline(Duration::from_secs(5)))
             .await
             .expect("connect")
     }
 
     /// Pushes a tenant policy document to the control endpoint.
-    pub async fn policy(&self, body: &str) {
+    pub(crate) async fn policy(&self, body: &str) {
         let r = reqwest::Client::new()
             .post(format!("http://{}/policy", self.control))
             .body(body.to_owned())
@@ -89,7 +89,7 @@ impl Running {
         assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         self.task.await.expect("join").expect("clean shutdown");
     }
@@ -98,7 +98,7 @@ impl Running {
 /// A real server on its own thread and runtime, as a remote server would be:
 /// its CPU-bound work cannot starve the client's runtime (and its timers),
 /// which an in-process server on the test's runtime would.
-pub struct Isolated {
+pub(crate) struct Isolated {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     shutdown: CancellationToken,
@@ -106,7 +106,7 @@ pub struct Isolated {
 }
 
 impl Isolated {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
@@ -139,7 +139,7 @@ impl Isolated {
         }
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://{}", self.grpc)
     }
 }
@@ -154,7 +154,7 @@ impl Drop for Isolated {
 }
 
 /// A state update for tenant `t`, model `m`, scheme `vllm`.
-pub fn update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
+pub(crate) fn update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
     CacheStateUpdate {
         replica_id: replica.into(),
         model_id: "m".into(),
@@ -166,7 +166,7 @@ pub fn update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
 }
 
 /// The chain entry a subscriber would report for `tokens`.
-pub fn chain_entry(tokens: &[u32]) -> PrefixEntry {
+pub(crate) fn chain_entry(tokens: &[u32]) -> PrefixEntry {
     let (block_hashes, block_token_counts) = inferencecache_client::block_hashes(tokens, 16);
     PrefixEntry {
         block_hashes,
@@ -176,7 +176,7 @@ pub fn chain_entry(tokens: &[u32]) -> PrefixEntry {
 }
 
 /// An update whose replica reports a cache hit rate (what makes it "hot").
-pub fn hot_update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
+pub(crate) fn hot_update(replica: &str, prefixes: Vec<PrefixEntry>) -> CacheStateUpdate {
     CacheStateUpdate {
         stats: Some(ReplicaStats {
             hit_rate: 0.8,

@@ -7,33 +7,33 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Base time: 2023-11-14T22:13:20Z in ns.
-pub const T0: i64 = 1_700_000_000_000_000_000;
-pub const MIN: Duration = Duration::from_secs(60);
+pub(crate) const T0: i64 = 1_700_000_000_000_000_000;
+pub(crate) const MIN: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
-pub struct Pol {
+pub(crate) struct Pol {
     pub ttl: RwLock<HashMap<String, Duration>>,
     pub algo: RwLock<HashMap<String, EvictionAlgorithm>>,
     pub quota: RwLock<HashMap<String, i64>>,
 }
 
 impl Pol {
-    pub fn set_ttl(&self, t: &str, d: Duration) {
+    pub(crate) fn set_ttl(&self, t: &str, d: Duration) {
         self.ttl.write().unwrap().insert(t.into(), d);
     }
-    pub fn set_lfu(&self, t: &str) {
+    pub(crate) fn set_lfu(&self, t: &str) {
         self.algo
             .write()
             .unwrap()
             .insert(t.into(), EvictionAlgorithm::Lfu);
     }
-    pub fn set_lru(&self, t: &str) {
+    pub(crate) fn set_lru(&self, t: &str) {
         self.algo
             .write()
             .unwrap()
             .insert(t.into(), EvictionAlgorithm::Lru);
     }
-    pub fn set_quota(&self, t: &str, q: i64) {
+    pub(crate) fn set_quota(&self, t: &str, q: i64) {
         self.quota.write().unwrap().insert(t.into(), q);
     }
 }
@@ -55,18 +55,18 @@ impl PolicyResolver for Pol {
     }
 }
 
-pub struct Env {
+pub(crate) struct Env {
     pub idx: Index,
     pub clock: Arc<ManualClock>,
     pub pol: Arc<Pol>,
 }
 
 impl Env {
-    pub fn new() -> Env {
+    pub(crate) fn new() -> Env {
         Env::with(|c| c)
     }
 
-    pub fn with(f: impl FnOnce(IndexConfig) -> IndexConfig) -> Env {
+    pub(crate) fn with(f: impl FnOnce(IndexConfig) -> IndexConfig) -> Env {
         let clock = Arc::new(ManualClock::new(T0));
         let pol = Arc::new(Pol::default());
         let cfg = IndexConfig::new()
@@ -80,16 +80,16 @@ impl Env {
         }
     }
 
-    pub fn advance(&self, d: Duration) {
+    pub(crate) fn advance(&self, d: Duration) {
         self.clock.advance(d);
     }
 
-    pub fn now_us(&self) -> i64 {
+    pub(crate) fn now_us(&self) -> i64 {
         self.clock.now_ns() / 1000
     }
 
     /// Legacy entries, one per (hash, tokens), timestamp = now.
-    pub fn put(
+    pub(crate) fn put(
         &self,
         tenant: &str,
         model: &str,
@@ -108,7 +108,7 @@ impl Env {
     }
 
     /// One chain entry.
-    pub fn put_chain(
+    pub(crate) fn put_chain(
         &self,
         tenant: &str,
         model: &str,
@@ -121,7 +121,14 @@ impl Env {
         self.idx.ingest(&u)
     }
 
-    pub fn stats(&self, tenant: &str, model: &str, replica: &str, hit_rate: f32, pressure: f32) {
+    pub(crate) fn stats(
+        &self,
+        tenant: &str,
+        model: &str,
+        replica: &str,
+        hit_rate: f32,
+        pressure: f32,
+    ) {
         let mut u = upd(tenant, model, "", replica, vec![]);
         u.stats = Some(ReplicaStatsReport {
             hit_rate,
@@ -131,13 +138,19 @@ impl Env {
         self.idx.ingest(&u);
     }
 
-    pub fn exact(&self, tenant: &str, model: &str, scheme: &str, hash: u64) -> LookupRouteResult {
+    pub(crate) fn exact(
+        &self,
+        tenant: &str,
+        model: &str,
+        scheme: &str,
+        hash: u64,
+    ) -> LookupRouteResult {
         let hb = h(hash);
         self.idx
             .lookup_route(&LookupRequest::<Vec<u8>>::new(tenant, model, scheme).exact(&hb, 0))
     }
 
-    pub fn chain(
+    pub(crate) fn chain(
         &self,
         tenant: &str,
         model: &str,
@@ -150,7 +163,7 @@ impl Env {
             .lookup_route(&LookupRequest::new(tenant, model, scheme).chain(&hs, counts))
     }
 
-    pub fn event(
+    pub(crate) fn event(
         &self,
         kind: EventKind,
         tenant: &str,
@@ -171,11 +184,11 @@ impl Env {
     }
 }
 
-pub fn h(n: u64) -> Vec<u8> {
+pub(crate) fn h(n: u64) -> Vec<u8> {
     n.to_be_bytes().to_vec()
 }
 
-pub fn upd(
+pub(crate) fn upd(
     tenant: &str,
     model: &str,
     scheme: &str,
@@ -194,7 +207,7 @@ pub fn upd(
     }
 }
 
-pub fn legacy(hash: u64, tokens: i32) -> PrefixEntry {
+pub(crate) fn legacy(hash: u64, tokens: i32) -> PrefixEntry {
     PrefixEntry {
         prefix_hash: h(hash),
         token_count: tokens,
@@ -202,7 +215,7 @@ pub fn legacy(hash: u64, tokens: i32) -> PrefixEntry {
     }
 }
 
-pub fn chain(hashes: &[u64], counts: &[i32]) -> PrefixEntry {
+pub(crate) fn chain(hashes: &[u64], counts: &[i32]) -> PrefixEntry {
     PrefixEntry {
         block_hashes: hashes.iter().map(|&x| h(x)).collect(),
         block_token_counts: counts.to_vec(),
@@ -210,11 +223,11 @@ pub fn chain(hashes: &[u64], counts: &[i32]) -> PrefixEntry {
     }
 }
 
-pub fn ids(r: &LookupRouteResult) -> Vec<String> {
+pub(crate) fn ids(r: &LookupRouteResult) -> Vec<String> {
     r.scores.iter().map(|s| s.replica_id.to_string()).collect()
 }
 
-pub fn score_of(r: &LookupRouteResult, replica: &str) -> f32 {
+pub(crate) fn score_of(r: &LookupRouteResult, replica: &str) -> f32 {
     r.scores
         .iter()
         .find(|s| &*s.replica_id == replica)
@@ -222,6 +235,6 @@ pub fn score_of(r: &LookupRouteResult, replica: &str) -> f32 {
         .unwrap()
 }
 
-pub fn approx(a: f32, b: f32) -> bool {
+pub(crate) fn approx(a: f32, b: f32) -> bool {
     (a - b).abs() <= 1e-4 * b.abs().max(1.0)
 }

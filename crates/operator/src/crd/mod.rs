@@ -96,7 +96,7 @@ pub(crate) mod schema {
     use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
     /// `conditions[]`: a map-list keyed by `type`, like metav1 conditions.
-    pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
+    pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
         let item = generator.subschema_for::<Condition>();
         json_schema!({
             "type": "array",
@@ -108,17 +108,17 @@ pub(crate) mod schema {
 
     /// An RFC 3339 timestamp kept as a string (the server's `/snapshot`
     /// already writes them that way).
-    pub fn date_time(_: &mut SchemaGenerator) -> Schema {
+    pub(crate) fn date_time(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "string", "format": "date-time"})
     }
 
     /// An optional RFC 3339 timestamp.
-    pub fn opt_date_time(_: &mut SchemaGenerator) -> Schema {
+    pub(crate) fn opt_date_time(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "string", "format": "date-time", "nullable": true})
     }
 
     /// A map-list of `T` keyed by `key`.
-    pub fn map_list<T: JsonSchema>(generator: &mut SchemaGenerator, key: &str) -> Schema {
+    pub(crate) fn map_list<T: JsonSchema>(generator: &mut SchemaGenerator, key: &str) -> Schema {
         let item = generator.subschema_for::<T>();
         json_schema!({
             "type": "array",
@@ -129,7 +129,7 @@ pub(crate) mod schema {
     }
 
     /// `matchLabels`-style string maps.
-    pub fn string_map(_: &mut SchemaGenerator) -> Schema {
+    pub(crate) fn string_map(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "object", "additionalProperties": {"type": "string"}})
     }
 }

@@ -13,7 +13,7 @@ pub const MAX_PROMPT_TEXT_BYTES: usize = 1 << 20;
 /// The chain a lookup uses: the request's own hashes, or hashes the server
 /// computed from tokens.
 #[derive(Debug)]
-pub enum ChainHashes<'a> {
+pub(super) enum ChainHashes<'a> {
     /// From `block_hashes` (borrowed).
     Request(&'a [bytes::Bytes]),
     /// Fingerprinted from `token_ids` / `prompt_text`.
@@ -22,7 +22,7 @@ pub enum ChainHashes<'a> {
 
 /// The resolved fingerprint of a request.
 #[derive(Debug)]
-pub struct Resolved<'a> {
+pub(super) struct Resolved<'a> {
     /// Exact (legacy) key; empty when absent.
     pub exact_hash: ExactHash<'a>,
     /// Tokens of the exact key.
@@ -37,7 +37,7 @@ pub struct Resolved<'a> {
 
 /// Exact key bytes: borrowed from the request or computed.
 #[derive(Debug)]
-pub enum ExactHash<'a> {
+pub(super) enum ExactHash<'a> {
     /// `prefix_hash` of the request (may be empty).
     Request(&'a [u8]),
     /// Last block hash of a computed chain.
@@ -46,7 +46,7 @@ pub enum ExactHash<'a> {
 
 impl ExactHash<'_> {
     /// The key bytes.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(super) fn as_bytes(&self) -> &[u8] {
         match self {
             Self::Request(b) => b,
             Self::Computed(b) => b,
@@ -56,7 +56,7 @@ impl ExactHash<'_> {
 
 /// Chain token counts: borrowed or computed.
 #[derive(Debug)]
-pub enum Counts<'a> {
+pub(super) enum Counts<'a> {
     /// `block_token_counts` of the request.
     Request(&'a [i32]),
     /// One count per computed block.
@@ -65,7 +65,7 @@ pub enum Counts<'a> {
 
 impl Counts<'_> {
     /// The counts.
-    pub fn as_slice(&self) -> &[i32] {
+    pub(super) fn as_slice(&self) -> &[i32] {
         match self {
             Self::Request(c) => c,
             Self::Computed(c) => c,
@@ -86,7 +86,7 @@ impl<'a> Resolved<'a> {
 
     /// Tokens the prompt is known to cover: the chain's sum if there is a
     /// chain, else the exact count.
-    pub fn effective_prefix_tokens(&self) -> i64 {
+    pub(super) fn effective_prefix_tokens(&self) -> i64 {
         let counts = self.counts.as_slice();
         if counts.is_empty() {
             i64::from(self.exact_count)
@@ -96,7 +96,7 @@ impl<'a> Resolved<'a> {
     }
 
     /// Drops the chain (chain matching disabled by policy).
-    pub fn clear_chain(&mut self) {
+    pub(super) fn clear_chain(&mut self) {
         self.chain = ChainHashes::Request(&[]);
         self.counts = Counts::Request(&[]);
     }
@@ -104,13 +104,13 @@ impl<'a> Resolved<'a> {
 
 /// Why resolution failed open (the response is NO_HINT, echoing tokens if any).
 #[derive(Debug, Default)]
-pub struct FailOpen {
+pub(super) struct FailOpen {
     /// Tokens produced before failing (prompt_text sub-block case).
     pub echo_tokens: Vec<u32>,
 }
 
 /// Fingerprints tokens into a resolved chain + exact key (last block).
-pub fn from_tokens<'a>(
+pub(super) fn from_tokens<'a>(
     tokens: &[u32],
     block_size: u32,
     chain_enabled: bool,
@@ -140,7 +140,7 @@ pub fn from_tokens<'a>(
 }
 
 /// What input a request carries, after the chain-matching switch.
-pub enum Input<'a> {
+pub(super) enum Input<'a> {
     /// Resolved without tokenization.
     Ready(Resolved<'a>),
     /// Needs the tokenizer.
@@ -150,7 +150,11 @@ pub enum Input<'a> {
 }
 
 /// Resolves everything that needs no tokenizer.
-pub fn resolve<'a>(req: &RouteRequest<'a>, block_size: u32, chain_enabled: bool) -> Input<'a> {
+pub(super) fn resolve<'a>(
+    req: &RouteRequest<'a>,
+    block_size: u32,
+    chain_enabled: bool,
+) -> Input<'a> {
     let has_chain = req.has_chain();
     let mut ignored_chain = false;
     if !chain_enabled {

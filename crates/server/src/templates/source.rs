@@ -11,10 +11,10 @@ use inferencecache_control_api::templates::{PromptTemplate, SlotKind as WireSlot
 use std::path::{Path, PathBuf};
 
 /// Most bytes of one template file (the `/policy` body limit).
-pub const MAX_TEMPLATE_FILE_BYTES: usize = crate::policy::MAX_POLICY_BODY_BYTES;
+pub(super) const MAX_TEMPLATE_FILE_BYTES: usize = crate::policy::MAX_POLICY_BODY_BYTES;
 
 /// Most template files one directory may hold.
-pub const MAX_TEMPLATE_FILES: usize = 4096;
+pub(super) const MAX_TEMPLATE_FILES: usize = 4096;
 
 fn compile(t: PromptTemplate) -> Result<(String, CompiledTemplate), String> {
     let slots = t

@@ -119,7 +119,7 @@ fn now_ms() -> i64 {
 }
 
 /// Builds the document (blocking: takes an index snapshot).
-pub fn build(core: &Core, ready: bool) -> UiState {
+pub(super) fn build(core: &Core, ready: bool) -> UiState {
     let snap = core.index.snapshot();
     let policies = core.policies.current();
     let replicas = snap

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// A certificate authority.
-pub struct Ca {
+pub(crate) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Ca {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.distinguished_name.push(DnType::CommonName, name);
@@ -20,12 +20,12 @@ impl Ca {
         }
     }
 
-    pub fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.issuer.pem()
     }
 
     /// A leaf for `localhost` / 127.0.0.1: (cert PEM, key PEM).
-    pub fn leaf(&self) -> (String, String) {
+    pub(crate) fn leaf(&self) -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let p =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
@@ -35,7 +35,7 @@ impl Ca {
 
     /// A client leaf with subject CN `cn` and, if given, a URI SAN
     /// (e.g. `spiffe://cluster.local/ns/team-a/sa/sidecar`).
-    pub fn client(&self, cn: &str, uri: Option<&str>) -> (String, String) {
+    pub(crate) fn client(&self, cn: &str, uri: Option<&str>) -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.distinguished_name.push(DnType::CommonName, cn);
@@ -49,15 +49,15 @@ impl Ca {
 }
 
 /// A scratch directory removed on drop.
-pub struct Dir(pub PathBuf);
+pub(crate) struct Dir(pub PathBuf);
 
 impl Dir {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let d = std::env::temp_dir().join(format!("ic-tls-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         Self(d)
     }
-    pub fn path(&self, f: &str) -> PathBuf {
+    pub(crate) fn path(&self, f: &str) -> PathBuf {
         self.0.join(f)
     }
 }
@@ -70,14 +70,14 @@ impl Drop for Dir {
 
 /// Writes a file and pushes its mtime forward, so a rewrite within the same
 /// clock tick still counts as a change.
-pub fn write_newer(path: &Path, body: &str, ahead: Duration) {
+pub(crate) fn write_newer(path: &Path, body: &str, ahead: Duration) {
     std::fs::write(path, body).unwrap();
     let f = std::fs::File::options().write(true).open(path).unwrap();
     f.set_modified(SystemTime::now() + ahead).unwrap();
 }
 
 /// Server TLS files in `dir` signed by `ca`, with `client_ca` for mTLS.
-pub fn server_files(
+pub(crate) fn server_files(
     dir: &Dir,
     ca: &Ca,
     client_ca: Option<&Ca>,
@@ -97,7 +97,7 @@ pub fn server_files(
 }
 
 /// A TLS channel to `addr` trusting `trust`, presenting `identity`.
-pub async fn channel(
+pub(crate) async fn channel(
     addr: std::net::SocketAddr,
     trust: &Ca,
     identity: Option<(String, String)>,

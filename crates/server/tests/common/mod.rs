@@ -1,7 +1,7 @@
 //! Boots a real server on ephemeral loopback ports for a test.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod certs;
+pub(crate) mod certs;
 
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::{Server, ServerConfig};
@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 /// A running server and handles to reach and stop it.
-pub struct Running {
+pub(crate) struct Running {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub control: SocketAddr,
@@ -21,19 +21,19 @@ pub struct Running {
 }
 
 impl Running {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(ServerConfig::ephemeral()).await
     }
 
     /// A server started with `--ranking contract`: the reference's ranking
     /// and affinity, for the tests that pin them.
-    pub async fn start_contract() -> Self {
+    pub(crate) async fn start_contract() -> Self {
         let mut config = ServerConfig::ephemeral();
         config.index.ranking = inferencecache_server::core::RankingMode::Contract;
         Self::start_with(config).await
     }
 
-    pub async fn start_with(config: ServerConfig) -> Self {
+    pub(crate) async fn start_with(config: ServerConfig) -> Self {
         let server = Server::bind(&config).await.expect("bind");
         let (grpc, http, control) = (
             server.grpc_addr(),
@@ -67,12 +67,12 @@ impl Running {
         panic!("server did not become ready");
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.http)
     }
 
     /// The public `/metrics` body.
-    pub async fn metrics_text(&self) -> String {
+    pub(crate) async fn metrics_text(&self) -> String {
         reqwest::get(self.url("/metrics"))
             .await
             .unwrap()
@@ -81,11 +81,11 @@ impl Running {
             .unwrap()
     }
 
-    pub fn control_url(&self, path: &str) -> String {
+    pub(crate) fn control_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.control)
     }
 
-    pub async fn channel(&self) -> Channel {
+    pub(crate) async fn channel(&self) -> Channel {
         Channel::from_shared(format!("http://{}", self.grpc))
             .unwrap()
             .connect()
@@ -93,11 +93,11 @@ impl Running {
             .expect("connect")
     }
 
-    pub async fn client(&self) -> InferenceCacheClient<Channel> {
+    pub(crate) async fn client(&self) -> InferenceCacheClient<Channel> {
         InferenceCacheClient::new(self.channel().await)
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         self.task.await.expect("join").expect("clean shutdown");
     }
@@ -105,7 +105,7 @@ impl Running {
 
 /// Sends one `ReportCacheState` stream of `updates` and checks it was accepted.
 #[allow(dead_code)] // not every test binary that includes `common` reports
-pub async fn report(
+pub(crate) async fn report(
     c: &mut InferenceCacheClient<Channel>,
     updates: Vec<inferencecache_proto::v1alpha1::CacheStateUpdate>,
 ) {

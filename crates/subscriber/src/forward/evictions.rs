@@ -44,7 +44,7 @@ pub(super) struct Evictions {
 }
 
 impl Evictions {
-    pub fn new(
+    pub(super) fn new(
         client: ServerClient,
         identity: Identity,
         timeout: Duration,
@@ -65,12 +65,12 @@ impl Evictions {
     }
 
     /// Evictions not acknowledged yet (waiting or in flight).
-    pub fn backlog(&self) -> usize {
+    pub(super) fn backlog(&self) -> usize {
         self.waiting.len() + self.in_flight.len()
     }
 
     /// Queues evictions and starts calls up to the in-flight limit.
-    pub fn extend(&mut self, evicts: impl IntoIterator<Item = PrefixEviction>) {
+    pub(super) fn extend(&mut self, evicts: impl IntoIterator<Item = PrefixEviction>) {
         for e in evicts {
             let key = (e.prefix_hash, e.adapter.clone());
             if self.waiting.insert(key.clone(), e).is_none() {
@@ -82,7 +82,7 @@ impl Evictions {
 
     /// Starts calls up to the in-flight limit (after a drain, which starts
     /// none).
-    pub fn resume(&mut self) {
+    pub(super) fn resume(&mut self) {
         self.fill();
         self.sync_gauge();
     }
@@ -96,7 +96,7 @@ impl Evictions {
     /// A report of `key` is about to be sent. Drops its eviction if it is
     /// still waiting (the re-store supersedes it); returns whether one is in
     /// flight, which the report must wait for.
-    pub fn supersede(&mut self, key: &Key) -> bool {
+    pub(super) fn supersede(&mut self, key: &Key) -> bool {
         if self.waiting.remove(key).is_some() {
             self.metrics.evictions_superseded.inc();
             self.sync_gauge();
@@ -105,7 +105,7 @@ impl Evictions {
     }
 
     /// Drops every waiting eviction (an `ALL_CLEARED` supersedes them).
-    pub fn supersede_all(&mut self) {
+    pub(super) fn supersede_all(&mut self) {
         self.metrics
             .evictions_superseded
             .inc_by(self.waiting.len() as u64);
@@ -117,7 +117,7 @@ impl Evictions {
 
     /// Forgets everything, calls in flight included; returns how many
     /// evictions were dropped (a resync repairs them).
-    pub fn discard(&mut self) -> u64 {
+    pub(super) fn discard(&mut self) -> u64 {
         let n = self.backlog() as u64;
         self.order.clear();
         self.waiting.clear();
@@ -129,7 +129,7 @@ impl Evictions {
 
     /// The next call to end, then refills; never resolves with none in
     /// flight (so it can sit in a `select!`).
-    pub async fn next(&mut self) -> Result<(), SendFailed> {
+    pub(super) async fn next(&mut self) -> Result<(), SendFailed> {
         let Some((key, result)) = self.calls.next().await else {
             return std::future::pending().await;
         };
@@ -140,7 +140,7 @@ impl Evictions {
     }
 
     /// Waits for every call in flight, starting no new ones.
-    pub async fn drain_in_flight(&mut self) -> Result<(), SendFailed> {
+    pub(super) async fn drain_in_flight(&mut self) -> Result<(), SendFailed> {
         while let Some((key, result)) = self.calls.next().await {
             self.in_flight.remove(&key);
             self.sync_gauge();
@@ -150,7 +150,7 @@ impl Evictions {
     }
 
     /// Waits until nothing is left (shutdown).
-    pub async fn drain_all(&mut self) -> Result<(), SendFailed> {
+    pub(super) async fn drain_all(&mut self) -> Result<(), SendFailed> {
         while self.backlog() > 0 {
             self.fill();
             self.drain_in_flight().await?;

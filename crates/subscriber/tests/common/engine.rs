@@ -16,7 +16,7 @@ use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 
 type Buffer = Arc<Mutex<Vec<(u64, Bytes)>>>;
 
-pub struct FakeEngine {
+pub(crate) struct FakeEngine {
     topic: &'static str,
     publisher: PubSocket,
     buffer: Buffer,
@@ -29,7 +29,7 @@ impl FakeEngine {
     /// A one-rank sidecar reading this engine (live and replay) and reporting
     /// to `server` as `replica` of model "m", tenant "t", with a short window
     /// and fast reconnects, so tests wait milliseconds, not seconds.
-    pub fn sidecar_config(
+    pub(crate) fn sidecar_config(
         &self,
         server: std::net::SocketAddr,
         replica: &str,
@@ -69,7 +69,7 @@ impl FakeEngine {
     /// Binds PUB and ROUTER on ephemeral loopback ports. With
     /// `answer_replays: false` the ROUTER stays silent, as an engine does
     /// for a request it cannot parse.
-    pub async fn start(topic: &'static str, answer_replays: bool) -> Self {
+    pub(crate) async fn start(topic: &'static str, answer_replays: bool) -> Self {
         let mut publisher = PubSocket::new();
         let pub_endpoint = publisher
             .bind("tcp://127.0.0.1:0")
@@ -126,14 +126,14 @@ impl FakeEngine {
     }
 
     /// The sequence number the next publish gets.
-    pub fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.next_seq
     }
 
     /// Publishes one payload with the next sequence number; `delivered:
     /// false` drops it on the wire (it stays replayable), like a message
     /// lost to the high-water mark.
-    pub async fn publish_raw(&mut self, payload: Bytes, delivered: bool) -> u64 {
+    pub(crate) async fn publish_raw(&mut self, payload: Bytes, delivered: bool) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.buffer.lock().unwrap().push((seq, payload.clone()));
@@ -152,7 +152,7 @@ impl FakeEngine {
     }
 
     /// Drops the PUB socket (connections break) and binds a new one on the same port.
-    pub async fn rebind_publisher(&mut self) {
+    pub(crate) async fn rebind_publisher(&mut self) {
         let old = std::mem::replace(&mut self.publisher, PubSocket::new());
         let _ = old.close().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -160,7 +160,7 @@ impl FakeEngine {
     }
 
     /// A new engine process: sequence back to 0, replay buffer empty.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.next_seq = 0;
         self.buffer.lock().unwrap().clear();
     }

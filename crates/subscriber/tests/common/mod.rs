@@ -5,55 +5,55 @@
 
 use rmpv::Value;
 
-pub fn s(v: &str) -> Value {
+pub(crate) fn s(v: &str) -> Value {
     Value::from(v)
 }
 
-pub fn u(v: u64) -> Value {
+pub(crate) fn u(v: u64) -> Value {
     Value::from(v)
 }
 
-pub fn i(v: i64) -> Value {
+pub(crate) fn i(v: i64) -> Value {
     Value::from(v)
 }
 
-pub fn bin(v: &[u8]) -> Value {
+pub(crate) fn bin(v: &[u8]) -> Value {
     Value::Binary(v.to_vec())
 }
 
-pub fn nil() -> Value {
+pub(crate) fn nil() -> Value {
     Value::Nil
 }
 
-pub fn arr(items: Vec<Value>) -> Value {
+pub(crate) fn arr(items: Vec<Value>) -> Value {
     Value::Array(items)
 }
 
-pub fn map(pairs: Vec<(&str, Value)>) -> Value {
+pub(crate) fn map(pairs: Vec<(&str, Value)>) -> Value {
     Value::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
 }
 
-pub fn tokens(range: std::ops::Range<u32>) -> Value {
+pub(crate) fn tokens(range: std::ops::Range<u32>) -> Value {
     arr(range.map(|t| u(u64::from(t))).collect())
 }
 
-pub fn hashes_u64(hs: &[u64]) -> Value {
+pub(crate) fn hashes_u64(hs: &[u64]) -> Value {
     arr(hs.iter().map(|&h| u(h)).collect())
 }
 
-pub fn encode(v: &Value) -> Vec<u8> {
+pub(crate) fn encode(v: &Value) -> Vec<u8> {
     let mut buf = Vec::new();
     rmpv::encode::write_value(&mut buf, v).unwrap();
     buf
 }
 
 /// A vLLM ≥ 0.26 batch: positional envelope, tagged-map events.
-pub fn vllm_batch(ts: f64, events: Vec<Value>) -> Vec<u8> {
+pub(crate) fn vllm_batch(ts: f64, events: Vec<Value>) -> Vec<u8> {
     encode(&arr(vec![Value::F64(ts), arr(events), u(0)]))
 }
 
 /// A vLLM ≥ 0.26 `BlockStored` map with the fields 0.33 always sends.
-pub fn vllm_stored(
+pub(crate) fn vllm_stored(
     hashes: &[u64],
     parent: Option<u64>,
     toks: std::ops::Range<u32>,
@@ -71,7 +71,7 @@ pub fn vllm_stored(
     ])
 }
 
-pub fn vllm_removed(hashes: &[u64], medium: &str) -> Value {
+pub(crate) fn vllm_removed(hashes: &[u64], medium: &str) -> Value {
     map(vec![
         ("type", s("BlockRemoved")),
         ("block_hashes", hashes_u64(hashes)),

@@ -16,7 +16,7 @@ use inferencecache_subscriber::{
 const MAX_DEPTH: usize = 32;
 
 /// Decodes one `EventBatch` payload. Never panics, whatever the input.
-pub fn decode_batch_with(payload: &[u8], options: DecodeOptions) -> DecodedBatch {
+pub(crate) fn decode_batch_with(payload: &[u8], options: DecodeOptions) -> DecodedBatch {
     let mut out = DecodedBatch::default();
     let mut rd = payload;
     let root = match read_value_ref_with_max_depth(&mut rd, MAX_DEPTH) {

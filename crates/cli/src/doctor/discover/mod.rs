@@ -27,13 +27,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The label config/server puts on the server's Service and Deployment.
-pub const SERVER_LABEL: &str = "app.kubernetes.io/name=inference-cache-server";
+pub(super) const SERVER_LABEL: &str = "app.kubernetes.io/name=inference-cache-server";
 /// The label config/operator puts on the operator's Deployment.
-pub const OPERATOR_LABEL: &str = "app.kubernetes.io/name=inference-cache-controller";
+pub(super) const OPERATOR_LABEL: &str = "app.kubernetes.io/name=inference-cache-controller";
 
 /// What discovery needs from the flags.
 #[derive(Debug)]
-pub struct Options {
+pub(super) struct Options {
     /// Kubeconfig file; `None`: KUBECONFIG, ~/.kube/config, in-cluster.
     pub kubeconfig: Option<PathBuf>,
     /// Context to use instead of the current one.
@@ -55,7 +55,7 @@ pub struct Options {
 
 /// The server's addresses (HOST:PORT each).
 #[derive(Debug, Clone)]
-pub struct Server {
+pub(super) struct Server {
     /// gRPC.
     pub grpc: String,
     /// Public HTTP listener.
@@ -69,7 +69,7 @@ pub struct Server {
 
 /// A sidecar found in a pod.
 #[derive(Debug, Clone)]
-pub struct Sidecar {
+pub(super) struct Sidecar {
     /// `namespace/pod`, for check names.
     pub label: String,
     /// Its HTTP base URL.
@@ -80,7 +80,7 @@ pub struct Sidecar {
 
 /// Everything discovery found, and its checks.
 #[derive(Debug, Default)]
-pub struct Found {
+pub(super) struct Found {
     /// The `kube.*` checks, in order.
     pub checks: Vec<Check>,
     /// The server, when its Service was found.
@@ -153,7 +153,7 @@ async fn connect(o: &Options) -> Result<(Client, String), String> {
 }
 
 /// Runs discovery.
-pub async fn run(o: &Options) -> Found {
+pub(super) async fn run(o: &Options) -> Found {
     let mut found = Found::default();
     let (client, url) = match connect(o).await {
         Ok(c) => c,
