@@ -252,8 +252,8 @@ fn every_dashboard_query_and_alert_expression_returns_data() {
     assert!(status.contains("204"), "{status}");
     let mut eng_t = engine::Publisher::start(&py);
     let mut eng_u = engine::Publisher::start(&py);
-    let side_t = engine::subscribe_as(&eng_t, "engine-t", "t", &grpc, &[]);
-    let side_u = engine::subscribe_as(&eng_u, "engine-u", "u", &grpc, &[]);
+    let side_t = engine::subscribe_as(&eng_t, "engine-t", "m", "t", &grpc, &[]);
+    let side_u = engine::subscribe_as(&eng_u, "engine-u", "m", "u", &grpc, &[]);
     for chunk in 0..6u64 {
         let base = 1 + chunk * 50;
         let parent = (chunk > 0).then(|| base - 1);

@@ -10,7 +10,6 @@ mod engine;
 
 use common::{http_get, http_send};
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 /// Runs doctor with `args`; (exit code, stdout).
@@ -176,29 +175,7 @@ fn tls_mismatch_names_the_mode_to_use() {
     let dir = std::env::temp_dir().join(format!("doctor-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let ok = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    common::self_signed_cert(&cert, &key, "localhost", "IP:127.0.0.1,DNS:localhost");
 
     // A TLS server dialled in plaintext.
     let tls_server = engine::serve(&[

@@ -22,7 +22,6 @@ use inferencecache_operator::webhook::inject::{Decision, InjectConfig, decide};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use std::process::Command;
 use std::time::Duration;
 
 const SYSTEM: &str = "inference-cache-system";
@@ -232,27 +231,14 @@ async fn discovers_server_operator_and_sidecar_and_every_check_passes() {
     );
     assert!(status.contains("204"), "{status}");
     let mut eng = engine::Publisher::start(&py);
-    let sidecar = engine::Proc::start(&[
-        "subscribe",
-        "--replica-id",
+    let sidecar = engine::subscribe_as(
+        &eng,
         "vllm-qwen-0",
-        "--model-id",
         MODEL,
-        "--tenant-id",
         TENANT,
-        "--engine-endpoint",
-        &eng.pub_endpoint,
-        "--replay-endpoint",
-        &eng.replay_endpoint,
-        "--server",
         &server.addr("grpc_addr"),
-        "--window",
-        "20ms",
-        "--http-bind-address",
-        "127.0.0.1:0",
-        "--engine-metrics-url",
-        "",
-    ]);
+        &[],
+    );
     eng.store(1, 4, None, 0);
     let bearer = format!(
         "Bearer {}",
@@ -529,38 +515,11 @@ async fn a_tls_deployment_is_dialled_with_tls_against_its_service_name() {
     // cert-manager Certificate issues it: dialled at 127.0.0.1, it verifies
     // only if doctor checks it against the discovered Service name.
     let (cert, key) = (cluster.path("tls.crt"), cluster.path("tls.key"));
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args([
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=inference-cache-server",
-        ])
-        .args([
-            "-addext",
-            &format!("subjectAltName=DNS:{SVC}.{SYSTEM}.svc"),
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::self_signed_cert(
+        &cert,
+        &key,
+        "inference-cache-server",
+        &format!("DNS:{SVC}.{SYSTEM}.svc"),
     );
     let server = engine::serve(&[
         "--tls-cert-file",

@@ -768,9 +768,9 @@ fn build_event(
     }
 }
 
-/// One write of a batch: the index's form, applied to the model at once
-/// (without budgets). Returns the write and the tenant whose quota the
-/// batch's end must enforce (stores only).
+/// One write in the index's form, applied to the model at once (without
+/// budgets). Returns the write and the tenant whose quota a batch's end must
+/// enforce (stores only). Single events use it too.
 fn batch_write(model: &mut Model, op: &Op) -> (Result<CacheUpdate, CacheEvent>, Option<String>) {
     match *op {
         Op::Ingest {
@@ -916,85 +916,12 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
                     step
                 );
             }
-            Op::Evict {
-                t,
-                m,
-                r,
-                h,
-                adapter,
-            } => {
-                e.idx.apply_event(&CacheEvent {
-                    kind: EventKind::PrefixEvicted,
-                    replica_id: REPLICAS[r].into(),
-                    model_id: MODELS[m].into(),
-                    tenant_id: TENANTS[t].into(),
-                    prefix_hash: hb(Some(h)),
-                    timestamp_us: 0,
-                    adapter_id: ADAPTERS[adapter].into(),
-                });
-                let keys: Vec<Key> = model
-                    .entries
-                    .keys()
-                    .filter(|k| {
-                        k.0 == TENANTS[t]
-                            && k.1 == MODELS[m]
-                            && k.4 == hb(Some(h))
-                            && (adapter == 0 || k.3 == ADAPTERS[adapter])
-                    })
-                    .cloned()
-                    .collect();
-                for k in keys {
-                    model.remove(&k, REPLICAS[r]);
+            op @ (Op::Evict { .. } | Op::Clear { .. } | Op::Updated { .. } | Op::Added { .. }) => {
+                // The model's side is the batch driver's; the index gets the
+                // event on its own.
+                if let (Err(event), _) = batch_write(&mut model, &op) {
+                    e.idx.apply_event(&event);
                 }
-            }
-            Op::Clear { t, m, r } => {
-                e.event(
-                    EventKind::AllCleared,
-                    TENANTS[t],
-                    MODELS[m],
-                    REPLICAS[r],
-                    None,
-                    "x",
-                );
-                let keys: Vec<Key> = model
-                    .entries
-                    .keys()
-                    .filter(|k| k.0 == TENANTS[t] && k.1 == MODELS[m])
-                    .cloned()
-                    .collect();
-                for k in keys {
-                    model.remove(&k, REPLICAS[r]);
-                }
-                model
-                    .stats
-                    .remove(&(TENANTS[t].into(), MODELS[m].into(), REPLICAS[r].into()));
-            }
-            Op::Updated { t, m, r } => {
-                e.event(
-                    EventKind::ReplicaUpdated,
-                    TENANTS[t],
-                    MODELS[m],
-                    REPLICAS[r],
-                    None,
-                    "",
-                );
-                if let Some(s) =
-                    model
-                        .stats
-                        .get_mut(&(TENANTS[t].into(), MODELS[m].into(), REPLICAS[r].into()))
-                {
-                    s.last_seen = model.now;
-                }
-            }
-            Op::Added { t, m, r, h } => {
-                e.event(
-                    EventKind::PrefixAdded,
-                    TENANTS[t],
-                    MODELS[m],
-                    REPLICAS[r],
-                    Some(h as u64),
-                    "",
-                );
             }
             Op::Batch(items) => {
                 let mut writes = Vec::new();

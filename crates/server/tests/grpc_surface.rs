@@ -68,14 +68,7 @@ async fn every_other_rpc_answers_its_fail_open_default() {
         .into_inner();
     assert_eq!(r.reason_code, "NO_HINT");
 
-    let r = c
-        .get_cache_state(GetCacheStateRequest {
-            model_id: "m".into(),
-            tenant_id: "t".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = common::cache_state(&mut c, "m", "t").await;
     assert!(r.replicas.is_empty());
     assert_eq!(
         r.summary,
@@ -129,14 +122,7 @@ async fn a_report_stream_is_applied_whole_across_windows() {
         ..Default::default()
     });
     common::report(&mut c, updates.collect()).await;
-    let state = c
-        .get_cache_state(GetCacheStateRequest {
-            model_id: "m".into(),
-            tenant_id: "t".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let state = common::cache_state(&mut c, "m", "t").await;
     assert_eq!(state.summary.unwrap().total_prefixes, 200);
     s.stop().await;
 }

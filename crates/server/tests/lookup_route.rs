@@ -515,14 +515,7 @@ async fn probe_tenant_is_unreachable_through_the_public_contract() {
     let mut u = update("r1", vec![entry(h(1), 128)]);
     u.tenant_id = probe.into();
     report(&mut c, vec![u]).await;
-    let st = c
-        .get_cache_state(GetCacheStateRequest {
-            model_id: "m".into(),
-            tenant_id: probe.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let st = common::cache_state(&mut c, "m", probe).await;
     assert!(st.replicas.is_empty());
     assert_eq!(st.summary.unwrap().total_prefixes, 0);
     let r = lookup(
@@ -564,14 +557,7 @@ async fn get_cache_state_aggregates_stats_prefixes_and_lfu_hot_prefixes() {
         lookup(&mut c, exact(h(1), 128)).await.reason_code,
         "PREFIX_MATCH"
     );
-    let st = c
-        .get_cache_state(GetCacheStateRequest {
-            model_id: "m".into(),
-            tenant_id: "t".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let st = common::cache_state(&mut c, "m", "t").await;
     let summary = st.summary.unwrap();
     assert_eq!(summary.total_prefixes, 3);
     assert_eq!(summary.hot_prefixes, 1, "one delivered LFU hit");

@@ -10,8 +10,7 @@ use common::Running;
 use common::certs::{Ca, Dir, channel, server_files};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{
-    CacheEvent, CacheStateUpdate, GetCacheStateRequest, LookupRouteRequest, PrefixEntry,
-    cache_event,
+    CacheEvent, CacheStateUpdate, LookupRouteRequest, PrefixEntry, cache_event,
 };
 use inferencecache_server::ServerConfig;
 use inferencecache_server::producer::ratelimit::Limits;
@@ -75,16 +74,11 @@ fn update(tenant: &str, replica: &str, first: u32, blocks: u32) -> CacheStateUpd
 }
 
 async fn prefixes(c: &mut InferenceCacheClient<Channel>, tenant: &str) -> i64 {
-    c.get_cache_state(GetCacheStateRequest {
-        model_id: "m".into(),
-        tenant_id: tenant.into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .summary
-    .unwrap()
-    .total_prefixes
+    common::cache_state(c, "m", tenant)
+        .await
+        .summary
+        .unwrap()
+        .total_prefixes
 }
 
 async fn report(

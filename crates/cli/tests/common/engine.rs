@@ -196,13 +196,14 @@ pub(crate) fn subscribe(
     server_grpc: &str,
     extra: &[&str],
 ) -> Proc {
-    subscribe_as(engine, replica, "t", server_grpc, extra)
+    subscribe_as(engine, replica, "m", "t", server_grpc, extra)
 }
 
-/// As [`subscribe`], under another tenant.
+/// As [`subscribe`], for another model and tenant.
 pub(crate) fn subscribe_as(
     engine: &Publisher,
     replica: &str,
+    model: &str,
     tenant: &str,
     server_grpc: &str,
     extra: &[&str],
@@ -212,7 +213,7 @@ pub(crate) fn subscribe_as(
         "--replica-id",
         replica,
         "--model-id",
-        "m",
+        model,
         "--tenant-id",
         tenant,
         "--engine-endpoint",

@@ -206,3 +206,31 @@ pub(crate) fn doctor_check<'a>(
         .find(|c| c["name"].as_str().is_some_and(&matches))
         .unwrap_or_else(|| panic!("no check {what} in {report:#}"))
 }
+
+/// Writes a self-signed P-256 server certificate for `/CN={cn}` with
+/// `subjectAltName={san}`, valid for a day, made by openssl.
+pub(crate) fn self_signed_cert(cert: &std::path::Path, key: &std::path::Path, cn: &str, san: &str) {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", &format!("/CN={cn}")])
+        .args(["-addext", &format!("subjectAltName={san}")])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -116,3 +116,19 @@ pub(crate) async fn report(
         .into_inner();
     assert!(ack.accepted);
 }
+
+/// `GetCacheState` for (`model`, `tenant`).
+#[allow(dead_code)] // not every test binary that includes `common` reads state
+pub(crate) async fn cache_state(
+    c: &mut InferenceCacheClient<Channel>,
+    model: &str,
+    tenant: &str,
+) -> inferencecache_proto::v1alpha1::GetCacheStateResponse {
+    c.get_cache_state(inferencecache_proto::v1alpha1::GetCacheStateRequest {
+        model_id: model.into(),
+        tenant_id: tenant.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
