@@ -160,9 +160,9 @@ impl Core {
     /// workers); false when refused (replica limit) or the lane is gone.
     pub async fn ingest_on_lane(&self, update: CacheUpdate) -> bool {
         let core = self.clone();
-        let replica = update.replica_id.clone();
+        let lane = self.lanes.lane_of(&update.replica_id);
         self.lanes
-            .run(&replica, move || core.ingest(&update))
+            .run(lane, move || core.ingest(&update))
             .await
             .unwrap_or(false)
     }
@@ -171,12 +171,12 @@ impl Core {
     /// lane; false when one was refused (replica limit: it and the rest of
     /// the window were not applied) or the lane is gone.
     pub async fn ingest_batch_on_lane(&self, updates: Vec<CacheUpdate>) -> bool {
-        let Some(replica) = updates.first().map(|u| u.replica_id.clone()) else {
+        let Some(lane) = updates.first().map(|u| self.lanes.lane_of(&u.replica_id)) else {
             return true;
         };
         let core = self.clone();
         self.lanes
-            .run(&replica, move || core.ingest_batch(&updates))
+            .run(lane, move || core.ingest_batch(&updates))
             .await
             .unwrap_or(false)
     }
@@ -189,9 +189,7 @@ impl Core {
         let core = self.clone();
         let lane = self.lanes.lane_of(&event.replica_id);
         if matches!(event.kind, EventKind::AllCleared) {
-            self.lanes
-                .run_on(lane, move || core.apply_event(&event))
-                .await;
+            self.lanes.run(lane, move || core.apply_event(&event)).await;
         } else {
             self.lanes
                 .run_light(lane, move || core.apply_event(&event))

@@ -119,18 +119,9 @@ impl IngestLanes {
         })
     }
 
-    /// Runs `f` on the lane of `replica_id` and returns its result; `None`
-    /// if the lane stopped or `f` panicked. With no lanes, `f` runs inline.
-    pub async fn run<T, F>(&self, replica_id: &str, f: F) -> Option<T>
-    where
-        T: Send + 'static,
-        F: FnOnce() -> T + Send + 'static,
-    {
-        self.run_on(self.lane_of(replica_id), f).await
-    }
-
-    /// [`Self::run`] on a lane already looked up.
-    pub async fn run_on<T, F>(&self, lane: LaneId, f: F) -> Option<T>
+    /// Runs `f` on `lane` and returns its result; `None` if the lane stopped
+    /// or `f` panicked. With no lanes, `f` runs inline.
+    pub async fn run<T, F>(&self, lane: LaneId, f: F) -> Option<T>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
@@ -162,7 +153,7 @@ impl IngestLanes {
         F: FnOnce() -> T + Send + 'static,
     {
         match self.lanes.get(lane.0) {
-            Some(l) if l.queued.load(Ordering::Acquire) > 0 => self.run_on(lane, f).await,
+            Some(l) if l.queued.load(Ordering::Acquire) > 0 => self.run(lane, f).await,
             _ => Some(f()),
         }
     }
@@ -189,7 +180,7 @@ mod tests {
             let lanes = lanes.clone();
             waits.push(tokio::spawn(async move {
                 lanes
-                    .run("r1", move || {
+                    .run(lanes.lane_of("r1"), move || {
                         log.lock().unwrap().push(i);
                         std::thread::current().name().map(str::to_owned)
                     })
@@ -222,7 +213,7 @@ mod tests {
             let (lanes, log) = (lanes.clone(), Arc::clone(&log));
             tokio::spawn(async move {
                 lanes
-                    .run("r1", move || {
+                    .run(lanes.lane_of("r1"), move || {
                         let _ = wait.recv();
                         log.lock().unwrap().push("heavy");
                     })
@@ -270,7 +261,12 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_job_leaves_the_lane_running() {
         let lanes = IngestLanes::new(1);
-        assert_eq!(lanes.run("r", || -> u8 { panic!("boom") }).await, None);
-        assert_eq!(lanes.run("r", || 7).await, Some(7));
+        assert_eq!(
+            lanes
+                .run(lanes.lane_of("r"), || -> u8 { panic!("boom") })
+                .await,
+            None
+        );
+        assert_eq!(lanes.run(lanes.lane_of("r"), || 7).await, Some(7));
     }
 }

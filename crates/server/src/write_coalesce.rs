@@ -45,11 +45,6 @@ impl<T> CoalescedWrites<T> {
         }
     }
 
-    /// The wrapped stream.
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
-
     /// Yields once per round: `Ready` when the write may go through now.
     fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.yielded {
