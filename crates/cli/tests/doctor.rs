@@ -81,11 +81,7 @@ fn happy_path_every_check_passes() {
     json_args.push("--json");
     let (code, out) = doctor(&json_args);
     assert_eq!(code, 0, "{out}");
-    let report: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(report["healthy"], true);
-    for c in report["checks"].as_array().unwrap() {
-        assert_eq!(c["status"], "ok", "{c}");
-    }
+    let report = common::healthy_report(&out);
     assert!(
         check(&report, "lookup")["detail"]
             .as_str()

@@ -153,17 +153,45 @@ fn entry_spec() -> impl PStrategy<Value = EntrySpec> {
         })
 }
 
+/// The write ops, shared by `op()` and `batch_item()` (each weights them).
+#[rustfmt::skip]
+fn ingest_op() -> impl PStrategy<Value = Op> {
+    (tenant(), model(), scheme(), 0usize..4, adapter(),
+     prop_oneof![3 => Just(None), 1 => (-1200i64..120).prop_map(Some)],
+     proptest::collection::vec(entry_spec(), 0..4),
+     prop_oneof![2 => Just(None), 1 => (0usize..6, 0usize..6).prop_map(Some)])
+        .prop_map(|(t, m, s, r, adapter, ts_off_s, entries, stats)| Op::Ingest { t, m, s, r, adapter, ts_off_s, entries, stats })
+}
+
+fn evict_op() -> impl PStrategy<Value = Op> {
+    (tenant(), model(), 0usize..4, 0u8..6, adapter()).prop_map(|(t, m, r, h, adapter)| Op::Evict {
+        t,
+        m,
+        r,
+        h,
+        adapter,
+    })
+}
+
+fn clear_op() -> impl PStrategy<Value = Op> {
+    (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Clear { t, m, r })
+}
+
+fn updated_op() -> impl PStrategy<Value = Op> {
+    (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Updated { t, m, r })
+}
+
+fn added_op() -> impl PStrategy<Value = Op> {
+    (tenant(), model(), 0usize..4, 0u8..6).prop_map(|(t, m, r, h)| Op::Added { t, m, r, h })
+}
+
 fn op() -> impl PStrategy<Value = Op> {
     prop_oneof![
-        8 => (tenant(), model(), scheme(), 0usize..4, adapter(),
-              prop_oneof![3 => Just(None), 1 => (-1200i64..120).prop_map(Some)],
-              proptest::collection::vec(entry_spec(), 0..4),
-              prop_oneof![2 => Just(None), 1 => (0usize..6, 0usize..6).prop_map(Some)])
-            .prop_map(|(t, m, s, r, adapter, ts_off_s, entries, stats)| Op::Ingest { t, m, s, r, adapter, ts_off_s, entries, stats }),
-        1 => (tenant(), model(), 0usize..4, 0u8..6, adapter()).prop_map(|(t, m, r, h, adapter)| Op::Evict { t, m, r, h, adapter }),
-        1 => (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Clear { t, m, r }),
-        1 => (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Updated { t, m, r }),
-        1 => (tenant(), model(), 0usize..4, 0u8..6).prop_map(|(t, m, r, h)| Op::Added { t, m, r, h }),
+        8 => ingest_op(),
+        1 => evict_op(),
+        1 => clear_op(),
+        1 => updated_op(),
+        1 => added_op(),
         1 => Just(Op::Sweep),
         2 => prop_oneof![0u64..60, 60u64..1200, 1200u64..2400].prop_map(Op::Advance),
         8 => (tenant(), model(), scheme(), adapter(),
@@ -187,15 +215,11 @@ fn op() -> impl PStrategy<Value = Op> {
 /// generators of `op()`, weighted towards events: eviction bursts).
 fn batch_item() -> impl PStrategy<Value = Op> {
     prop_oneof![
-        6 => (tenant(), model(), scheme(), 0usize..4, adapter(),
-              prop_oneof![3 => Just(None), 1 => (-1200i64..120).prop_map(Some)],
-              proptest::collection::vec(entry_spec(), 0..4),
-              prop_oneof![2 => Just(None), 1 => (0usize..6, 0usize..6).prop_map(Some)])
-            .prop_map(|(t, m, s, r, adapter, ts_off_s, entries, stats)| Op::Ingest { t, m, s, r, adapter, ts_off_s, entries, stats }),
-        4 => (tenant(), model(), 0usize..4, 0u8..6, adapter()).prop_map(|(t, m, r, h, adapter)| Op::Evict { t, m, r, h, adapter }),
-        1 => (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Clear { t, m, r }),
-        1 => (tenant(), model(), 0usize..4).prop_map(|(t, m, r)| Op::Updated { t, m, r }),
-        1 => (tenant(), model(), 0usize..4, 0u8..6).prop_map(|(t, m, r, h)| Op::Added { t, m, r, h }),
+        6 => ingest_op(),
+        4 => evict_op(),
+        1 => clear_op(),
+        1 => updated_op(),
+        1 => added_op(),
     ]
 }
 

@@ -234,3 +234,14 @@ pub(crate) fn self_signed_cert(cert: &std::path::Path, key: &std::path::Path, cn
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Parses a doctor `--json` report and checks that it is healthy with every
+/// check ok.
+pub(crate) fn healthy_report(out: &str) -> serde_json::Value {
+    let report: serde_json::Value = serde_json::from_str(out).unwrap();
+    assert_eq!(report["healthy"], true, "{report:#}");
+    for c in report["checks"].as_array().unwrap() {
+        assert_eq!(c["status"], "ok", "{c}");
+    }
+    report
+}
