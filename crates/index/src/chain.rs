@@ -6,8 +6,9 @@
 //! in ascending shard order (so two lookups can never wait on each other
 //! through a queued writer), and released before the next window: a lookup
 //! pays about one lock per distinct shard instead of one per block. All the
-//! probes of a window run before any merge, with no atomic between them, so
-//! their cache misses overlap. Runs that end are dropped from the candidate list at once, and the
+//! probes of a window run before any merge, in passes that start every
+//! block's bucket load, then every block's slot load, before any result is
+//! needed, so their cache misses overlap. Runs that end are dropped from the candidate list at once, and the
 //! walk stops as soon as no run is left.
 
 use crate::holder::Holder;
@@ -123,18 +124,38 @@ fn walk_with<H: AsRef<[u8]>>(
             slot_of[si] = guards.len() as u8;
             guards.push(shards.read(si));
         }
-        // Probe the whole window first: the probes are independent, so their
-        // cache misses overlap instead of queuing behind each block's merge.
+        // Three passes over the window so that the cache misses of its
+        // blocks overlap instead of queuing one behind the other: load every
+        // block's first bucket; then, those lines in cache, find each
+        // block's tag-matching slot and load its first word; then confirm
+        // the keys and collect the holders. The loaded values only feed
+        // `black_box` (they start the loads; nothing reads them).
+        let guard_of = |k: u64| guards.get(usize::from(slot_of[shard_of(k)]));
+        let m = blocks.len();
+        let mut touched = 0u64;
+        for &k in &key_hashes[..m] {
+            if let Some(g) = guard_of(k) {
+                touched ^= u64::from(g.touch_bucket(k));
+            }
+        }
+        let mut at = [usize::MAX; MAX_WINDOW];
+        for (a, &k) in at.iter_mut().zip(&key_hashes[..m]) {
+            if let Some((i, word)) = guard_of(k).and_then(|g| g.touch_slot(k)) {
+                *a = i;
+                touched ^= u64::from(word);
+            }
+        }
+        std::hint::black_box(touched);
         let mut found: ArrayVec<&[Holder], MAX_WINDOW> = ArrayVec::new();
-        for (h, &k) in blocks.iter().zip(&key_hashes) {
+        for ((h, &k), &i) in blocks.iter().zip(&key_hashes).zip(&at) {
             let key = KeyRef {
                 part,
                 bytes: h.as_ref(),
                 hash: k,
             };
-            let held = match guards.get(usize::from(slot_of[shard_of(k)])) {
-                Some(g) => g.get(&key).map_or(&[][..], |x| &**x),
-                None => &[],
+            let held = match guard_of(k) {
+                Some(g) if i != usize::MAX => g.get_at(i, &key).map_or(&[][..], |x| &**x),
+                _ => &[],
             };
             found.push(held);
         }

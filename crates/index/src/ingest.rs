@@ -207,10 +207,12 @@ impl Index {
                 }
             },
             None => {
-                shard.insert_new(
-                    &key,
-                    Holders::one(Holder::restored(w.replica, tokens, tier, w.ts, w.access)),
-                );
+                let h = Holder::restored(w.replica, tokens, tier, w.ts, w.access);
+                if !shard.insert_new(&key, Holders::one(h)) {
+                    out.entries_upserted -= 1;
+                    out.dropped_shard_full += 1;
+                    return;
+                }
                 (true, true)
             }
         };

@@ -181,6 +181,7 @@ mod reserve;
 mod routing;
 mod shard;
 mod snapshot;
+mod table;
 mod tentative;
 mod types;
 

@@ -1,14 +1,15 @@
 //! Sharded entry storage.
 //!
-//! 64 shards, each a `RwLock` over a `hashbrown::HashTable` of `u32`
-//! positions into a dense array of slots (key and holders). A key's 64-bit hash ([`KeyRef`]) is computed once and picks both
-//! the shard and the bucket. No code path ever holds two shard write locks;
-//! a chain lookup may hold several read locks, always taken in ascending
-//! shard order (see `lookup.rs`).
+//! 64 shards, each a `RwLock` over a bucket table (`table.rs`) of `u32`
+//! positions into a dense array of slots (key and holders). A key's 64-bit
+//! hash ([`KeyRef`]) is computed once and picks both the shard and the
+//! bucket. No code path ever holds two shard write locks; a chain lookup may
+//! hold several read locks, always taken in ascending shard order (see
+//! `chain.rs`).
 
 use crate::holder::{Holder, Holders};
 use crate::key::{EntryKey, KeyRef};
-use hashbrown::HashTable;
+use crate::table::{MAX_SLOTS, Table};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One key and its holders: 48 bytes.
@@ -17,72 +18,86 @@ pub(crate) struct Slot {
     holders: Holders,
 }
 
-/// The table of one shard: a hash table of `u32` positions (4 bytes a bucket
-/// plus its control byte) over a dense array of slots, so a key costs its
-/// 48-byte slot plus 5 bytes per bucket whatever the table's load factor.
-/// Removal swaps the last slot into the hole and repoints its bucket.
+/// The table of one shard: 4-byte buckets over a dense array of slots, so a
+/// key costs its 48-byte slot plus 4 bytes per bucket whatever the table's
+/// load factor. Removal swaps the last slot into the hole and repoints its
+/// bucket.
 #[derive(Default)]
 pub(crate) struct ShardMap {
-    table: HashTable<u32>,
+    table: Table,
     slots: Vec<Slot>,
 }
 
-/// The bucket hasher: a position's key hash (one folded multiply for an
-/// 8-byte prefix hash; only table growth and the moved slot of a removal
-/// recompute it).
+/// The key hash of the slot at `i` (one folded multiply for an 8-byte
+/// prefix hash; only rebuilds and the moved slot of a removal need it).
 #[inline]
-fn hash_at(slots: &[Slot], i: u32) -> u64 {
-    slots.get(i as usize).map_or(0, |s| s.key.as_ref().hash)
+fn hash_at(slots: &[Slot], i: usize) -> u64 {
+    slots.get(i).map_or(0, |s| s.key.as_ref().hash)
 }
 
 impl ShardMap {
     #[inline]
     fn find(&self, k: &KeyRef<'_>) -> Option<usize> {
         let slots = &self.slots;
-        self.table
-            .find(k.hash, |&i| {
-                slots
-                    .get(i as usize)
-                    .is_some_and(|s| s.key.matches(k.part, k.bytes))
-            })
-            .map(|&i| i as usize)
+        self.table.find(k.hash, |i| {
+            slots.get(i).is_some_and(|s| s.key.matches(k.part, k.bytes))
+        })
     }
 
-    // `get` and `get_mut` each probe with their own closure: a probe shared
-    // by several callers is one `RawTable::find` instance that LLVM stops
-    // inlining (+13 % instructions on a refresh in callgrind).
     #[inline]
     pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&Holders> {
-        let slots = &self.slots;
-        let &i = self.table.find(k.hash, |&i| {
-            slots
-                .get(i as usize)
-                .is_some_and(|s| s.key.matches(k.part, k.bytes))
-        })?;
-        slots.get(i as usize).map(|s| &s.holders)
+        let i = self.find(k)?;
+        self.slots.get(i).map(|s| &s.holders)
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, k: &KeyRef<'_>) -> Option<&mut Holders> {
-        let slots = &self.slots;
-        let &i = self.table.find(k.hash, |&i| {
-            slots
-                .get(i as usize)
-                .is_some_and(|s| s.key.matches(k.part, k.bytes))
-        })?;
-        self.slots.get_mut(i as usize).map(|s| &mut s.holders)
+        let i = self.find(k)?;
+        self.slots.get_mut(i).map(|s| &mut s.holders)
     }
 
-    /// Insert a key the caller has just seen absent.
+    /// The first bucket a probe for `k` reads, loaded so that its cache miss
+    /// starts now (a chain lookup's first stage; the value means nothing).
     #[inline]
-    pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, holders: Holders) {
-        let i = self.slots.len() as u32;
+    pub(crate) fn touch_bucket(&self, hash: u64) -> u32 {
+        self.table.home(hash)
+    }
+
+    /// The slot position whose bucket tag matches `hash` first (unconfirmed),
+    /// with its first word loaded so that the slot's miss starts now.
+    #[inline]
+    pub(crate) fn touch_slot(&self, hash: u64) -> Option<(usize, u32)> {
+        let i = self.table.candidate(hash)?;
+        let s = self.slots.get(i)?;
+        Some((i, s.key.part()))
+    }
+
+    /// The holders of `k`, trying position `i` (from [`ShardMap::touch_slot`])
+    /// before a full probe.
+    #[inline]
+    pub(crate) fn get_at(&self, i: usize, k: &KeyRef<'_>) -> Option<&Holders> {
+        match self.slots.get(i) {
+            Some(s) if s.key.matches(k.part, k.bytes) => Some(&s.holders),
+            _ => self.get(k),
+        }
+    }
+
+    /// Insert a key the caller has just seen absent. `false` (nothing
+    /// stored) only when the shard already holds [`MAX_SLOTS`] keys.
+    #[inline]
+    pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, holders: Holders) -> bool {
+        let i = self.slots.len();
+        if i >= MAX_SLOTS {
+            return false;
+        }
+        let slots = &self.slots;
+        self.table.reserve_one(i, |j| hash_at(slots, j));
         self.slots.push(Slot {
             key: k.to_key(),
             holders,
         });
-        let slots = &self.slots;
-        self.table.insert_unique(k.hash, i, |&j| hash_at(slots, j));
+        self.table.insert(k.hash, i);
+        true
     }
 
     /// Remove the slot at `i` whose bucket is already gone: the last slot
@@ -94,10 +109,8 @@ impl ShardMap {
         let last = self.slots.len() - 1;
         let slot = self.slots.swap_remove(i);
         if i != last {
-            let h = hash_at(&self.slots, i as u32);
-            if let Some(b) = self.table.find_mut(h, |&j| j as usize == last) {
-                *b = i as u32;
-            }
+            let h = hash_at(&self.slots, i);
+            self.table.repoint(h, last, i);
         }
         Some(slot)
     }
@@ -105,15 +118,9 @@ impl ShardMap {
     /// The bucket of `k` taken out of the table, with its position.
     fn take_bucket(&mut self, k: &KeyRef<'_>) -> Option<usize> {
         let slots = &self.slots;
-        let e = self
-            .table
-            .find_entry(k.hash, |&i| {
-                slots
-                    .get(i as usize)
-                    .is_some_and(|s| s.key.matches(k.part, k.bytes))
-            })
-            .ok()?;
-        Some(e.remove().0 as usize)
+        self.table.remove(k.hash, |i| {
+            slots.get(i).is_some_and(|s| s.key.matches(k.part, k.bytes))
+        })
     }
 
     pub(crate) fn remove(&mut self, k: &KeyRef<'_>) -> Option<Holders> {
@@ -148,26 +155,15 @@ impl ShardMap {
     }
 
     /// Keep the keys for which `f(partition id, hash bytes, holders)` is true.
+    /// Slots are visited in storage order; the table is rebuilt once if any
+    /// key went (a sweep reads every slot anyway).
     pub(crate) fn retain(&mut self, mut f: impl FnMut(u32, &[u8], &mut Holders) -> bool) {
-        let mut gone: Vec<u32> = Vec::new();
-        let slots = &mut self.slots;
-        self.table.retain(|&mut i| {
-            let keep = slots
-                .get_mut(i as usize)
-                .is_none_or(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
-            if !keep {
-                gone.push(i);
-            }
-            keep
-        });
-        if gone.is_empty() {
-            return;
-        }
-        // Highest position first: the slot swapped into a hole is always a
-        // live one (every removed position above it is already gone).
-        gone.sort_unstable_by(|a, b| b.cmp(a));
-        for i in gone {
-            self.swap_out(i as usize);
+        let before = self.slots.len();
+        self.slots
+            .retain_mut(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
+        if self.slots.len() != before {
+            let slots = &self.slots;
+            self.table.rehash(slots.len(), |j| hash_at(slots, j));
         }
     }
 
@@ -181,7 +177,7 @@ impl ShardMap {
 
     pub(crate) fn shrink_to(&mut self, n: usize) {
         let slots = &self.slots;
-        self.table.shrink_to(n, |&j| hash_at(slots, j));
+        self.table.shrink_to(n, slots.len(), |j| hash_at(slots, j));
         self.slots.shrink_to(n);
     }
 }

@@ -254,6 +254,7 @@ impl Core {
         m.add_ingest_dropped("no_hash_scheme", out.skipped_no_scheme);
         m.add_ingest_dropped("mismatched_chain", out.dropped_mismatched_chain);
         m.add_ingest_dropped("empty_hash", out.dropped_empty_hash);
+        m.add_ingest_dropped("shard_full", out.dropped_shard_full);
         self.record_evictions(&out.evictions);
         m.routing.tentative("confirmed", out.tentative_confirmed);
     }

@@ -252,7 +252,7 @@ impl Metrics {
         );
         registry.register(
             "inferencecache_ingest_dropped",
-            "Prefix entries dropped at ingest, by reason (no_hash_scheme|mismatched_chain|empty_hash)",
+            "Prefix entries dropped at ingest, by reason (no_hash_scheme|mismatched_chain|empty_hash|shard_full)",
             ingest_dropped.clone(),
         );
         registry.register(

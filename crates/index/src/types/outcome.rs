@@ -56,6 +56,9 @@ pub struct IngestOutcome {
     pub dropped_mismatched_chain: u64,
     /// Keys dropped because the hash was empty (legacy or chain block).
     pub dropped_empty_hash: u64,
+    /// New keys dropped because their shard already addresses its most
+    /// slots (about 33.5 M keys a shard, 2.1 billion an index).
+    pub dropped_shard_full: u64,
     /// A stats entry was stored.
     pub stats_stored: bool,
     /// Nothing was applied: the update names a new replica and the index
