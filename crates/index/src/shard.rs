@@ -92,6 +92,13 @@ impl ShardMap {
         }
         let slots = &self.slots;
         self.table.reserve_one(i, |j| hash_at(slots, j));
+        if i == self.slots.capacity() {
+            // Grow by a quarter, not the doubling `push` would pick: a
+            // shard's slot array is most of the index's memory, and a large
+            // reallocation is a remap, not a copy, so growing more often
+            // costs little (bytes per holding, BENCHMARKS.md).
+            self.slots.reserve_exact((i / 4).max(16));
+        }
         self.slots.push(Slot {
             key: k.to_key(),
             holders,
