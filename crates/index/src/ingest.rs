@@ -23,7 +23,21 @@ pub(crate) struct Writer<'a> {
     pub(crate) access: u64,
 }
 
+/// Keys whose memory a writer loads ahead, per pass (`Shards::prefetch`).
+pub(crate) const PREFETCH: usize = 32;
+
 impl Index {
+    /// Start the cache misses of the first [`PREFETCH`] of `hashes` in
+    /// partition `part` (a run of writes about to probe them).
+    pub(crate) fn prefetch_keys<H: AsRef<[u8]>>(&self, part: u32, hashes: &[H]) {
+        let mut keys = [0u64; PREFETCH];
+        let n = hashes.len().min(PREFETCH);
+        for (k, h) in keys.iter_mut().zip(&hashes[..n]) {
+            *k = key_hash(part, h.as_ref());
+        }
+        self.store.shards.prefetch(&keys[..n]);
+    }
+
     /// Ingest one `CacheStateUpdate` (§2.3). Never fails: bad input is dropped
     /// and counted in the outcome.
     pub fn ingest(&self, u: &CacheUpdate) -> IngestOutcome {
@@ -128,7 +142,11 @@ impl Index {
                 let tier = e.tier.normalized();
                 if chain {
                     let mut cumulative: i32 = 0;
-                    for (h, c) in e.block_hashes.iter().zip(&e.block_token_counts) {
+                    for (i, (h, c)) in e.block_hashes.iter().zip(&e.block_token_counts).enumerate()
+                    {
+                        if i % PREFETCH == 0 {
+                            self.prefetch_keys(part.id, &e.block_hashes[i..]);
+                        }
                         cumulative = cumulative.wrapping_add(*c);
                         if h.is_empty() {
                             out.dropped_empty_hash += 1;
