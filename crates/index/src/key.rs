@@ -38,8 +38,8 @@ pub(crate) fn key_hash(part: u32, bytes: &[u8]) -> u64 {
     folded_mul(h ^ u64::from_le_bytes(w), K1 ^ K2)
 }
 
-/// Shard index of a key hash: bits 51..57, disjoint from the bits hashbrown
-/// uses for the bucket (low) and the control byte (top 7).
+/// Shard index of a key hash: bits 51..57, disjoint from the bits the table
+/// uses for the home bucket (low) and the tag (top 7).
 #[inline]
 pub(crate) fn shard_of(hash: u64) -> usize {
     ((hash >> 51) & 63) as usize

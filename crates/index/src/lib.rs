@@ -100,18 +100,21 @@
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
 //! sweeps. There is no global lock:
 //! - entries live in 64 shards (each on 128-byte lines of its own), each a
-//!   `RwLock` over a `hashbrown::HashTable` of positions into a dense array
-//!   of (key, holders) slots, key = (partition id, hash bytes) with partition =
-//!   interned (tenant, model, scheme, adapter). A key's 64-bit hash is
-//!   computed once and picks both the shard and the bucket (prefix hashes are
-//!   already random, so one folded multiply mixes enough). A holder is 24
-//!   bytes; holders are kept sorted by interned replica id so chain lookups
+//!   `RwLock` over a table of 4-byte buckets (a 7-bit tag and a slot
+//!   position; the `table` module) into a dense array of (key, holders)
+//!   slots, key = (partition id, hash bytes) with partition = interned
+//!   (tenant, model, scheme, adapter). A key's 64-bit hash is computed once
+//!   and picks the shard, the bucket and the tag (prefix hashes are already
+//!   random, so one folded multiply mixes enough). A holder is 24 bytes;
+//!   holders are kept sorted by interned replica id so chain lookups
 //!   merge-join runs against each block;
 //! - a writer holds one shard lock at a time, so each (key, replica) entry is
 //!   always seen whole (never torn). A chain lookup reads its blocks in
 //!   windows (8, 16, 32, then 64 blocks), taking the read locks of a window's
 //!   shards once each in ascending shard order (per-window consistency, like
-//!   any concurrent reader); it stops as soon as no replica's run goes on;
+//!   any concurrent reader), and loads all of a window's buckets, then all
+//!   of its slots, before it reads any, so their cache misses overlap; it
+//!   stops as soon as no replica's run goes on;
 //! - counters (entries, distinct keys per tenant / (tenant, model) / model,
 //!   serving scope replica counts) sit behind one small `RwLock` updated while
 //!   the shard write lock is held (lock order: shard → counters); each
