@@ -86,8 +86,15 @@ impl ShardMap {
     /// stored) only when the shard already holds [`MAX_SLOTS`] keys.
     #[inline]
     pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, holders: Holders) -> bool {
+        self.insert_within(k, holders, MAX_SLOTS)
+    }
+
+    /// [`ShardMap::insert_new`] with the slot limit as a parameter (tests
+    /// reach it without 33.5 M keys).
+    #[inline]
+    fn insert_within(&mut self, k: &KeyRef<'_>, holders: Holders, limit: usize) -> bool {
         let i = self.slots.len();
-        if i >= MAX_SLOTS {
+        if i >= limit {
             return false;
         }
         let slots = &self.slots;
@@ -296,6 +303,24 @@ mod tests {
 
     fn one(r: u32) -> Holders {
         Holders::one(Holder::new(r, 0, Tier::T1, 0))
+    }
+
+    #[test]
+    fn a_full_shard_refuses_a_new_key_and_keeps_the_rest() {
+        let keys: Vec<[u8; 8]> = (0u64..5).map(|i| i.to_le_bytes()).collect();
+        let mut m = ShardMap::default();
+        for (i, k) in keys.iter().take(4).enumerate() {
+            assert!(m.insert_within(&KeyRef::new(1, k), one(i as u32), 4));
+        }
+        assert!(!m.insert_within(&KeyRef::new(1, &keys[4]), one(4), 4));
+        assert!(m.get(&KeyRef::new(1, &keys[4])).is_none());
+        assert_eq!(m.len(), 4);
+        for (i, k) in keys.iter().take(4).enumerate() {
+            assert_eq!(
+                m.get(&KeyRef::new(1, k)).map(|h| h[0].replica),
+                Some(i as u32)
+            );
+        }
     }
 
     #[test]
