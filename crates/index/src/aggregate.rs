@@ -49,7 +49,7 @@ impl Index {
         let mut hot = 0i64;
         self.scan_keys(|p, _, holders| {
             if want(p.tm_id)
-                && holders.iter().map(|h| h.access()).sum::<u64>() >= HOT_PREFIX_MIN_HITS
+                && holders.iter().map(|h| holders.access(h)).sum::<u64>() >= HOT_PREFIX_MIN_HITS
             {
                 hot += 1;
             }

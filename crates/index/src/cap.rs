@@ -249,21 +249,15 @@ impl Index {
     ) -> Option<CapVictim> {
         let key = KeyRef::new(v.part.id, &v.hash);
         let mut shard = self.store.shards.write(key.shard());
-        let (eff, last_seen) = shard
-            .get(&key)
-            .and_then(|hs| {
-                hs.binary_search_by_key(&v.replica, |h| h.replica)
-                    .ok()
-                    .map(|i| &hs[i])
-            })
-            .map(|h| {
-                let eff = if algo == EvictionAlgorithm::Lfu {
-                    h.access()
-                } else {
-                    0
-                };
-                (eff, h.last_seen)
-            })?;
+        let (eff, last_seen) = shard.held(&key).and_then(|hs| {
+            let h = hs.get(hs.binary_search_by_key(&v.replica, |h| h.replica()).ok()?)?;
+            let eff = if algo == EvictionAlgorithm::Lfu {
+                hs.access(h)
+            } else {
+                0
+            };
+            Some((eff, h.last_seen))
+        })?;
         if eff != v.eff || last_seen != v.last_seen {
             return Some(CapVictim {
                 eff,
@@ -311,8 +305,8 @@ impl Index {
             }
             let lfu = algos.get(p.tenant_id as usize) == Some(&EvictionAlgorithm::Lfu);
             for h in holders.iter() {
-                let eff = if lfu { h.access() } else { 0 };
-                let name = names.get(h.replica as usize).unwrap_or(&empty);
+                let eff = if lfu { holders.access(h) } else { 0 };
+                let name = names.get(h.replica() as usize).unwrap_or(&empty);
                 gather.offer(
                     |top| cmp_cap((eff, h.last_seen, p, hash, name), top.view()),
                     || CapVictim {
@@ -320,7 +314,7 @@ impl Index {
                         last_seen: h.last_seen,
                         part: p.clone(),
                         hash: Box::from(hash),
-                        replica: h.replica,
+                        replica: h.replica(),
                         replica_id: name.clone(),
                     },
                 );

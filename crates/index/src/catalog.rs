@@ -9,6 +9,7 @@
 //! resolves the old name.
 
 use crate::hashing::{FoldBuild, hash_strs};
+use crate::holder::MAX_REPLICA_IDS;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -301,10 +302,27 @@ impl Catalog {
     }
 
     /// Interns a replica id; `None` when `limit` (> 0) live ids exist and
-    /// `r` is not one of them.
+    /// `r` is not one of them, or when a new name would need an id past
+    /// what a holder stores ([`MAX_REPLICA_IDS`], 16.7 M: even with no
+    /// limit configured).
     pub(crate) fn intern_replica(&mut self, r: &str, limit: usize) -> Option<(u32, Arc<str>)> {
-        if limit > 0 && self.replicas.get(r).is_none() && self.replicas.map.len() >= limit {
-            return None;
+        self.intern_replica_below(r, limit, MAX_REPLICA_IDS)
+    }
+
+    /// [`Catalog::intern_replica`] with the id space as a parameter (tests
+    /// reach its end without 16.7 M names).
+    fn intern_replica_below(
+        &mut self,
+        r: &str,
+        limit: usize,
+        ids: usize,
+    ) -> Option<(u32, Arc<str>)> {
+        if self.replicas.get(r).is_none() {
+            let full = limit > 0 && self.replicas.map.len() >= limit;
+            let no_id = self.replicas.free.is_empty() && self.replicas.names.len() >= ids;
+            if full || no_id {
+                return None;
+            }
         }
         Some(self.replicas.intern(r))
     }
@@ -341,5 +359,24 @@ impl Catalog {
 
     pub(crate) fn replica_names(&self) -> &[Arc<str>] {
         &self.replicas.names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_ids_stop_at_the_id_space_and_resume_from_recycled_ids() {
+        let mut c = Catalog::default();
+        let a = c.intern_replica_below("a", 0, 2).map(|x| x.0);
+        let b = c.intern_replica_below("b", 0, 2).map(|x| x.0);
+        assert_eq!((a, b), (Some(0), Some(1)));
+        assert!(c.intern_replica_below("c", 0, 2).is_none());
+        // A known name still resolves when the space is full.
+        assert_eq!(c.intern_replica_below("a", 0, 2).map(|x| x.0), Some(0));
+        c.release_replica(0);
+        c.recycle_replicas();
+        assert_eq!(c.intern_replica_below("c", 0, 2).map(|x| x.0), Some(0));
     }
 }

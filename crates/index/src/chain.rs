@@ -167,10 +167,10 @@ fn walk_with<H: AsRef<[u8]>>(
                         .iter()
                         .filter(|h| h.last_seen >= cutoff)
                         .map(|h| Run {
-                            replica: h.replica,
+                            replica: h.replica(),
                             matched: count,
                             oldest: h.last_seen,
-                            tier: h.tier,
+                            tier: h.tier(),
                             blocks: 1,
                         }),
                 );
@@ -201,12 +201,12 @@ fn extend(live: &mut Vec<Run>, ended: &mut Vec<Run>, holders: &[Holder], count: 
         && holders
             .iter()
             .zip(live.iter())
-            .all(|(h, r)| h.replica == r.replica && h.last_seen >= cutoff)
+            .all(|(h, r)| h.replica() == r.replica && h.last_seen >= cutoff)
     {
         for (r, h) in live.iter_mut().zip(holders) {
             r.matched = r.matched.wrapping_add(count);
             r.oldest = r.oldest.min(h.last_seen);
-            r.tier = Tier::worst(r.tier, h.tier);
+            r.tier = Tier::worst(r.tier, h.tier());
             r.blocks += 1;
         }
         return;
@@ -215,16 +215,16 @@ fn extend(live: &mut Vec<Run>, ended: &mut Vec<Run>, holders: &[Holder], count: 
     let mut j = 0;
     for k in 0..live.len() {
         let run = live[k];
-        while j < holders.len() && holders[j].replica < run.replica {
+        while j < holders.len() && holders[j].replica() < run.replica {
             j += 1;
         }
         match holders.get(j) {
-            Some(h) if h.replica == run.replica && h.last_seen >= cutoff => {
+            Some(h) if h.replica() == run.replica && h.last_seen >= cutoff => {
                 live[kept] = Run {
                     replica: run.replica,
                     matched: run.matched.wrapping_add(count),
                     oldest: run.oldest.min(h.last_seen),
-                    tier: Tier::worst(run.tier, h.tier),
+                    tier: Tier::worst(run.tier, h.tier()),
                     blocks: run.blocks + 1,
                 };
                 kept += 1;

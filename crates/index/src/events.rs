@@ -191,7 +191,7 @@ impl Index {
                 if !is_part.get(pid as usize).copied().unwrap_or(false) {
                     return true;
                 }
-                if let Ok(i) = holders.binary_search_by_key(&replica, |h| h.replica) {
+                if let Ok(i) = holders.binary_search_by_key(&replica, |h| h.replica()) {
                     let Some(h) = holders.remove(i) else {
                         return true;
                     };

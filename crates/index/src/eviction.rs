@@ -54,7 +54,7 @@ impl Index {
                         let Some(h) = holders.remove(i) else {
                             break;
                         };
-                        let replica = h.replica;
+                        let replica = h.replica();
                         let note = notes.enabled.then(|| (Box::from(hash), h));
                         removed.push((pid, replica, false, note));
                     } else {
@@ -90,7 +90,7 @@ impl Index {
             for (pid, _, _, note) in removed {
                 if let (Some((hash, h)), Some(p)) = (note, parts.get(pid as usize)) {
                     let name = names
-                        .get(h.replica as usize)
+                        .get(h.replica() as usize)
                         .cloned()
                         .unwrap_or_else(|| Arc::from(""));
                     notes.push(|| {

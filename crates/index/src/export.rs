@@ -104,11 +104,11 @@ impl Index {
             }
             entries.clear();
             entries.extend(holders.iter().map(|h| EntryState {
-                replica: h.replica,
+                replica: h.replica(),
                 token_count: h.tokens,
-                tier: h.tier,
+                tier: h.tier(),
                 last_seen_ns: h.last_seen,
-                access_count: h.access(),
+                access_count: holders.access(h),
             }));
             visit(p.id, hash, &entries);
         });

@@ -1,61 +1,99 @@
-//! The holders of one key: one 24-byte entry per replica, sorted by interned
+//! The holders of one key: one 16-byte entry per replica, sorted by interned
 //! replica id (chain lookups merge-join their runs against that order).
+//!
+//! A holder packs its replica id, tier and "has an LFU count" flag into one
+//! word; the LFU count itself lives in its shard's credit table
+//! (`shard.rs`), which only credited holders use. Most holders are never
+//! credited (LRU tenants, cold entries), and a 16-byte holder makes the
+//! common one-holder slot 40 bytes instead of 48 (issue 14).
 
 use crate::types::Tier;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// One (prefix key, replica) entry: 24 bytes.
+/// Bits of the word that hold the replica id: ids stay below 2^24
+/// (16.7 M replica names, `catalog.rs` refuses more).
+pub(crate) const REPLICA_BITS: u32 = 24;
+/// Number of distinct replica ids a holder can carry.
+pub(crate) const MAX_REPLICA_IDS: usize = 1 << REPLICA_BITS;
+const REPLICA_MASK: u32 = (1 << REPLICA_BITS) - 1;
+/// Seven tier bits: raw tiers 0..=125 as themselves, 126 for any larger raw
+/// tier, 127 for [`Tier::INVALID`].
+const TIER_SHIFT: u32 = REPLICA_BITS;
+const TIER_MASK: u32 = 0x7f;
+const TIER_SATURATED: u32 = 126;
+const TIER_INVALID: u32 = 127;
+/// Set once the holder has a count in its shard's credit table.
+const CREDITED: u32 = 1 << 31;
+
+/// A tier as its seven-bit code. Raw tiers above 125 (no engine sends them;
+/// they all read UNSPECIFIED on the wire and earn no ranking credit, like
+/// 125 itself) saturate to 126 (docs/decisions.md).
+fn tier_code(t: Tier) -> u32 {
+    if t == Tier::INVALID {
+        return TIER_INVALID;
+    }
+    u32::try_from(t.raw()).map_or(TIER_INVALID, |r| r.min(TIER_SATURATED))
+}
+
+fn tier_of_code(c: u32) -> Tier {
+    if c == TIER_INVALID {
+        Tier::INVALID
+    } else {
+        Tier::from_wire(c as i32)
+    }
+}
+
+/// One (prefix key, replica) entry: 16 bytes.
 #[derive(Debug)]
 pub(crate) struct Holder {
     pub(crate) last_seen: i64,
-    pub(crate) replica: u32,
+    /// Replica id (low 24 bits), tier code (7 bits), [`CREDITED`] (top
+    /// bit). Atomic because a credit sets the flag under the shard's read
+    /// lock; everything else changes under its write lock.
+    word: AtomicU32,
     pub(crate) tokens: i32,
-    pub(crate) tier: Tier,
-    /// LFU access count (delivered hits); never reset by refresh. Saturates
-    /// at `u32::MAX` (four billion delivered hits on one entry).
-    access: AtomicU32,
 }
 
 impl Holder {
+    /// `replica` must be below [`MAX_REPLICA_IDS`] (the catalog never hands
+    /// out a larger id).
     pub(crate) fn new(replica: u32, tokens: i32, tier: Tier, last_seen: i64) -> Self {
         Self {
             last_seen,
-            replica,
+            word: AtomicU32::new((replica & REPLICA_MASK) | (tier_code(tier) << TIER_SHIFT)),
             tokens,
-            tier,
-            access: AtomicU32::new(0),
         }
     }
 
-    /// A holder restored from a snapshot with its LFU count (saturating).
-    pub(crate) fn restored(
-        replica: u32,
-        tokens: i32,
-        tier: Tier,
-        last_seen: i64,
-        access: u64,
-    ) -> Self {
-        let h = Self::new(replica, tokens, tier, last_seen);
-        h.set_access(access);
-        h
+    #[inline]
+    fn word(&self) -> u32 {
+        self.word.load(Ordering::Relaxed)
     }
 
-    /// Overwrites the LFU count (snapshot restore), saturating at `u32::MAX`.
-    pub(crate) fn set_access(&self, n: u64) {
-        self.access
-            .store(u32::try_from(n).unwrap_or(u32::MAX), Ordering::Relaxed);
+    #[inline]
+    pub(crate) fn replica(&self) -> u32 {
+        self.word() & REPLICA_MASK
     }
 
-    pub(crate) fn access(&self) -> u64 {
-        u64::from(self.access.load(Ordering::Relaxed))
+    #[inline]
+    pub(crate) fn tier(&self) -> Tier {
+        tier_of_code((self.word() >> TIER_SHIFT) & TIER_MASK)
     }
 
-    /// +1 delivered hit (callers hold the shard's read lock).
-    pub(crate) fn credit(&self) {
-        // An Err means the counter is saturated: leave it there.
-        let _ = self
-            .access
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_add(1));
+    pub(crate) fn set_tier(&mut self, t: Tier) {
+        let w = self.word.get_mut();
+        *w = (*w & !(TIER_MASK << TIER_SHIFT)) | (tier_code(t) << TIER_SHIFT);
+    }
+
+    /// Whether the shard's credit table has a count for this holder.
+    #[inline]
+    pub(crate) fn credited(&self) -> bool {
+        self.word() & CREDITED != 0
+    }
+
+    /// Flags the holder as credited (callers hold the credit table's lock).
+    pub(crate) fn mark_credited(&self) {
+        self.word.fetch_or(CREDITED, Ordering::Relaxed);
     }
 }
 
@@ -146,7 +184,7 @@ mod tests {
     }
 
     fn ids(hs: &Holders) -> Vec<u32> {
-        hs.iter().map(|x| x.replica).collect()
+        hs.iter().map(|x| x.replica()).collect()
     }
 
     #[test]
@@ -157,13 +195,13 @@ mod tests {
         hs.insert(2, h(9));
         hs.insert(1, h(3));
         assert_eq!(ids(&hs), vec![2, 3, 5, 9]);
-        assert_eq!(hs.remove(0).map(|x| x.replica), Some(2));
-        assert_eq!(hs.remove(1).map(|x| x.replica), Some(5));
-        assert_eq!(hs.remove(0).map(|x| x.replica), Some(3));
+        assert_eq!(hs.remove(0).map(|x| x.replica()), Some(2));
+        assert_eq!(hs.remove(1).map(|x| x.replica()), Some(5));
+        assert_eq!(hs.remove(0).map(|x| x.replica()), Some(3));
         assert!(matches!(hs, Holders::One(_)));
         assert_eq!(ids(&hs), vec![9]);
         assert!(hs.remove(1).is_none());
-        assert_eq!(hs.remove(0).map(|x| x.replica), Some(9));
+        assert_eq!(hs.remove(0).map(|x| x.replica()), Some(9));
         assert!(hs.is_empty());
         let mut one = Holders::one(h(1));
         one.insert(1, h(4));
@@ -171,13 +209,40 @@ mod tests {
     }
 
     #[test]
-    fn access_saturates() {
-        let x = h(1);
-        x.credit();
-        assert_eq!(x.access(), 1);
-        x.access.store(u32::MAX, Ordering::Relaxed);
-        x.credit();
-        assert_eq!(x.access(), u64::from(u32::MAX));
-        assert_eq!(std::mem::size_of::<Holder>(), 24);
+    fn the_word_keeps_replica_tier_and_flag_apart() {
+        assert_eq!(std::mem::size_of::<Holder>(), 16);
+        assert_eq!(std::mem::size_of::<Holders>(), 24);
+        let top = (MAX_REPLICA_IDS - 1) as u32;
+        for (wire, want) in [
+            (0, Tier::UNSPECIFIED),
+            (1, Tier::T1),
+            (2, Tier::T2),
+            (3, Tier::T3),
+            (9, Tier::from_wire(9)),
+            (125, Tier::from_wire(125)),
+            (-1, Tier::INVALID),
+        ] {
+            let mut x = Holder::new(top, -7, Tier::from_wire(wire), i64::MIN);
+            assert_eq!((x.replica(), x.tier(), x.tokens), (top, want, -7));
+            assert!(!x.credited());
+            x.mark_credited();
+            assert!(x.credited());
+            assert_eq!((x.replica(), x.tier()), (top, want));
+            x.set_tier(Tier::T3);
+            assert_eq!((x.replica(), x.tier(), x.credited()), (top, Tier::T3, true));
+            x.set_tier(Tier::INVALID);
+            assert_eq!(x.tier(), Tier::INVALID);
+        }
+    }
+
+    #[test]
+    fn raw_tiers_past_the_code_space_saturate_and_keep_their_wire_meaning() {
+        for raw in [126, 127, 1000, i32::MAX - 1] {
+            let t = Tier::from_wire(raw);
+            let x = Holder::new(3, 0, t, 0);
+            assert_eq!(x.tier(), Tier::from_wire(126));
+            assert_eq!(x.tier().to_wire(), t.to_wire());
+            assert_eq!(x.replica(), 3);
+        }
     }
 }

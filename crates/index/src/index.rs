@@ -8,7 +8,7 @@ use crate::hashing::FoldBuild;
 use crate::holder::Holder;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
-use crate::shard::{Shards, read, write};
+use crate::shard::{Held, Shards, read, write};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -272,13 +272,13 @@ impl Index {
     /// Visits every key with its partition, hash and holders, one shard read
     /// lock at a time (writers wait for at most one shard's walk). Keys whose
     /// partition is not in the snapshot taken at the start are skipped.
-    pub(crate) fn scan_keys(&self, mut visit: impl FnMut(&Arc<Partition>, &[u8], &[Holder])) {
+    pub(crate) fn scan_keys(&self, mut visit: impl FnMut(&Arc<Partition>, &[u8], &Held<'_>)) {
         let parts = self.partitions();
         for si in 0..self.store.shards.len() {
             let shard = self.store.shards.read(si);
             for (pid, hash, holders) in shard.iter() {
                 if let Some(p) = parts.get(pid as usize) {
-                    visit(p, hash, holders);
+                    visit(p, hash, &holders);
                 }
             }
         }
@@ -316,7 +316,7 @@ impl Index {
             prefix_hash: Arc::from(hash),
             replica_id,
             token_count: h.tokens,
-            tier: h.tier,
+            tier: h.tier(),
             last_seen_ns: h.last_seen,
         }
     }

@@ -2,11 +2,11 @@
 
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
-use crate::holder::{Holder, Holders};
+use crate::holder::Holder;
 use crate::index::{Index, StatsEntry};
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
-use crate::shard::{read, write};
+use crate::shard::{Upsert, read, write};
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::sync::Arc;
 
@@ -207,31 +207,15 @@ impl Index {
         let key = KeyRef::new(part.id, hash);
         let mut shard = self.store.shards.write(key.shard());
         out.entries_upserted += 1;
-        let (new_key, added) = match shard.get_mut(&key) {
-            Some(holders) => match holders.binary_search_by_key(&w.replica, |h| h.replica) {
-                Ok(i) => {
-                    let h = &mut holders[i];
-                    h.tokens = tokens;
-                    h.last_seen = w.ts;
-                    h.tier = tier;
-                    if w.access > 0 {
-                        h.set_access(w.access);
-                    }
-                    (false, false)
-                }
-                Err(i) => {
-                    holders.insert(i, Holder::restored(w.replica, tokens, tier, w.ts, w.access));
-                    (false, true)
-                }
-            },
-            None => {
-                let h = Holder::restored(w.replica, tokens, tier, w.ts, w.access);
-                if !shard.insert_new(&key, Holders::one(h)) {
-                    out.entries_upserted -= 1;
-                    out.dropped_shard_full += 1;
-                    return;
-                }
-                (true, true)
+        let h = Holder::new(w.replica, tokens, tier, w.ts);
+        let (new_key, added) = match shard.upsert(&key, h, w.access) {
+            Upsert::Refreshed => (false, false),
+            Upsert::Added => (false, true),
+            Upsert::NewKey => (true, true),
+            Upsert::Full => {
+                out.entries_upserted -= 1;
+                out.dropped_shard_full += 1;
+                return;
             }
         };
         self.enforcement

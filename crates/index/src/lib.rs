@@ -105,7 +105,7 @@
 //!   slots, key = (partition id, hash bytes) with partition = interned
 //!   (tenant, model, scheme, adapter). A key's 64-bit hash is computed once
 //!   and picks the shard, the bucket and the tag (prefix hashes are already
-//!   random, so one folded multiply mixes enough). A holder is 24 bytes;
+//!   random, so one folded multiply mixes enough). A holder is 16 bytes;
 //!   holders are kept sorted by interned replica id so chain lookups
 //!   merge-join runs against each block;
 //! - a writer holds one shard lock at a time, so each (key, replica) entry is
@@ -146,12 +146,15 @@
 //!
 //! # Memory
 //!
-//! A (prefix, replica) entry is a 24-byte holder. A key is one 48-byte slot
-//! in its shard's dense slot array, reached through a `u32` position in the
-//! hash table (4 bytes plus a control byte per bucket): the partition id and
-//! a hash of up to 8 bytes inline (longer hashes behind a pointer) and a
-//! single holder inline; more holders spill to a vector. See BENCHMARKS.md
-//! for the measured resident bytes per key and per extra holder.
+//! A (prefix, replica) entry is a 16-byte holder: last seen, tokens, and one
+//! word packing the replica id (24 bits), the tier (7 bits) and a "has an
+//! LFU count" flag. LFU counts live in a per-shard side table that only
+//! credited holders use. A key is one 40-byte slot in its shard's dense slot
+//! array, reached through a 4-byte bucket of the shard's table: the
+//! partition id and a hash of up to 8 bytes inline (longer hashes behind a
+//! pointer) and a single holder inline; more holders spill to a vector. See
+//! BENCHMARKS.md for the measured resident bytes per key and per extra
+//! holder.
 
 mod affinity;
 mod aggregate;

@@ -221,10 +221,10 @@ impl Index {
             .filter_map(|h| {
                 let fresh = freshness(now, h.last_seen, ttl);
                 (fresh > 0.0).then_some(Raw {
-                    replica: h.replica,
+                    replica: h.replica(),
                     tokens: h.tokens,
                     fresh,
-                    tier: h.tier,
+                    tier: h.tier(),
                     blocks: 1,
                 })
             })
@@ -368,11 +368,7 @@ impl Index {
             for key in h.keys.iter().take(h.blocks as usize) {
                 let key = key.as_ref();
                 let shard = self.store.shards.read(key.shard());
-                if let Some(holders) = shard.get(&key) {
-                    if let Ok(i) = holders.binary_search_by_key(&h.replica, |x| x.replica) {
-                        holders[i].credit();
-                    }
-                }
+                shard.credit(&key, h.replica);
             }
         }
     }
@@ -391,8 +387,8 @@ impl Index {
         let replica = read(&self.store.catalog).find_replica(replica_id)?;
         let key = KeyRef::new(part.id, hash);
         let shard = self.store.shards.read(key.shard());
-        let holders = shard.get(&key)?;
-        let i = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
-        Some(holders[i].access())
+        let held = shard.held(&key)?;
+        let i = held.binary_search_by_key(&replica, |h| h.replica()).ok()?;
+        Some(held.access(&held[i]))
     }
 }

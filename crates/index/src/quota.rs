@@ -248,13 +248,13 @@ impl Index {
             let mut c = write(&self.store.counters);
             let n = holders.len();
             for (i, h) in holders.iter().enumerate() {
-                c.on_remove(&v.part, h.replica, i + 1 == n);
+                c.on_remove(&v.part, h.replica(), i + 1 == n);
             }
         }
         drop(shard);
         for h in holders.iter() {
             let name = names
-                .get(h.replica as usize)
+                .get(h.replica() as usize)
                 .cloned()
                 .unwrap_or_else(|| Arc::from(""));
             notes.push(|| {

@@ -7,25 +7,78 @@
 //! hold several read locks, always taken in ascending shard order (see
 //! `chain.rs`).
 
+use crate::hashing::FoldBuild;
 use crate::holder::{Holder, Holders};
 use crate::key::{EntryKey, KeyRef, shard_of};
 use crate::table::{MAX_SLOTS, Table};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
-/// One key and its holders: 48 bytes.
+/// One key and its holders: 40 bytes.
 pub(crate) struct Slot {
     key: EntryKey,
     holders: Holders,
 }
 
 /// The table of one shard: 4-byte buckets over a dense array of slots, so a
-/// key costs its 48-byte slot plus 4 bytes per bucket whatever the table's
+/// key costs its 40-byte slot plus 4 bytes per bucket whatever the table's
 /// load factor. Removal swaps the last slot into the hole and repoints its
 /// bucket.
+///
+/// LFU counts live beside the slots in `credits`, keyed by (slot position,
+/// replica), and only for holders flagged [`Holder::credited`]: most
+/// holders are never credited, so none of them pays 4 bytes for a count.
+/// The table is behind its own mutex because a credit arrives under the
+/// shard's read lock; every path that moves or drops a slot or a holder
+/// moves or drops its count with it.
 #[derive(Default)]
 pub(crate) struct ShardMap {
     table: Table,
     slots: Vec<Slot>,
+    credits: Mutex<Credits>,
+}
+
+type Credits = HashMap<u64, u32, FoldBuild>;
+
+/// A credit-table key.
+#[inline]
+fn ckey(pos: usize, replica: u32) -> u64 {
+    ((pos as u64) << 32) | u64::from(replica)
+}
+
+/// What [`ShardMap::upsert`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upsert {
+    /// The replica already held the key: tokens, time and tier refreshed.
+    Refreshed,
+    /// A new holder of an existing key.
+    Added,
+    /// A new key.
+    NewKey,
+    /// A new key in a shard already at [`MAX_SLOTS`]: nothing stored.
+    Full,
+}
+
+/// The holders of one slot with what reading their LFU counts needs.
+pub(crate) struct Held<'a> {
+    map: &'a ShardMap,
+    pos: usize,
+    holders: &'a Holders,
+}
+
+impl Held<'_> {
+    /// The LFU count of `h`, one of these holders.
+    pub(crate) fn access(&self, h: &Holder) -> u64 {
+        self.map.access_at(self.pos, h)
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = [Holder];
+    #[inline]
+    fn deref(&self) -> &[Holder] {
+        self.holders
+    }
 }
 
 /// The key hash of the slot at `i` (one folded multiply for an 8-byte
@@ -50,10 +103,91 @@ impl ShardMap {
         self.slots.get(i).map(|s| &s.holders)
     }
 
-    #[inline]
-    pub(crate) fn get_mut(&mut self, k: &KeyRef<'_>) -> Option<&mut Holders> {
-        let i = self.find(k)?;
-        self.slots.get_mut(i).map(|s| &mut s.holders)
+    /// The holders of `k` with their LFU counts.
+    pub(crate) fn held(&self, k: &KeyRef<'_>) -> Option<Held<'_>> {
+        let pos = self.find(k)?;
+        self.slots.get(pos).map(|s| Held {
+            map: self,
+            pos,
+            holders: &s.holders,
+        })
+    }
+
+    fn access_at(&self, pos: usize, h: &Holder) -> u64 {
+        if !h.credited() {
+            return 0;
+        }
+        lock(&self.credits)
+            .get(&ckey(pos, h.replica()))
+            .map_or(0, |&n| u64::from(n))
+    }
+
+    /// +1 delivered hit for `replica`'s holder of `k`, if it still exists
+    /// (under the shard's read lock). Saturates at `u32::MAX`.
+    pub(crate) fn credit(&self, k: &KeyRef<'_>, replica: u32) {
+        let Some(pos) = self.find(k) else { return };
+        let Some(h) = self
+            .slots
+            .get(pos)
+            .and_then(|s| find_holder(&s.holders, replica))
+        else {
+            return;
+        };
+        let mut credits = lock(&self.credits);
+        let n = credits.entry(ckey(pos, replica)).or_insert(0);
+        if !h.credited() {
+            // Only a flagged holder owns its count (a count never outlives
+            // its holder; this keeps even a stray one from carrying over).
+            *n = 0;
+        }
+        *n = n.saturating_add(1);
+        h.mark_credited();
+    }
+
+    /// Insert or refresh `h`'s replica as a holder of `k`; `access` > 0
+    /// overwrites its LFU count (snapshot restore).
+    pub(crate) fn upsert(&mut self, k: &KeyRef<'_>, h: Holder, access: u64) -> Upsert {
+        let replica = h.replica();
+        let (pos, done) = match self.find(k) {
+            None => {
+                if !self.insert_new(k, Holders::one(h)) {
+                    return Upsert::Full;
+                }
+                (self.slots.len() - 1, Upsert::NewKey)
+            }
+            Some(pos) => {
+                let Some(holders) = self.slots.get_mut(pos).map(|s| &mut s.holders) else {
+                    return Upsert::Full;
+                };
+                match holders.binary_search_by_key(&replica, |x| x.replica()) {
+                    Ok(i) => {
+                        let old = &mut holders[i];
+                        old.tokens = h.tokens;
+                        old.last_seen = h.last_seen;
+                        old.set_tier(h.tier());
+                        (pos, Upsert::Refreshed)
+                    }
+                    Err(i) => {
+                        holders.insert(i, h);
+                        (pos, Upsert::Added)
+                    }
+                }
+            }
+        };
+        if access > 0 {
+            let Self { slots, credits, .. } = self;
+            if let Some(h) = slots
+                .get(pos)
+                .and_then(|s| find_holder(&s.holders, replica))
+            {
+                lock_mut(credits).insert(
+                    ckey(pos, replica),
+                    u32::try_from(access).unwrap_or(u32::MAX),
+                );
+                h.mark_credited();
+            }
+        }
+        done
     }
 
     /// The first bucket a probe for `k` reads, loaded so that its cache miss
@@ -122,9 +256,20 @@ impl ShardMap {
         }
         let last = self.slots.len() - 1;
         let slot = self.slots.swap_remove(i);
+        let credits = lock_mut(&mut self.credits);
+        for h in slot.holders.iter().filter(|h| h.credited()) {
+            credits.remove(&ckey(i, h.replica()));
+        }
         if i != last {
             let h = hash_at(&self.slots, i);
             self.table.repoint(h, last, i);
+            if let Some(moved) = self.slots.get(i) {
+                for h in moved.holders.iter().filter(|h| h.credited()) {
+                    if let Some(n) = credits.remove(&ckey(last, h.replica())) {
+                        credits.insert(ckey(i, h.replica()), n);
+                    }
+                }
+            }
         }
         Some(slot)
     }
@@ -151,8 +296,13 @@ impl ShardMap {
     ) -> Option<(Holder, Option<&Holders>)> {
         let i = self.find(k)?;
         let holders = &mut self.slots.get_mut(i)?.holders;
-        let j = holders.binary_search_by_key(&replica, |h| h.replica).ok()?;
+        let j = holders
+            .binary_search_by_key(&replica, |h| h.replica())
+            .ok()?;
         let h = holders.remove(j)?;
+        if h.credited() {
+            lock_mut(&mut self.credits).remove(&ckey(i, replica));
+        }
         if holders.is_empty() {
             let i = self.take_bucket(k)?;
             self.swap_out(i);
@@ -162,19 +312,44 @@ impl ShardMap {
     }
 
     /// Every key as (partition id, hash bytes, holders).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &[u8], &Holders)> {
-        self.slots
-            .iter()
-            .map(|s| (s.key.part(), s.key.hash_bytes(), &s.holders))
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &[u8], Held<'_>)> {
+        self.slots.iter().enumerate().map(move |(pos, s)| {
+            let held = Held {
+                map: self,
+                pos,
+                holders: &s.holders,
+            };
+            (s.key.part(), s.key.hash_bytes(), held)
+        })
     }
 
     /// Keep the keys for which `f(partition id, hash bytes, holders)` is true.
     /// Slots are visited in storage order; the table is rebuilt once if any
-    /// key went (a sweep reads every slot anyway).
+    /// key went (a sweep reads every slot anyway). Holders `f` removes lose
+    /// their LFU counts; the kept ones' counts follow their slots.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(u32, &[u8], &mut Holders) -> bool) {
         let before = self.slots.len();
-        self.slots
-            .retain_mut(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
+        let Self { slots, credits, .. } = self;
+        let credits = lock_mut(credits);
+        if credits.is_empty() {
+            slots.retain_mut(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
+        } else {
+            let mut old = std::mem::take(credits);
+            let (mut from, mut to) = (0usize, 0usize);
+            slots.retain_mut(|s| {
+                let keep = f(s.key.part(), s.key.hash_bytes(), &mut s.holders);
+                if keep {
+                    for h in s.holders.iter().filter(|h| h.credited()) {
+                        if let Some(n) = old.remove(&ckey(from, h.replica())) {
+                            credits.insert(ckey(to, h.replica()), n);
+                        }
+                    }
+                    to += 1;
+                }
+                from += 1;
+                keep
+            });
+        }
         if self.slots.len() != before {
             let slots = &self.slots;
             self.table.rehash(slots.len(), |j| hash_at(slots, j));
@@ -291,6 +466,18 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A mutex's value through `&mut` (no locking), poison-tolerant.
+fn lock_mut<T>(l: &mut Mutex<T>) -> &mut T {
+    l.get_mut().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `replica`'s holder in a replica-sorted list.
+#[inline]
+fn find_holder(hs: &[Holder], replica: u32) -> Option<&Holder> {
+    let i = hs.binary_search_by_key(&replica, |h| h.replica()).ok()?;
+    hs.get(i)
+}
+
 /// See [`read`].
 pub(crate) fn lock<T>(l: &Mutex<T>) -> MutexGuard<'_, T> {
     l.lock().unwrap_or_else(|e| e.into_inner())
@@ -305,6 +492,71 @@ mod tests {
         Holders::one(Holder::new(r, 0, Tier::T1, 0))
     }
 
+    fn access(m: &ShardMap, k: &[u8; 8], replica: u32) -> Option<u64> {
+        let held = m.held(&KeyRef::new(1, k))?;
+        let h = held.iter().find(|h| h.replica() == replica)?;
+        Some(held.access(h))
+    }
+
+    fn up(m: &mut ShardMap, k: &[u8; 8], replica: u32, access: u64) -> Upsert {
+        m.upsert(
+            &KeyRef::new(1, k),
+            Holder::new(replica, 5, Tier::T2, 7),
+            access,
+        )
+    }
+
+    /// LFU counts follow their holders through every move a slot makes
+    /// (a removal's swap, a sweep's compaction) and die with them.
+    #[test]
+    fn credits_follow_moved_slots_and_die_with_their_holders() {
+        let keys: Vec<[u8; 8]> = (0u64..6).map(|i| i.to_le_bytes()).collect();
+        let mut m = ShardMap::default();
+        for k in &keys {
+            assert_eq!(up(&mut m, k, 1, 0), Upsert::NewKey);
+        }
+        assert_eq!(up(&mut m, &keys[5], 2, 0), Upsert::Added);
+        for _ in 0..3 {
+            m.credit(&KeyRef::new(1, &keys[5]), 2);
+        }
+        m.credit(&KeyRef::new(1, &keys[4]), 1);
+        m.credit(&KeyRef::new(1, &keys[4]), 9); // not a holder: ignored
+        assert_eq!(access(&m, &keys[5], 2), Some(3));
+        assert_eq!(access(&m, &keys[5], 1), Some(0));
+        // The last slot (keys[5]) moves into keys[0]'s hole.
+        assert!(m.remove(&KeyRef::new(1, &keys[0])).is_some());
+        assert_eq!(access(&m, &keys[5], 2), Some(3));
+        assert_eq!(access(&m, &keys[4], 1), Some(1));
+        // A sweep that drops keys[1] and replica 2 of keys[5] compacts.
+        m.retain(|_, hash, hs| {
+            if hash == keys[5].as_slice() {
+                hs.remove(1);
+            }
+            hash != keys[1].as_slice()
+        });
+        assert_eq!(access(&m, &keys[4], 1), Some(1));
+        assert_eq!(access(&m, &keys[5], 1), Some(0));
+        // Re-added, replica 2 starts from zero; a refresh keeps a count.
+        assert_eq!(up(&mut m, &keys[5], 2, 0), Upsert::Added);
+        assert_eq!(access(&m, &keys[5], 2), Some(0));
+        assert_eq!(up(&mut m, &keys[4], 1, 0), Upsert::Refreshed);
+        assert_eq!(access(&m, &keys[4], 1), Some(1));
+        // A restore overwrites; taking the holder drops its count.
+        assert_eq!(up(&mut m, &keys[2], 1, 40), Upsert::Refreshed);
+        assert_eq!(access(&m, &keys[2], 1), Some(40));
+        let (gone, rest) = m.take_holder(&KeyRef::new(1, &keys[4]), 1).unwrap();
+        assert_eq!(
+            (gone.replica(), gone.tier(), rest.is_none()),
+            (1, Tier::T2, true)
+        );
+        let live: usize = m
+            .iter()
+            .map(|(_, _, hs)| hs.iter().filter(|h| h.credited()).count())
+            .sum();
+        assert_eq!(lock(&m.credits).len(), live);
+        assert_eq!(live, 1);
+    }
+
     #[test]
     fn a_full_shard_refuses_a_new_key_and_keeps_the_rest() {
         let keys: Vec<[u8; 8]> = (0u64..5).map(|i| i.to_le_bytes()).collect();
@@ -317,7 +569,7 @@ mod tests {
         assert_eq!(m.len(), 4);
         for (i, k) in keys.iter().take(4).enumerate() {
             assert_eq!(
-                m.get(&KeyRef::new(1, k)).map(|h| h[0].replica),
+                m.get(&KeyRef::new(1, k)).map(|h| h[0].replica()),
                 Some(i as u32)
             );
         }
@@ -337,7 +589,7 @@ mod tests {
         assert!(m.take_holder(&KeyRef::new(1, &keys[1]), 1).is_some());
         for (i, k) in keys.iter().enumerate() {
             let live = i % 3 != 0 && k[0] % 5 != 0 && i != 1;
-            let got = m.get(&KeyRef::new(1, k)).map(|h| h[0].replica);
+            let got = m.get(&KeyRef::new(1, k)).map(|h| h[0].replica());
             assert_eq!(got, live.then_some(i as u32), "key {i}");
         }
         assert_eq!(m.len(), m.iter().count());

@@ -38,13 +38,13 @@ impl Index {
                 return;
             }
             let mut sum = 0u64;
-            for h in holders {
+            for h in holders.iter() {
                 let e = prefix_side
-                    .entry((p.tenant_id, h.replica))
+                    .entry((p.tenant_id, h.replica()))
                     .or_insert((0, i64::MIN));
                 e.0 += 1;
                 e.1 = e.1.max(h.last_seen);
-                sum += h.access();
+                sum += holders.access(h);
             }
             if sum >= HOT_PREFIX_MIN_HITS {
                 hot += 1;
