@@ -14,6 +14,7 @@
 //! merged when it completes.
 
 use crate::catalog::Partition;
+use crate::holder;
 use crate::index::Index;
 use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
@@ -250,7 +251,7 @@ impl Index {
         let key = KeyRef::new(v.part.id, &v.hash);
         let mut shard = self.store.shards.write(key.shard());
         let (eff, last_seen) = shard.held(&key).and_then(|hs| {
-            let h = hs.get(hs.binary_search_by_key(&v.replica, |h| h.replica()).ok()?)?;
+            let h = holder::find(&hs, v.replica)?;
             let eff = if algo == EvictionAlgorithm::Lfu {
                 hs.access(h)
             } else {

@@ -2,6 +2,7 @@
 
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
+use crate::holder;
 use crate::index::Index;
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes, RemovalReason};
@@ -191,7 +192,7 @@ impl Index {
                 if !is_part.get(pid as usize).copied().unwrap_or(false) {
                     return true;
                 }
-                if let Ok(i) = holders.binary_search_by_key(&replica, |h| h.replica()) {
+                if let Ok(i) = holder::position(holders, replica) {
                     let Some(h) = holders.remove(i) else {
                         return true;
                     };

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bits of the word that hold the replica id: ids stay below 2^24
 /// (16.7 M replica names, `catalog.rs` refuses more).
-pub(crate) const REPLICA_BITS: u32 = 24;
+const REPLICA_BITS: u32 = 24;
 /// Number of distinct replica ids a holder can carry.
 pub(crate) const MAX_REPLICA_IDS: usize = 1 << REPLICA_BITS;
 const REPLICA_MASK: u32 = (1 << REPLICA_BITS) - 1;
@@ -95,6 +95,18 @@ impl Holder {
     pub(crate) fn mark_credited(&self) {
         self.word.fetch_or(CREDITED, Ordering::Relaxed);
     }
+}
+
+/// Where `replica` is (`Ok`) or would go (`Err`) in a replica-sorted list.
+#[inline]
+pub(crate) fn position(hs: &[Holder], replica: u32) -> Result<usize, usize> {
+    hs.binary_search_by_key(&replica, Holder::replica)
+}
+
+/// `replica`'s holder in a replica-sorted list.
+#[inline]
+pub(crate) fn find(hs: &[Holder], replica: u32) -> Option<&Holder> {
+    hs.get(position(hs, replica).ok()?)
 }
 
 /// The holders of one key, sorted by replica id. A single holder (the common

@@ -3,6 +3,7 @@
 use crate::catalog::Partition;
 use crate::chain::{Run, walk};
 use crate::clock::duration_ns;
+use crate::holder;
 use crate::index::Index;
 use crate::key::{EntryKey, KeyRef};
 use crate::ranking::{
@@ -388,7 +389,6 @@ impl Index {
         let key = KeyRef::new(part.id, hash);
         let shard = self.store.shards.read(key.shard());
         let held = shard.held(&key)?;
-        let i = held.binary_search_by_key(&replica, |h| h.replica()).ok()?;
-        Some(held.access(&held[i]))
+        Some(held.access(holder::find(&held, replica)?))
     }
 }

@@ -8,7 +8,7 @@
 //! `chain.rs`).
 
 use crate::hashing::FoldBuild;
-use crate::holder::{Holder, Holders};
+use crate::holder::{self, Holder, Holders};
 use crate::key::{EntryKey, KeyRef, shard_of};
 use crate::table::{MAX_SLOTS, Table};
 use std::collections::HashMap;
@@ -129,7 +129,7 @@ impl ShardMap {
         let Some(h) = self
             .slots
             .get(pos)
-            .and_then(|s| find_holder(&s.holders, replica))
+            .and_then(|s| holder::find(&s.holders, replica))
         else {
             return;
         };
@@ -159,7 +159,7 @@ impl ShardMap {
                 let Some(holders) = self.slots.get_mut(pos).map(|s| &mut s.holders) else {
                     return Upsert::Full;
                 };
-                match holders.binary_search_by_key(&replica, |x| x.replica()) {
+                match holder::position(holders, replica) {
                     Ok(i) => {
                         let old = &mut holders[i];
                         old.tokens = h.tokens;
@@ -178,7 +178,7 @@ impl ShardMap {
             let Self { slots, credits, .. } = self;
             if let Some(h) = slots
                 .get(pos)
-                .and_then(|s| find_holder(&s.holders, replica))
+                .and_then(|s| holder::find(&s.holders, replica))
             {
                 lock_mut(credits).insert(
                     ckey(pos, replica),
@@ -296,9 +296,7 @@ impl ShardMap {
     ) -> Option<(Holder, Option<&Holders>)> {
         let i = self.find(k)?;
         let holders = &mut self.slots.get_mut(i)?.holders;
-        let j = holders
-            .binary_search_by_key(&replica, |h| h.replica())
-            .ok()?;
+        let j = holder::position(holders, replica).ok()?;
         let h = holders.remove(j)?;
         if h.credited() {
             lock_mut(&mut self.credits).remove(&ckey(i, replica));
@@ -469,13 +467,6 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// A mutex's value through `&mut` (no locking), poison-tolerant.
 fn lock_mut<T>(l: &mut Mutex<T>) -> &mut T {
     l.get_mut().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `replica`'s holder in a replica-sorted list.
-#[inline]
-fn find_holder(hs: &[Holder], replica: u32) -> Option<&Holder> {
-    let i = hs.binary_search_by_key(&replica, |h| h.replica()).ok()?;
-    hs.get(i)
 }
 
 /// See [`read`].
