@@ -133,8 +133,14 @@ impl IngestLanes {
         lane.queued.fetch_add(1, Ordering::AcqRel);
         let queued = Arc::clone(&lane.queued);
         let job: Job = Box::new(move || {
-            let _ = tx.send(f());
-            queued.fetch_sub(1, Ordering::AcqRel);
+            // The count drops before the caller can see the result (so its
+            // next light job finds the lane idle), and also when `f` panics
+            // (else the lane would look busy forever).
+            let out = {
+                let _finished = Finished(queued);
+                f()
+            };
+            let _ = tx.send(out);
         });
         if lane.tx.send(job).await.is_err() {
             lane.queued.fetch_sub(1, Ordering::AcqRel);
@@ -156,6 +162,15 @@ impl IngestLanes {
             Some(l) if l.queued.load(Ordering::Acquire) > 0 => self.run(lane, f).await,
             _ => Some(f()),
         }
+    }
+}
+
+/// Takes a job off its lane's count when the job ends, normally or by panic.
+struct Finished(Arc<AtomicUsize>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -268,5 +283,20 @@ mod tests {
             None
         );
         assert_eq!(lanes.run(lanes.lane_of("r"), || 7).await, Some(7));
+        // The panicked job no longer counts as queued: light work runs
+        // inline again.
+        assert_eq!(
+            lanes.lanes[lanes.lane_of("r").0]
+                .queued
+                .load(Ordering::Acquire),
+            0
+        );
+        let here = std::thread::current().id();
+        assert_eq!(
+            lanes
+                .run_light(lanes.lane_of("r"), || std::thread::current().id())
+                .await,
+            Some(here)
+        );
     }
 }
