@@ -154,7 +154,7 @@ fn walk_with<H: AsRef<[u8]>>(
                 hash: k,
             };
             let held = match guard_of(k) {
-                Some(g) if i != usize::MAX => g.get_at(i, &key).map_or(&[][..], |x| &**x),
+                Some(g) if i != usize::MAX => g.get_at(i, &key).unwrap_or(&[]),
                 _ => &[],
             };
             found.push(held);

@@ -10,12 +10,15 @@
 use crate::types::Tier;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Bits of the word that hold the replica id: ids stay below 2^24
+/// Bits of the word that hold the replica id: ids stay below 2^24 - 1
 /// (16.7 M replica names, `catalog.rs` refuses more).
 const REPLICA_BITS: u32 = 24;
-/// Number of distinct replica ids a holder can carry.
-pub(crate) const MAX_REPLICA_IDS: usize = 1 << REPLICA_BITS;
 const REPLICA_MASK: u32 = (1 << REPLICA_BITS) - 1;
+/// The replica id of a slot's holder that stands for a block of its
+/// shard's holder pool (`holder_pool.rs`); never a replica's.
+pub(crate) const POOL_MARK: u32 = REPLICA_MASK;
+/// Number of distinct replica ids a holder can carry (all but the mark).
+pub(crate) const MAX_REPLICA_IDS: usize = POOL_MARK as usize;
 /// Seven tier bits: raw tiers 0..=125 as themselves, 126 for any larger raw
 /// tier, 127 for [`Tier::INVALID`].
 const TIER_SHIFT: u32 = REPLICA_BITS;
@@ -109,61 +112,12 @@ pub(crate) fn find(hs: &[Holder], replica: u32) -> Option<&Holder> {
     hs.get(position(hs, replica).ok()?)
 }
 
-/// The holders of one key, sorted by replica id. A single holder (the common
-/// case) lives inline in the slot: no allocation, no pointer chase.
+/// The holders of a key taken out of the index, sorted by replica id
+/// (stored holders live in the slot or its shard's pool, `holder_pool.rs`).
 #[derive(Debug)]
 pub(crate) enum Holders {
     One(Holder),
     Many(Vec<Holder>),
-}
-
-impl Holders {
-    pub(crate) fn one(h: Holder) -> Self {
-        Holders::One(h)
-    }
-
-    /// Insert at `i` (keeping the replica order).
-    pub(crate) fn insert(&mut self, i: usize, h: Holder) {
-        match self {
-            Holders::Many(v) => v.insert(i.min(v.len()), h),
-            Holders::One(_) => {
-                let old = std::mem::replace(self, Holders::Many(Vec::with_capacity(2)));
-                if let (Holders::One(first), Holders::Many(v)) = (old, &mut *self) {
-                    v.push(first);
-                    v.insert(i.min(1), h);
-                }
-            }
-        }
-    }
-
-    /// Remove the holder at `i`. Removing the last one leaves an empty list.
-    pub(crate) fn remove(&mut self, i: usize) -> Option<Holder> {
-        match self {
-            Holders::Many(v) => {
-                if i >= v.len() {
-                    return None;
-                }
-                let h = v.remove(i);
-                if v.len() == 1 {
-                    if let Some(last) = v.pop() {
-                        *self = Holders::One(last);
-                    }
-                } else if v.capacity() > 2 * v.len() + 2 {
-                    v.shrink_to(v.len() + v.len() / 2);
-                }
-                Some(h)
-            }
-            Holders::One(_) => {
-                if i != 0 {
-                    return None;
-                }
-                match std::mem::replace(self, Holders::Many(Vec::new())) {
-                    Holders::One(h) => Some(h),
-                    Holders::Many(_) => None,
-                }
-            }
-        }
-    }
 }
 
 impl std::ops::Deref for Holders {
@@ -177,48 +131,9 @@ impl std::ops::Deref for Holders {
     }
 }
 
-impl std::ops::DerefMut for Holders {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut [Holder] {
-        match self {
-            Holders::One(h) => std::slice::from_mut(h),
-            Holders::Many(v) => v,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn h(replica: u32) -> Holder {
-        Holder::new(replica, 0, Tier::T1, 0)
-    }
-
-    fn ids(hs: &Holders) -> Vec<u32> {
-        hs.iter().map(|x| x.replica()).collect()
-    }
-
-    #[test]
-    fn holders_spill_and_collapse_keep_order() {
-        let mut hs = Holders::one(h(5));
-        hs.insert(0, h(2));
-        assert_eq!(ids(&hs), vec![2, 5]);
-        hs.insert(2, h(9));
-        hs.insert(1, h(3));
-        assert_eq!(ids(&hs), vec![2, 3, 5, 9]);
-        assert_eq!(hs.remove(0).map(|x| x.replica()), Some(2));
-        assert_eq!(hs.remove(1).map(|x| x.replica()), Some(5));
-        assert_eq!(hs.remove(0).map(|x| x.replica()), Some(3));
-        assert!(matches!(hs, Holders::One(_)));
-        assert_eq!(ids(&hs), vec![9]);
-        assert!(hs.remove(1).is_none());
-        assert_eq!(hs.remove(0).map(|x| x.replica()), Some(9));
-        assert!(hs.is_empty());
-        let mut one = Holders::one(h(1));
-        one.insert(1, h(4));
-        assert_eq!(ids(&one), vec![1, 4]);
-    }
 
     #[test]
     fn the_word_keeps_replica_tier_and_flag_apart() {

@@ -171,6 +171,7 @@ mod eviction;
 mod export;
 mod hashing;
 mod holder;
+mod holder_pool;
 mod index;
 mod ingest;
 mod key;

@@ -235,7 +235,7 @@ impl Index {
     ) -> Result<bool, QuotaVictim> {
         let key = KeyRef::new(v.part.id, &v.hash);
         let mut shard = self.store.shards.write(key.shard());
-        let Some(age) = shard.get(&key).map(|hs| key_age(hs)) else {
+        let Some(age) = shard.get(&key).map(key_age) else {
             return Ok(false);
         };
         if age != v.age {

@@ -9,21 +9,23 @@
 
 use crate::hashing::FoldBuild;
 use crate::holder::{self, Holder, Holders};
+use crate::holder_pool::HolderPool;
 use crate::key::{EntryKey, KeyRef, shard_of};
 use crate::table::{MAX_SLOTS, Table};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
-/// One key and its holders: 40 bytes.
+/// One key and its holder, or the mark of its holders' block in the
+/// shard's pool (`holder_pool.rs`): 32 bytes.
 pub(crate) struct Slot {
     key: EntryKey,
-    holders: Holders,
+    first: Holder,
 }
 
 /// The table of one shard: 4-byte buckets over a dense array of slots, so a
-/// key costs its 40-byte slot plus 4 bytes per bucket whatever the table's
-/// load factor. Removal swaps the last slot into the hole and repoints its
-/// bucket.
+/// key costs its 32-byte slot plus 4 bytes per bucket whatever the table's
+/// load factor, and a key with several holders a block of the pool. Removal
+/// swaps the last slot into the hole and repoints its bucket.
 ///
 /// LFU counts live beside the slots in `credits`, keyed by (slot position,
 /// replica), and only for holders flagged [`Holder::credited`]: most
@@ -35,6 +37,7 @@ pub(crate) struct Slot {
 pub(crate) struct ShardMap {
     table: Table,
     slots: Vec<Slot>,
+    pool: HolderPool,
     credits: Mutex<Credits>,
 }
 
@@ -63,7 +66,7 @@ pub(crate) enum Upsert {
 pub(crate) struct Held<'a> {
     map: &'a ShardMap,
     pos: usize,
-    holders: &'a Holders,
+    holders: &'a [Holder],
 }
 
 impl Held<'_> {
@@ -98,9 +101,9 @@ impl ShardMap {
     }
 
     #[inline]
-    pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&Holders> {
+    pub(crate) fn get(&self, k: &KeyRef<'_>) -> Option<&[Holder]> {
         let i = self.find(k)?;
-        self.slots.get(i).map(|s| &s.holders)
+        self.slots.get(i).map(|s| self.pool.slice(&s.first))
     }
 
     /// The holders of `k` with their LFU counts.
@@ -109,7 +112,7 @@ impl ShardMap {
         self.slots.get(pos).map(|s| Held {
             map: self,
             pos,
-            holders: &s.holders,
+            holders: self.pool.slice(&s.first),
         })
     }
 
@@ -129,7 +132,7 @@ impl ShardMap {
         let Some(h) = self
             .slots
             .get(pos)
-            .and_then(|s| holder::find(&s.holders, replica))
+            .and_then(|s| holder::find(self.pool.slice(&s.first), replica))
         else {
             return;
         };
@@ -150,35 +153,42 @@ impl ShardMap {
         let replica = h.replica();
         let (pos, done) = match self.find(k) {
             None => {
-                if !self.insert_new(k, Holders::one(h)) {
+                if !self.insert_new(k, h) {
                     return Upsert::Full;
                 }
                 (self.slots.len() - 1, Upsert::NewKey)
             }
             Some(pos) => {
-                let Some(holders) = self.slots.get_mut(pos).map(|s| &mut s.holders) else {
+                let Self { slots, pool, .. } = self;
+                let Some(first) = slots.get_mut(pos).map(|s| &mut s.first) else {
                     return Upsert::Full;
                 };
-                match holder::position(holders, replica) {
+                match holder::position(pool.slice(first), replica) {
                     Ok(i) => {
-                        let old = &mut holders[i];
-                        old.tokens = h.tokens;
-                        old.last_seen = h.last_seen;
-                        old.set_tier(h.tier());
+                        if let Some(old) = pool.slice_mut(first).get_mut(i) {
+                            old.tokens = h.tokens;
+                            old.last_seen = h.last_seen;
+                            old.set_tier(h.tier());
+                        }
                         (pos, Upsert::Refreshed)
                     }
                     Err(i) => {
-                        holders.insert(i, h);
+                        pool.insert(first, i, h);
                         (pos, Upsert::Added)
                     }
                 }
             }
         };
         if access > 0 {
-            let Self { slots, credits, .. } = self;
+            let Self {
+                slots,
+                pool,
+                credits,
+                ..
+            } = self;
             if let Some(h) = slots
                 .get(pos)
-                .and_then(|s| holder::find(&s.holders, replica))
+                .and_then(|s| holder::find(pool.slice(&s.first), replica))
             {
                 lock_mut(credits).insert(
                     ckey(pos, replica),
@@ -209,24 +219,25 @@ impl ShardMap {
     /// The holders of `k`, trying position `i` (from [`ShardMap::touch_slot`])
     /// before a full probe.
     #[inline]
-    pub(crate) fn get_at(&self, i: usize, k: &KeyRef<'_>) -> Option<&Holders> {
+    pub(crate) fn get_at(&self, i: usize, k: &KeyRef<'_>) -> Option<&[Holder]> {
         match self.slots.get(i) {
-            Some(s) if s.key.matches(k.part, k.bytes) => Some(&s.holders),
+            Some(s) if s.key.matches(k.part, k.bytes) => Some(self.pool.slice(&s.first)),
             _ => self.get(k),
         }
     }
 
-    /// Insert a key the caller has just seen absent. `false` (nothing
-    /// stored) only when the shard already holds [`MAX_SLOTS`] keys.
+    /// Insert a key the caller has just seen absent, with one holder.
+    /// `false` (nothing stored) only when the shard already holds
+    /// [`MAX_SLOTS`] keys.
     #[inline]
-    pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, holders: Holders) -> bool {
-        self.insert_within(k, holders, MAX_SLOTS)
+    pub(crate) fn insert_new(&mut self, k: &KeyRef<'_>, h: Holder) -> bool {
+        self.insert_within(k, h, MAX_SLOTS)
     }
 
     /// [`ShardMap::insert_new`] with the slot limit as a parameter (tests
     /// reach it without 33.5 M keys).
     #[inline]
-    fn insert_within(&mut self, k: &KeyRef<'_>, holders: Holders, limit: usize) -> bool {
+    fn insert_within(&mut self, k: &KeyRef<'_>, h: Holder, limit: usize) -> bool {
         let i = self.slots.len();
         if i >= limit {
             return false;
@@ -242,36 +253,43 @@ impl ShardMap {
         }
         self.slots.push(Slot {
             key: k.to_key(),
-            holders,
+            first: h,
         });
         self.table.insert(k.hash, i);
         true
     }
 
-    /// Remove the slot at `i` whose bucket is already gone: the last slot
-    /// moves into the hole and its bucket is repointed.
-    fn swap_out(&mut self, i: usize) -> Option<Slot> {
+    /// Remove the slot at `i` whose bucket is already gone, with its
+    /// holders: the last slot moves into the hole and its bucket is
+    /// repointed.
+    fn swap_out(&mut self, i: usize) -> Option<Holders> {
         if i >= self.slots.len() {
             return None;
         }
         let last = self.slots.len() - 1;
-        let slot = self.slots.swap_remove(i);
+        let mut slot = self.slots.swap_remove(i);
+        let holders = self.pool.take_all(&mut slot.first);
         let credits = lock_mut(&mut self.credits);
-        for h in slot.holders.iter().filter(|h| h.credited()) {
+        for h in holders.iter().filter(|h| h.credited()) {
             credits.remove(&ckey(i, h.replica()));
         }
         if i != last {
             let h = hash_at(&self.slots, i);
             self.table.repoint(h, last, i);
             if let Some(moved) = self.slots.get(i) {
-                for h in moved.holders.iter().filter(|h| h.credited()) {
+                for h in self
+                    .pool
+                    .slice(&moved.first)
+                    .iter()
+                    .filter(|h| h.credited())
+                {
                     if let Some(n) = credits.remove(&ckey(last, h.replica())) {
                         credits.insert(ckey(i, h.replica()), n);
                     }
                 }
             }
         }
-        Some(slot)
+        Some(holders)
     }
 
     /// The bucket of `k` taken out of the table, with its position.
@@ -284,7 +302,7 @@ impl ShardMap {
 
     pub(crate) fn remove(&mut self, k: &KeyRef<'_>) -> Option<Holders> {
         let i = self.take_bucket(k)?;
-        self.swap_out(i).map(|s| s.holders)
+        self.swap_out(i)
     }
 
     /// Remove `replica` from the key with one probe. Returns the holder and
@@ -293,20 +311,20 @@ impl ShardMap {
         &mut self,
         k: &KeyRef<'_>,
         replica: u32,
-    ) -> Option<(Holder, Option<&Holders>)> {
+    ) -> Option<(Holder, Option<&[Holder]>)> {
         let i = self.find(k)?;
-        let holders = &mut self.slots.get_mut(i)?.holders;
-        let j = holder::position(holders, replica).ok()?;
-        let h = holders.remove(j)?;
+        let first = &mut self.slots.get_mut(i)?.first;
+        let j = holder::position(self.pool.slice(first), replica).ok()?;
+        let h = self.pool.remove(first, j)?;
         if h.credited() {
             lock_mut(&mut self.credits).remove(&ckey(i, replica));
         }
-        if holders.is_empty() {
+        if self.pool.slice(first).is_empty() {
             let i = self.take_bucket(k)?;
             self.swap_out(i);
             return Some((h, None));
         }
-        Some((h, self.slots.get(i).map(|s| &s.holders)))
+        Some((h, self.slots.get(i).map(|s| self.pool.slice(&s.first))))
     }
 
     /// Every key as (partition id, hash bytes, holders).
@@ -315,7 +333,7 @@ impl ShardMap {
             let held = Held {
                 map: self,
                 pos,
-                holders: &s.holders,
+                holders: self.pool.slice(&s.first),
             };
             (s.key.part(), s.key.hash_bytes(), held)
         })
@@ -325,32 +343,53 @@ impl ShardMap {
     /// Slots are visited in storage order; the table is rebuilt once if any
     /// key went (a sweep reads every slot anyway). Holders `f` removes lose
     /// their LFU counts; the kept ones' counts follow their slots.
-    pub(crate) fn retain(&mut self, mut f: impl FnMut(u32, &[u8], &mut Holders) -> bool) {
+    pub(crate) fn retain(&mut self, mut f: impl FnMut(u32, &[u8], &mut HoldersMut<'_>) -> bool) {
         let before = self.slots.len();
-        let Self { slots, credits, .. } = self;
+        let Self {
+            slots,
+            pool,
+            credits,
+            ..
+        } = self;
         let credits = lock_mut(credits);
-        if credits.is_empty() {
-            slots.retain_mut(|s| f(s.key.part(), s.key.hash_bytes(), &mut s.holders));
-        } else {
-            let mut old = std::mem::take(credits);
-            let (mut from, mut to) = (0usize, 0usize);
-            slots.retain_mut(|s| {
-                let keep = f(s.key.part(), s.key.hash_bytes(), &mut s.holders);
-                if keep {
-                    for h in s.holders.iter().filter(|h| h.credited()) {
-                        if let Some(n) = old.remove(&ckey(from, h.replica())) {
-                            credits.insert(ckey(to, h.replica()), n);
-                        }
+        // Counts follow their kept slots to their new positions.
+        let mut old = (!credits.is_empty()).then(|| std::mem::take(credits));
+        let (mut from, mut to) = (0usize, 0usize);
+        slots.retain_mut(|s| {
+            let keep = f(
+                s.key.part(),
+                s.key.hash_bytes(),
+                &mut HoldersMut {
+                    first: &mut s.first,
+                    pool: &mut *pool,
+                },
+            );
+            if !keep {
+                // A dropped slot gives its block back.
+                pool.release(&s.first);
+            } else if let Some(old) = old.as_mut() {
+                for h in pool.slice(&s.first).iter().filter(|h| h.credited()) {
+                    if let Some(n) = old.remove(&ckey(from, h.replica())) {
+                        credits.insert(ckey(to, h.replica()), n);
                     }
-                    to += 1;
                 }
-                from += 1;
-                keep
-            });
-        }
+            }
+            to += usize::from(keep);
+            from += 1;
+            keep
+        });
         if self.slots.len() != before {
             let slots = &self.slots;
             self.table.rehash(slots.len(), |j| hash_at(slots, j));
+        }
+        self.compact_pool();
+    }
+
+    /// Rebuild the holder pool if it is mostly free blocks (after a sweep
+    /// or a shrink: both read or move every slot anyway).
+    fn compact_pool(&mut self) {
+        if self.pool.is_sparse() {
+            self.pool.compact(&mut self.slots, |s| &mut s.first);
         }
     }
 
@@ -366,6 +405,28 @@ impl ShardMap {
         let slots = &self.slots;
         self.table.shrink_to(n, slots.len(), |j| hash_at(slots, j));
         self.slots.shrink_to(n);
+        self.compact_pool();
+    }
+}
+
+/// The holders of one slot as a sweep's callback edits them.
+pub(crate) struct HoldersMut<'a> {
+    first: &'a mut Holder,
+    pool: &'a mut HolderPool,
+}
+
+impl HoldersMut<'_> {
+    /// Remove the holder at `i` (the slot goes when the callback says so).
+    pub(crate) fn remove(&mut self, i: usize) -> Option<Holder> {
+        self.pool.remove(self.first, i)
+    }
+}
+
+impl std::ops::Deref for HoldersMut<'_> {
+    type Target = [Holder];
+    #[inline]
+    fn deref(&self) -> &[Holder] {
+        self.pool.slice(self.first)
     }
 }
 
@@ -479,8 +540,8 @@ mod tests {
     use super::*;
     use crate::types::Tier;
 
-    fn one(r: u32) -> Holders {
-        Holders::one(Holder::new(r, 0, Tier::T1, 0))
+    fn one(r: u32) -> Holder {
+        Holder::new(r, 0, Tier::T1, 0)
     }
 
     fn access(m: &ShardMap, k: &[u8; 8], replica: u32) -> Option<u64> {
@@ -546,6 +607,49 @@ mod tests {
             .sum();
         assert_eq!(lock(&m.credits).len(), live);
         assert_eq!(live, 1);
+    }
+
+    #[test]
+    fn a_slot_is_a_key_and_one_holder() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+    }
+
+    /// Keys that gain and lose holders keep them through the pool, and the
+    /// holders of a removed key come back whole.
+    #[test]
+    fn many_holders_live_in_the_pool_and_leave_with_their_key() {
+        let keys: Vec<[u8; 8]> = (0u64..50).map(|i| i.to_le_bytes()).collect();
+        let mut m = ShardMap::default();
+        for (i, k) in keys.iter().enumerate() {
+            for r in 0..(i % 6) as u32 + 1 {
+                up(&mut m, k, r, 0);
+            }
+        }
+        let ids = |m: &ShardMap, k: &[u8; 8]| -> Vec<u32> {
+            m.get(&KeyRef::new(1, k))
+                .map(|hs| hs.iter().map(Holder::replica).collect())
+                .unwrap_or_default()
+        };
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(ids(&m, k), (0..(i % 6) as u32 + 1).collect::<Vec<_>>());
+        }
+        let gone = m.remove(&KeyRef::new(1, &keys[5])).unwrap();
+        assert_eq!(
+            gone.iter().map(Holder::replica).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5]
+        );
+        let (h, rest) = m.take_holder(&KeyRef::new(1, &keys[4]), 2).unwrap();
+        assert_eq!((h.replica(), rest.map(<[Holder]>::len)), (2, Some(4)));
+        m.retain(|_, _, hs| {
+            while hs.len() > 1 {
+                hs.remove(0);
+            }
+            true
+        });
+        for (i, k) in keys.iter().enumerate().filter(|(i, _)| *i != 5) {
+            let top = (i % 6) as u32;
+            assert_eq!(ids(&m, k), [top], "key {i}");
+        }
     }
 
     #[test]
