@@ -5,7 +5,8 @@
 //! word; the LFU count itself lives in its shard's credit table
 //! (`shard.rs`), which only credited holders use. Most holders are never
 //! credited (LRU tenants, cold entries), and a 16-byte holder makes the
-//! common one-holder slot 40 bytes instead of 48 (issue 14).
+//! common one-holder slot 32 bytes (issue 14; a key with more holders keeps
+//! them in its shard's pool, `holder_pool.rs`).
 
 use crate::types::Tier;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -149,10 +149,12 @@
 //! A (prefix, replica) entry is a 16-byte holder: last seen, tokens, and one
 //! word packing the replica id (24 bits), the tier (7 bits) and a "has an
 //! LFU count" flag. LFU counts live in a per-shard side table that only
-//! credited holders use. A key is one 40-byte slot in its shard's dense slot
+//! credited holders use. A key is one 32-byte slot in its shard's dense slot
 //! array, reached through a 4-byte bucket of the shard's table: the
 //! partition id and a hash of up to 8 bytes inline (longer hashes behind a
-//! pointer) and a single holder inline; more holders spill to a vector. See
+//! pointer) and a single holder inline; a key with more holders keeps them
+//! in a block of its shard's holder pool (size classes with free lists, no
+//! per-key allocation) and its slot's holder marks the block. See
 //! BENCHMARKS.md for the measured resident bytes per key and per extra
 //! holder.
 
