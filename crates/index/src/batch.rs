@@ -51,6 +51,26 @@ pub struct BatchOutcome {
     pub refused_at: Option<usize>,
 }
 
+/// The `PrefixEvicted` events at the start of `writes` for `names`.
+fn burst_of<'w, 'a>(
+    writes: &'w [BatchWrite<'a>],
+    names: Names<'a>,
+) -> impl Iterator<Item = &'a CacheEvent> + 'w {
+    writes.iter().map_while(move |w| match w {
+        BatchWrite::Event(ev)
+            if ev.kind == EventKind::PrefixEvicted
+                && (
+                    ev.tenant_id.as_str(),
+                    ev.model_id.as_str(),
+                    ev.replica_id.as_str(),
+                ) == names =>
+        {
+            Some(*ev)
+        }
+        _ => None,
+    })
+}
+
 impl Index {
     /// Apply a batch of stores and events (module docs: in order, budgets
     /// enforced once at the end).
@@ -65,7 +85,11 @@ impl Index {
         let mut tenants: Vec<&'a str> = Vec::new();
         // The last PrefixEvicted's (tenant, model, replica) and its resolution.
         let mut target: Option<(Names<'a>, Option<EvictTarget>)> = None;
-        for (i, w) in writes.into_iter().enumerate() {
+        // Collected so that an eviction burst can look ahead (prefetch).
+        let writes: Vec<BatchWrite<'a>> = writes.into_iter().collect();
+        // Writes before this position had their keys prefetched.
+        let mut prefetched = 0;
+        for (i, &w) in writes.iter().enumerate() {
             match w {
                 BatchWrite::Store(u) => {
                     // A store may add partitions (and names) a cached target lacks.
@@ -95,6 +119,10 @@ impl Index {
                         _ => &target.insert((names, self.evict_target(ev))).1,
                     };
                     if let Some(t) = t {
+                        if i >= prefetched {
+                            prefetched =
+                                i + self.prefetch_evictions(t, burst_of(&writes[i..], names));
+                        }
                         self.event_write(ev, now, Some(t), &mut out.event, &mut notes);
                     }
                 }

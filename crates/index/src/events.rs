@@ -4,6 +4,7 @@ use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::holder;
 use crate::index::Index;
+use crate::ingest::PREFETCH;
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::shard::{read, write};
@@ -96,6 +97,37 @@ impl Index {
         // marked once per resolution (a batch's burst shares one).
         self.routing.tentative.mark_publisher(r);
         Some(t)
+    }
+
+    /// Start the cache misses of the keys that a burst of `PrefixEvicted`
+    /// events for target `t` removes, the first [`PREFETCH`] of them, before
+    /// [`Index::event_write`] probes them one at a time (a batch's eviction
+    /// burst: the bucket and slot misses were three quarters of a removal,
+    /// BENCHMARKS.md). Returns the number of events covered (at least one,
+    /// so that a caller always moves on).
+    pub(crate) fn prefetch_evictions<'e>(
+        &self,
+        t: &EvictTarget,
+        evs: impl Iterator<Item = &'e CacheEvent>,
+    ) -> usize {
+        let mut keys = [0u64; PREFETCH];
+        let (mut n, mut covered) = (0, 0);
+        'fill: for ev in evs {
+            for p in t
+                .parts
+                .iter()
+                .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id)
+            {
+                let Some(k) = keys.get_mut(n) else {
+                    break 'fill;
+                };
+                *k = key_hash(p.id, &ev.prefix_hash);
+                n += 1;
+            }
+            covered += 1;
+        }
+        self.store.shards.prefetch(&keys[..n]);
+        covered.max(1)
     }
 
     fn evict_prefix_at(
