@@ -14,12 +14,12 @@ pub(crate) struct ScopeCounts {
 }
 
 impl ScopeCounts {
-    fn add(&mut self, replica: u32) {
+    fn add(&mut self, replica: u32, holders: u64) {
         let n = slot(&mut self.held, replica);
-        if *n == 0 {
+        if *n == 0 && holders > 0 {
             self.serving += 1;
         }
-        *n += 1;
+        *n += holders;
     }
 
     fn remove(&mut self, replica: u32) {
@@ -52,6 +52,17 @@ impl ScopeCounts {
 }
 
 /// Index-wide counters, indexed by interned ids.
+/// Holders one replica added to one partition, counted while its upserts
+/// run and applied to the [`Counters`] in one step (one lock per chain
+/// instead of one per block).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Adds {
+    /// New holders.
+    pub(crate) holders: u64,
+    /// Those of them that made a new key.
+    pub(crate) keys: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     /// (key, replica) pairs — the cap unit.
@@ -86,21 +97,26 @@ fn dec(v: &mut u64) {
 }
 
 impl Counters {
-    pub(crate) fn on_add(&mut self, p: &Partition, replica: u32, new_key: bool) {
-        self.total_entries += 1;
-        *slot(&mut self.held_by_replica, replica) += 1;
+    /// `a.holders` new holders of `p` by `replica`, `a.keys` of them on new
+    /// keys: one update for a run of upserts (a chain store).
+    pub(crate) fn on_add(&mut self, p: &Partition, replica: u32, a: Adds) {
+        if a.holders == 0 {
+            return;
+        }
+        self.total_entries += a.holders;
+        *slot(&mut self.held_by_replica, replica) += a.holders;
         if p.reserved {
-            self.reserved_entries += 1;
+            self.reserved_entries += a.holders;
         }
         let scope = slot(&mut self.serving, p.scope_id);
-        scope.add(replica);
+        scope.add(replica, a.holders);
         p.serving.store(scope.len(), Ordering::Relaxed);
-        if new_key {
-            self.total_keys += 1;
-            *slot(&mut self.keys_by_tenant, p.tenant_id) += 1;
-            *slot(&mut self.keys_by_tm, p.tm_id) += 1;
+        if a.keys > 0 {
+            self.total_keys += a.keys;
+            *slot(&mut self.keys_by_tenant, p.tenant_id) += a.keys;
+            *slot(&mut self.keys_by_tm, p.tm_id) += a.keys;
             if !p.reserved {
-                *slot(&mut self.keys_by_model, p.model_id) += 1;
+                *slot(&mut self.keys_by_model, p.model_id) += a.keys;
             }
         }
     }

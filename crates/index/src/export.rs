@@ -21,6 +21,7 @@
 //! (upserts and removals are idempotent; the last one per entry wins).
 
 use crate::catalog::Partition;
+use crate::counters::Adds;
 use crate::index::{Index, StatsEntry};
 use crate::ingest::Writer;
 use crate::observer::Notes;
@@ -242,15 +243,18 @@ impl Importer<'_> {
                 ts: e.last_seen_ns,
                 access: e.access_count,
             };
+            let mut adds = Adds::default();
             self.index.upsert(
                 &part,
                 hash,
                 e.token_count,
                 e.tier,
                 &w,
+                &mut adds,
                 &mut self.scratch,
                 &mut notes,
             );
+            self.index.count_adds(&part, *replica, adds);
             self.out.entries += 1;
             imported = true;
         }

@@ -2,6 +2,7 @@
 
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
+use crate::counters::Adds;
 use crate::holder::Holder;
 use crate::index::{Index, StatsEntry};
 use crate::key::{KeyRef, key_hash};
@@ -140,6 +141,7 @@ impl Index {
                     }
                 };
                 let tier = e.tier.normalized();
+                let mut adds = Adds::default();
                 if chain {
                     let mut cumulative: i32 = 0;
                     for (i, (h, c)) in e.block_hashes.iter().zip(&e.block_token_counts).enumerate()
@@ -155,7 +157,7 @@ impl Index {
                         if track {
                             confirmed.push((part.id, key_hash(part.id, h)));
                         }
-                        self.upsert(&part, h, cumulative, tier, &w, out, notes);
+                        self.upsert(&part, h, cumulative, tier, &w, &mut adds, out, notes);
                     }
                 }
                 // The legacy key: the whole entry in legacy form (its empty
@@ -164,8 +166,18 @@ impl Index {
                     if track {
                         confirmed.push((part.id, key_hash(part.id, &e.prefix_hash)));
                     }
-                    self.upsert(&part, &e.prefix_hash, e.token_count, tier, &w, out, notes);
+                    self.upsert(
+                        &part,
+                        &e.prefix_hash,
+                        e.token_count,
+                        tier,
+                        &w,
+                        &mut adds,
+                        out,
+                        notes,
+                    );
                 }
+                self.count_adds(&part, replica, adds);
             }
             out.tentative_confirmed += self.routing.tentative.confirm(replica, &confirmed);
         }
@@ -193,6 +205,17 @@ impl Index {
         true
     }
 
+    /// Apply the counter updates `adds` gathered for `replica`'s upserts
+    /// into `part` (after a run of [`Index::upsert`]s).
+    pub(crate) fn count_adds(&self, part: &Partition, replica: u32, adds: Adds) {
+        if adds.holders > 0 {
+            write(&self.store.counters).on_add(part, replica, adds);
+        }
+    }
+
+    /// Insert or refresh one (key, replica) entry. The counters are not
+    /// updated here: new holders are added to `adds`, which the caller
+    /// applies with [`Index::count_adds`] after its run of upserts.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn upsert(
         &self,
@@ -201,6 +224,7 @@ impl Index {
         tokens: i32,
         tier: Tier,
         w: &Writer<'_>,
+        adds: &mut Adds,
         out: &mut IngestOutcome,
         notes: &mut Notes,
     ) {
@@ -227,7 +251,8 @@ impl Index {
             }
         }
         if added {
-            write(&self.store.counters).on_add(part, w.replica, new_key);
+            adds.holders += 1;
+            adds.keys += u64::from(new_key);
             out.entries_added += 1;
             drop(shard);
             notes.push(|| {
