@@ -181,11 +181,9 @@ impl Index {
             .collect();
         let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         if total > 1 {
-            scores.sort_by(|a, b| {
-                b.matched_tokens
-                    .cmp(&a.matched_tokens)
-                    .then_with(|| a.replica_id.cmp(&b.replica_id))
-            });
+            // Grouped by depth only (the final order comes from `by_score`
+            // below): no string compares for a lookup matched by many replicas.
+            scores.sort_unstable_by_key(|s| std::cmp::Reverse(s.matched_tokens));
             let mut i = 0;
             while i < scores.len() {
                 let depth = scores[i].matched_tokens;
