@@ -15,12 +15,20 @@
 //! slot is 32 bytes and a block carries no header.
 //!
 //! Blocks come in size classes of 2, 3, 4, 6, 8, 12, ... holders (each at
-//! most 1.5x the last); a class is one `Vec<Holder>` of equal blocks with a
-//! free list. A key that grows past its block moves to the next class; one
-//! that shrinks to a class two below moves down (hysteresis, so a key that
-//! gains and loses one holder does not move every time). Freed blocks are
-//! reused first; a sweep or a shrink compacts a pool that is more than half
-//! free ([`HolderPool::compact`]).
+//! most 1.5x the last); a class is one `Vec<Holder>` of equal blocks, kept
+//! dense: a freed block is filled with the class's last block, whose slot
+//! (each block records its slot's position in `owners`) gets its mark
+//! repointed, so a pool never holds free blocks (a free list did: keys that
+//! all grew 1 -> 2 -> 3 -> 4 holders left the blocks of classes 2 and 3
+//! unused, 61 B per extra holder in the memory benchmark). A key that grows
+//! past its block moves to the next class; one that shrinks to a class two
+//! below moves down (hysteresis, so a key that gains and loses one holder
+//! does not move every time).
+//!
+//! A sweep edits holders while it compacts the slot array, so it cannot
+//! repoint other slots: there, removals stay inside their blocks
+//! ([`HolderPool::remove_in_place`]) and the sweep rebuilds the pool from
+//! the surviving slots at its end ([`HolderPool::compact`]).
 
 use crate::holder::{Holder, Holders, POOL_MARK};
 use crate::types::Tier;
@@ -101,17 +109,133 @@ pub(crate) fn empty() -> Holder {
     mark(0, 0, 0)
 }
 
-/// One class: equal blocks in one array, and the blocks free for reuse.
-#[derive(Default)]
+/// The slots' holders, by slot position: what a block's move repoints.
+pub(crate) trait Marks {
+    /// The holder (or pool mark) of the slot at `pos`.
+    fn mark(&mut self, pos: usize) -> Option<&mut Holder>;
+}
+
+impl Marks for [Holder] {
+    fn mark(&mut self, pos: usize) -> Option<&mut Holder> {
+        self.get_mut(pos)
+    }
+}
+
+/// Holders per chunk of a class's blocks (1 KiB). Every class allocates
+/// chunks of about this size, so memory that one class gives back is what
+/// the next class asks for: with one array per class, keys that all grew
+/// 1 -> 2 -> 3 -> 4 holders left the freed arrays of the smaller classes in
+/// the allocator's heap, not reused (resident memory per extra holder 49 B
+/// instead of 22 B, BENCHMARKS.md). Small, because each class of each shard
+/// has one partly used chunk: 4 KiB chunks cost 50.5 B per holding at
+/// `bench/peers` scale 1, 1 KiB chunks 46.2 B.
+const CHUNK: usize = 64;
+
+/// One class: equal blocks in fixed-size chunks, kept dense, and each
+/// block's slot position.
 struct Class {
-    holders: Vec<Holder>,
-    free: Vec<usize>,
+    /// Holders per block.
+    cap: usize,
+    /// Blocks per chunk: `1 << shift`, the largest power of two that fits
+    /// [`CHUNK`] (one for larger blocks), so a lookup finds a block with a
+    /// shift, not a division.
+    shift: u32,
+    per_chunk: usize,
+    chunks: Vec<Box<[Holder]>>,
+    owners: Vec<u32>,
+}
+
+impl Class {
+    fn new(class: usize) -> Self {
+        let cap = class_cap(class);
+        let shift = (CHUNK / cap).max(1).ilog2();
+        Self {
+            cap,
+            shift,
+            per_chunk: 1 << shift,
+            chunks: Vec::new(),
+            owners: Vec::new(),
+        }
+    }
+
+    /// Where block `b` starts: (chunk, offset).
+    #[inline]
+    fn at(&self, b: usize) -> (usize, usize) {
+        (b >> self.shift, (b & (self.per_chunk - 1)) * self.cap)
+    }
+
+    #[inline]
+    fn block(&self, b: usize, len: usize) -> Option<&[Holder]> {
+        let (c, o) = self.at(b);
+        self.chunks.get(c)?.get(o..o + len.min(self.cap))
+    }
+
+    #[inline]
+    fn block_mut(&mut self, b: usize, len: usize) -> Option<&mut [Holder]> {
+        let (c, o) = self.at(b);
+        let len = len.min(self.cap);
+        self.chunks.get_mut(c)?.get_mut(o..o + len)
+    }
+
+    /// A new block at the end for the slot at `owner` (its holders are
+    /// whatever a freed block left: callers write before they mark).
+    fn push(&mut self, owner: usize) -> usize {
+        let b = self.owners.len();
+        if b / self.per_chunk >= self.chunks.len() {
+            self.chunks
+                .push((0..self.per_chunk * self.cap).map(|_| empty()).collect());
+        }
+        self.owners.push(owner as u32);
+        b
+    }
+
+    /// Removes block `b`: the last block's holders move into it. Returns
+    /// the moved block's slot position, if a block moved.
+    fn remove(&mut self, b: usize) -> Option<u32> {
+        let last = self.owners.len().checked_sub(1)?;
+        if b > last {
+            return None;
+        }
+        let mut moved = None;
+        if b < last {
+            let ((cb, ob), (cl, ol), cap) = (self.at(b), self.at(last), self.cap);
+            let pair = if cb == cl {
+                self.chunks.get_mut(cb).and_then(|c| {
+                    let (lo, hi) = c.split_at_mut(ol);
+                    Some((lo.get_mut(ob..ob + cap)?, hi.get_mut(..cap)?))
+                })
+            } else {
+                let (lo, hi) = self.chunks.split_at_mut(cl);
+                lo.get_mut(cb)
+                    .and_then(|c| c.get_mut(ob..ob + cap))
+                    .zip(hi.first_mut().and_then(|c| c.get_mut(ol..ol + cap)))
+            };
+            if let Some((dst, src)) = pair {
+                dst.swap_with_slice(src);
+            }
+            let owner = self.owners.get(last).copied().unwrap_or(0);
+            if let Some(o) = self.owners.get_mut(b) {
+                *o = owner;
+            }
+            moved = Some(owner);
+        }
+        self.owners.truncate(last);
+        // A chunk no block uses goes back to the allocator at once.
+        self.chunks.truncate(last.div_ceil(self.per_chunk));
+        if self.owners.capacity() > 2 * last + 64 {
+            self.owners.shrink_to(last + last / 4);
+        }
+        moved
+    }
 }
 
 /// The holder blocks of one shard.
 #[derive(Default)]
 pub(crate) struct HolderPool {
     classes: Vec<Class>,
+    /// A sweep left blocks no slot uses ([`HolderPool::remove_in_place`],
+    /// [`HolderPool::forget`]): the next [`HolderPool::compact`] is due.
+    dirty: bool,
 }
 
 impl HolderPool {
@@ -121,13 +245,11 @@ impl HolderPool {
         match set_of(first) {
             Set::One => std::slice::from_ref(first),
             Set::Empty => &[],
-            Set::Pooled { class, block, len } => {
-                let base = block * class_cap(class);
-                self.classes
-                    .get(class)
-                    .and_then(|c| c.holders.get(base..base + len))
-                    .unwrap_or(&[])
-            }
+            Set::Pooled { class, block, len } => self
+                .classes
+                .get(class)
+                .and_then(|c| c.block(block, len))
+                .unwrap_or(&[]),
         }
     }
 
@@ -137,49 +259,52 @@ impl HolderPool {
         match set_of(first) {
             Set::One => std::slice::from_mut(first),
             Set::Empty => &mut [],
-            Set::Pooled { class, block, len } => {
-                let base = block * class_cap(class);
-                self.classes
-                    .get_mut(class)
-                    .and_then(|c| c.holders.get_mut(base..base + len))
-                    .unwrap_or(&mut [])
+            Set::Pooled { class, block, len } => self.run(class, block, len),
+        }
+    }
+
+    /// The `len` holders of a block.
+    fn run(&mut self, class: usize, block: usize, len: usize) -> &mut [Holder] {
+        self.classes
+            .get_mut(class)
+            .and_then(|c| c.block_mut(block, len))
+            .unwrap_or(&mut [])
+    }
+
+    /// A new block of `class` for the slot at `owner`.
+    fn alloc(&mut self, class: usize, owner: usize) -> usize {
+        while self.classes.len() <= class {
+            let next = self.classes.len();
+            self.classes.push(Class::new(next));
+        }
+        self.classes.get_mut(class).map_or(0, |c| c.push(owner))
+    }
+
+    /// Frees `block` of `class` (its holders already moved out): the
+    /// class's last block moves into it and its slot's mark follows.
+    fn free<M: Marks + ?Sized>(&mut self, marks: &mut M, class: usize, block: usize) {
+        let Some(owner) = self.classes.get_mut(class).and_then(|c| c.remove(block)) else {
+            return;
+        };
+        if let Some(m) = marks.mark(owner as usize) {
+            if let Set::Pooled { len, .. } = set_of(m) {
+                *m = mark(class, block, len);
             }
         }
     }
 
-    /// A free block of `class`, its array grown by a quarter when none is
-    /// free (the slot array's policy: most of the index's memory).
-    fn alloc(&mut self, class: usize) -> usize {
-        if self.classes.len() <= class {
-            self.classes.resize_with(class + 1, Class::default);
-        }
-        let cap = class_cap(class);
-        let Some(c) = self.classes.get_mut(class) else {
-            return 0;
-        };
-        if let Some(b) = c.free.pop() {
-            return b;
-        }
-        let block = c.holders.len() / cap;
-        if c.holders.capacity() - c.holders.len() < cap {
-            c.holders.reserve_exact((c.holders.len() / 4).max(cap * 4));
-        }
-        c.holders.extend((0..cap).map(|_| empty()));
-        block
-    }
-
-    fn free(&mut self, class: usize, block: usize) {
-        if let Some(c) = self.classes.get_mut(class) {
-            c.free.push(block);
-        }
-    }
-
-    /// Moves `len` holders from one block to a block of another class and
-    /// frees the first; returns the new block.
-    fn relocate(&mut self, from: (usize, usize), to_class: usize, len: usize) -> usize {
-        let to = self.alloc(to_class);
+    /// Moves the slot at `pos`'s `len` holders from their block to a new
+    /// block of `to_class`, repoints its mark and frees the old block.
+    fn relocate<M: Marks + ?Sized>(
+        &mut self,
+        marks: &mut M,
+        pos: usize,
+        from: (usize, usize),
+        to_class: usize,
+        len: usize,
+    ) -> usize {
+        let to = self.alloc(to_class, pos);
         let (fc, fb) = from;
-        let (fbase, tbase) = (fb * class_cap(fc), to * class_cap(to_class));
         let (src, dst) = if fc < to_class {
             let (lo, hi) = self.classes.split_at_mut(to_class);
             (lo.get_mut(fc), hi.first_mut())
@@ -187,33 +312,43 @@ impl HolderPool {
             let (lo, hi) = self.classes.split_at_mut(fc);
             (hi.first_mut(), lo.get_mut(to_class))
         };
-        if let (Some(src), Some(dst)) = (src, dst) {
-            let src = src.holders.get_mut(fbase..fbase + len).unwrap_or(&mut []);
-            let dst = dst.holders.get_mut(tbase..tbase + len).unwrap_or(&mut []);
-            for (s, d) in src.iter_mut().zip(dst) {
-                std::mem::swap(s, d);
-            }
+        if let (Some(src), Some(dst)) = (
+            src.and_then(|c| c.block_mut(fb, len)),
+            dst.and_then(|c| c.block_mut(to, len)),
+        ) {
+            src.swap_with_slice(dst);
         }
-        self.free(fc, fb);
+        if let Some(m) = marks.mark(pos) {
+            *m = mark(to_class, to, len);
+        }
+        self.free(marks, fc, fb);
         to
     }
 
-    /// Insert `h` at position `i` of the slot's holders (the caller keeps
-    /// the replica order).
-    pub(crate) fn insert(&mut self, first: &mut Holder, i: usize, h: Holder) {
+    /// Insert `h` at position `i` of the holders of the slot at `pos` (the
+    /// caller keeps the replica order).
+    pub(crate) fn insert<M: Marks + ?Sized>(
+        &mut self,
+        marks: &mut M,
+        pos: usize,
+        i: usize,
+        h: Holder,
+    ) {
+        let Some(first) = marks.mark(pos) else {
+            return;
+        };
         match set_of(first) {
             Set::Empty => *first = h,
             Set::One => {
-                let block = self.alloc(0);
-                let old = std::mem::replace(first, mark(0, block, 2));
+                let old = std::mem::replace(first, empty());
+                let block = self.alloc(0, pos);
                 let (a, b) = if i == 0 { (h, old) } else { (old, h) };
-                if let Some(dst) = self
-                    .classes
-                    .get_mut(0)
-                    .and_then(|c| c.holders.get_mut(block * 2..block * 2 + 2))
-                {
-                    dst[0] = a;
-                    dst[1] = b;
+                if let [x, y] = self.run(0, block, 2) {
+                    *x = a;
+                    *y = b;
+                }
+                if let Some(m) = marks.mark(pos) {
+                    *m = mark(0, block, 2);
                 }
             }
             Set::Pooled { class, block, len } => {
@@ -221,138 +356,184 @@ impl HolderPool {
                     (class, block)
                 } else {
                     let to = class_for(len + 1);
-                    (to, self.relocate((class, block), to, len))
+                    (to, self.relocate(marks, pos, (class, block), to, len))
                 };
-                let base = block * class_cap(class);
-                if let Some(run) = self
-                    .classes
-                    .get_mut(class)
-                    .and_then(|c| c.holders.get_mut(base..base + len + 1))
-                {
-                    run[len] = h;
+                let run = self.run(class, block, len + 1);
+                if let Some(last) = run.last_mut() {
+                    *last = h;
                     run[i.min(len)..].rotate_right(1);
                 }
-                *first = mark(class, block, len + 1);
+                if let Some(m) = marks.mark(pos) {
+                    *m = mark(class, block, len + 1);
+                }
             }
         }
     }
 
-    /// Remove the holder at `i`; a key left with one holder has it inline
-    /// again, one left with none is [`empty`].
-    pub(crate) fn remove(&mut self, first: &mut Holder, i: usize) -> Option<Holder> {
+    /// Remove the holder at `i` of the slot at `pos`; a key left with one
+    /// holder has it inline again, one left with none is [`empty`].
+    pub(crate) fn remove<M: Marks + ?Sized>(
+        &mut self,
+        marks: &mut M,
+        pos: usize,
+        i: usize,
+    ) -> Option<Holder> {
+        let first = marks.mark(pos)?;
         match set_of(first) {
             Set::Empty => None,
             Set::One => (i == 0).then(|| std::mem::replace(first, empty())),
             Set::Pooled { class, block, len } => {
-                if i >= len {
-                    return None;
-                }
-                let base = block * class_cap(class);
-                let run = self
-                    .classes
-                    .get_mut(class)
-                    .and_then(|c| c.holders.get_mut(base..base + len))?;
-                let out = std::mem::replace(&mut run[i], empty());
+                let run = self.run(class, block, len);
+                let out = std::mem::replace(run.get_mut(i)?, empty());
                 run[i..].rotate_left(1);
                 let len = len - 1;
                 if len == 1 {
-                    *first = std::mem::replace(&mut run[0], empty());
-                    self.free(class, block);
+                    let only = std::mem::replace(&mut run[0], empty());
+                    if let Some(m) = marks.mark(pos) {
+                        *m = only;
+                    }
+                    self.free(marks, class, block);
                 } else if class >= 2 && len <= class_cap(class - 2) {
-                    let to = class_for(len);
-                    let b = self.relocate((class, block), to, len);
-                    *first = mark(to, b, len);
-                } else {
-                    *first = mark(class, block, len);
+                    self.relocate(marks, pos, (class, block), class_for(len), len);
+                } else if let Some(m) = marks.mark(pos) {
+                    *m = mark(class, block, len);
                 }
                 Some(out)
             }
         }
     }
 
-    /// Every holder of the slot, moved out; the slot is left [`empty`] and
-    /// its block free.
-    pub(crate) fn take_all(&mut self, first: &mut Holder) -> Holders {
+    /// [`HolderPool::remove`] that never moves a block (a sweep's edit):
+    /// the holders shift inside theirs, and a key left with one holder has
+    /// it inline and leaves its block unused until [`HolderPool::compact`].
+    pub(crate) fn remove_in_place(&mut self, first: &mut Holder, i: usize) -> Option<Holder> {
+        match set_of(first) {
+            Set::Empty => None,
+            Set::One => (i == 0).then(|| std::mem::replace(first, empty())),
+            Set::Pooled { class, block, len } => {
+                let run = self.run(class, block, len);
+                let out = std::mem::replace(run.get_mut(i)?, empty());
+                run[i..].rotate_left(1);
+                let len = len - 1;
+                *first = if len == 1 {
+                    std::mem::replace(&mut run[0], empty())
+                } else {
+                    mark(class, block, len)
+                };
+                self.dirty |= len == 1;
+                Some(out)
+            }
+        }
+    }
+
+    /// Every holder of a slot just taken out of the slot array (`first` is
+    /// its holder, no longer among `marks`), moved out; its block is freed.
+    pub(crate) fn take_detached<M: Marks + ?Sized>(
+        &mut self,
+        marks: &mut M,
+        first: &mut Holder,
+    ) -> Holders {
         match set_of(first) {
             Set::Empty => Holders::Many(Vec::new()),
             Set::One => Holders::One(std::mem::replace(first, empty())),
-            Set::Pooled { class, block, .. } => {
+            Set::Pooled { class, block, len } => {
                 let out = self
-                    .slice_mut(first)
+                    .run(class, block, len)
                     .iter_mut()
                     .map(|h| std::mem::replace(h, empty()))
                     .collect();
-                self.free(class, block);
                 *first = empty();
+                self.free(marks, class, block);
                 Holders::Many(out)
             }
         }
     }
 
-    /// Frees the slot's block, if it has one (the slot is being dropped).
-    pub(crate) fn release(&mut self, first: &Holder) {
-        if let Set::Pooled { class, block, .. } = set_of(first) {
-            self.free(class, block);
+    /// A sweep dropped the slot whose holder is `first`: its block, if it
+    /// has one, is left for [`HolderPool::compact`].
+    pub(crate) fn forget(&mut self, first: &Holder) {
+        if let Set::Pooled { .. } = set_of(first) {
+            self.dirty = true;
         }
     }
 
-    /// Whether more than half of the pool's holders (and at least 4,096)
-    /// sit in free blocks or unused capacity.
-    pub(crate) fn is_sparse(&self) -> bool {
-        let (mut idle, mut total) = (0usize, 0usize);
-        for (i, c) in self.classes.iter().enumerate() {
-            idle += c.free.len() * class_cap(i) + (c.holders.capacity() - c.holders.len());
-            total += c.holders.capacity();
+    /// Whether a sweep left unused blocks behind.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Records that the slot owning the block `first` marks now sits at
+    /// `pos` (the slot array moved it).
+    pub(crate) fn moved(&mut self, first: &Holder, pos: usize) {
+        if let Set::Pooled { class, block, .. } = set_of(first) {
+            if let Some(o) = self
+                .classes
+                .get_mut(class)
+                .and_then(|c| c.owners.get_mut(block))
+            {
+                *o = pos as u32;
+            }
         }
-        idle >= 4096 && 2 * idle > total
     }
 
     /// Rebuilds the pool with only the blocks the slots' holders (`first`
-    /// of each item) use, each class sized exactly, and repoints the marks.
+    /// of each item, at its position) use, and repoints the marks.
     pub(crate) fn compact<T>(&mut self, items: &mut [T], first: impl Fn(&mut T) -> &mut Holder) {
-        let mut blocks = vec![0usize; self.classes.len()];
-        for it in items.iter_mut() {
-            if let Set::Pooled { class, .. } = set_of(first(it)) {
-                if let Some(n) = blocks.get_mut(class) {
-                    *n += 1;
-                }
-            }
-        }
-        let mut fresh = HolderPool {
-            classes: blocks
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| Class {
-                    holders: Vec::with_capacity(n * class_cap(i)),
-                    free: Vec::new(),
-                })
-                .collect(),
-        };
-        for it in items.iter_mut() {
+        let mut fresh = HolderPool::default();
+        for (pos, it) in items.iter_mut().enumerate() {
             let f = first(it);
             if let Set::Pooled { class, block, len } = set_of(f) {
-                let cap = class_cap(class);
-                let (Some(old), Some(new)) =
-                    (self.classes.get_mut(class), fresh.classes.get_mut(class))
-                else {
-                    continue;
-                };
-                let nb = new.holders.len() / cap;
-                let base = block * cap;
-                if let Some(src) = old.holders.get_mut(base..base + cap) {
-                    new.holders
-                        .extend(src.iter_mut().map(|h| std::mem::replace(h, empty())));
+                let to = fresh.alloc(class, pos);
+                if let (Some(src), Some(dst)) = (
+                    self.classes
+                        .get_mut(class)
+                        .and_then(|c| c.block_mut(block, len)),
+                    fresh
+                        .classes
+                        .get_mut(class)
+                        .and_then(|c| c.block_mut(to, len)),
+                ) {
+                    src.swap_with_slice(dst);
                 }
-                *f = mark(class, nb, len);
+                *f = mark(class, to, len);
             }
         }
         *self = fresh;
     }
 
-    /// Holders the pool has room for, used or not (tests and memory figures).
+    /// Holders the pool has room for, used or not (tests).
     #[cfg(test)]
     fn capacity(&self) -> usize {
-        self.classes.iter().map(|c| c.holders.capacity()).sum()
+        self.classes
+            .iter()
+            .map(|c| c.chunks.iter().map(|k| k.len()).sum::<usize>())
+            .sum()
+    }
+
+    /// Every block is owned by the slot whose mark points at it, every
+    /// pooled slot's block is owned by it, and no chunk is unused (tests).
+    #[cfg(test)]
+    pub(crate) fn check<M: Marks + ?Sized>(&self, marks: &mut M, slots: usize) {
+        let mut owned = 0;
+        for (ci, c) in self.classes.iter().enumerate() {
+            assert_eq!(c.chunks.len(), c.owners.len().div_ceil(c.per_chunk));
+            for (b, &o) in c.owners.iter().enumerate() {
+                let m = marks.mark(o as usize).expect("owner slot");
+                match set_of(m) {
+                    Set::Pooled { class, block, .. } => assert_eq!((class, block), (ci, b)),
+                    _ => panic!("block {b} of class {ci} owned by unpooled slot {o}"),
+                }
+                owned += 1;
+            }
+        }
+        let pooled = (0..slots)
+            .filter(|&p| {
+                marks
+                    .mark(p)
+                    .is_some_and(|m| matches!(set_of(m), Set::Pooled { .. }))
+            })
+            .count();
+        assert_eq!(owned, pooled);
     }
 }
 
@@ -385,93 +566,158 @@ mod tests {
     #[test]
     fn holders_spill_and_collapse_keep_order() {
         let mut pool = HolderPool::default();
-        let mut first = h(5);
-        pool.insert(&mut first, 0, h(2));
-        assert_eq!(ids(&pool, &first), vec![2, 5]);
-        pool.insert(&mut first, 2, h(9));
-        pool.insert(&mut first, 1, h(3));
-        assert_eq!(ids(&pool, &first), vec![2, 3, 5, 9]);
-        assert_eq!(pool.remove(&mut first, 0).map(|x| x.replica()), Some(2));
-        assert_eq!(pool.remove(&mut first, 1).map(|x| x.replica()), Some(5));
-        assert_eq!(pool.remove(&mut first, 0).map(|x| x.replica()), Some(3));
+        let marks: &mut [Holder] = &mut [h(5)];
+        pool.insert(marks, 0, 0, h(2));
+        assert_eq!(ids(&pool, &marks[0]), vec![2, 5]);
+        pool.insert(marks, 0, 2, h(9));
+        pool.insert(marks, 0, 1, h(3));
+        assert_eq!(ids(&pool, &marks[0]), vec![2, 3, 5, 9]);
+        pool.check(marks, 1);
+        assert_eq!(pool.remove(marks, 0, 0).map(|x| x.replica()), Some(2));
+        assert_eq!(pool.remove(marks, 0, 1).map(|x| x.replica()), Some(5));
+        assert_eq!(pool.remove(marks, 0, 0).map(|x| x.replica()), Some(3));
         // Back inline: the holder itself, with its fields.
-        assert_eq!((first.replica(), first.tokens, first.last_seen), (9, 9, 9));
-        assert!(pool.remove(&mut first, 1).is_none());
-        assert_eq!(pool.remove(&mut first, 0).map(|x| x.replica()), Some(9));
-        assert!(pool.slice(&first).is_empty());
-        pool.insert(&mut first, 0, h(4));
-        assert_eq!(ids(&pool, &first), vec![4]);
-        // Every block went back to its free list.
+        let f = &marks[0];
+        assert_eq!((f.replica(), f.tokens, f.last_seen), (9, 9, 9));
+        assert!(pool.remove(marks, 0, 1).is_none());
+        assert_eq!(pool.remove(marks, 0, 0).map(|x| x.replica()), Some(9));
+        assert!(pool.slice(&marks[0]).is_empty());
+        pool.insert(marks, 0, 0, h(4));
+        assert_eq!(ids(&pool, &marks[0]), vec![4]);
+        // No block is left behind.
         assert!(
             pool.classes
                 .iter()
-                .enumerate()
-                .all(|(i, c)| c.free.len() * class_cap(i) == c.holders.len())
+                .all(|c| c.chunks.is_empty() && c.owners.is_empty())
         );
     }
 
+    /// Keys that all grow 1 -> 2 -> 3 -> 4 holders (a replica at a time)
+    /// keep only their last blocks: the pool stays dense.
     #[test]
-    fn a_sparse_pool_compacts_and_keeps_every_key() {
+    fn growth_in_waves_leaves_no_unused_blocks() {
         let mut pool = HolderPool::default();
-        let mut firsts: Vec<Holder> = (0..5000).map(|k| h(k * 10)).collect();
-        for (k, f) in firsts.iter_mut().enumerate() {
-            for j in 1..=(k % 7) as u32 {
-                let at = pool.slice(f).len();
-                pool.insert(f, at, h(k as u32 * 10 + j));
+        let marks: &mut [Holder] = &mut (0..1000).map(|_| h(0)).collect::<Vec<_>>();
+        for r in 1..4 {
+            for pos in 0..marks.len() {
+                pool.insert(marks, pos, r, h(r as u32));
             }
         }
-        // Most keys drop back to one holder.
-        for (k, f) in firsts.iter_mut().enumerate() {
+        pool.check(marks, 1000);
+        let used: usize = pool.classes.iter().map(|c| c.owners.len() * c.cap).sum();
+        assert_eq!(used, 1000 * class_cap(class_for(4)));
+        // Only the last class keeps chunks.
+        assert!(
+            pool.classes[..class_for(4)]
+                .iter()
+                .all(|c| c.chunks.is_empty())
+        );
+        assert!(marks.iter().all(|f| ids(&pool, f) == [0, 1, 2, 3]));
+    }
+
+    #[test]
+    fn a_sweep_edits_in_place_and_compacts_after() {
+        let mut pool = HolderPool::default();
+        let marks: &mut [Holder] = &mut (0..5000).map(|k| h(k * 10)).collect::<Vec<_>>();
+        for pos in 0..marks.len() {
+            for j in 1..=(pos % 7) as u32 {
+                let at = pool.slice(&marks[pos]).len();
+                pool.insert(marks, pos, at, h(pos as u32 * 10 + j));
+            }
+        }
+        // Most keys drop back to one holder, their blocks left in place.
+        for (k, f) in marks.iter_mut().enumerate() {
             if k % 5 != 0 {
                 while pool.slice(f).len() > 1 {
-                    pool.remove(f, 1);
+                    pool.remove_in_place(f, 1);
                 }
             }
         }
         let before = pool.capacity();
-        assert!(pool.is_sparse());
-        let want: Vec<Vec<u32>> = firsts.iter().map(|f| ids(&pool, f)).collect();
-        pool.compact(&mut firsts, |f| f);
-        assert!(!pool.is_sparse());
+        let want: Vec<Vec<u32>> = marks.iter().map(|f| ids(&pool, f)).collect();
+        pool.compact(marks, |f| f);
+        let n = marks.len();
+        pool.check(marks, n);
         assert!(pool.capacity() * 3 < before);
-        let got: Vec<Vec<u32>> = firsts.iter().map(|f| ids(&pool, f)).collect();
+        let got: Vec<Vec<u32>> = marks.iter().map(|f| ids(&pool, f)).collect();
         assert_eq!(got, want);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(usize, u32),
+        Remove(usize, u32),
+        /// A sweep removes replica r from every key, then compacts.
+        Sweep(u32),
+        /// The key at a position leaves the slot array (swap removal).
+        Drop(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0usize..6, 0u32..40).prop_map(|(k, r)| Op::Add(k, r)),
+            6 => (0usize..6, 0u32..40).prop_map(|(k, r)| Op::Remove(k, r)),
+            1 => (0u32..40).prop_map(Op::Sweep),
+            1 => (0usize..6).prop_map(Op::Drop),
+        ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
-        /// Several keys sharing one pool behave like sorted vectors.
+        /// Slots sharing one pool behave like sorted vectors through every
+        /// edit, block move and compaction, and every block stays owned by
+        /// the slot that marks it.
         #[test]
-        fn keys_in_one_pool_match_sorted_vectors(
-            ops in proptest::collection::vec((0usize..4, any::<bool>(), 0u32..40), 1..400)
-        ) {
+        fn slots_in_one_pool_match_sorted_vectors(ops in proptest::collection::vec(op(), 1..300)) {
             let mut pool = HolderPool::default();
-            let mut firsts: Vec<Holder> = (0..4).map(|_| empty()).collect();
-            let mut model: Vec<Vec<u32>> = vec![Vec::new(); 4];
-            for (k, add, r) in ops {
-                let (f, m) = (&mut firsts[k], &mut model[k]);
-                match (m.binary_search(&r), add) {
-                    (Err(i), true) => { m.insert(i, r); pool.insert(f, i, h(r)); }
-                    (Ok(i), false) => {
-                        m.remove(i);
-                        prop_assert_eq!(pool.remove(f, i).map(|x| x.replica()), Some(r));
+            let mut marks: Vec<Holder> = (0..6).map(|_| empty()).collect();
+            let mut model: Vec<Vec<u32>> = vec![Vec::new(); 6];
+            for op in ops {
+                match op {
+                    Op::Add(k, r) if k < marks.len() => {
+                        if let Err(i) = model[k].binary_search(&r) {
+                            model[k].insert(i, r);
+                            pool.insert(marks.as_mut_slice(), k, i, h(r));
+                        }
+                    }
+                    Op::Remove(k, r) if k < marks.len() => {
+                        if let Ok(i) = model[k].binary_search(&r) {
+                            model[k].remove(i);
+                            let got = pool.remove(marks.as_mut_slice(), k, i).map(|x| x.replica());
+                            prop_assert_eq!(got, Some(r));
+                        }
+                    }
+                    Op::Sweep(r) => {
+                        for (f, m) in marks.iter_mut().zip(&mut model) {
+                            if let Ok(i) = m.binary_search(&r) {
+                                m.remove(i);
+                                prop_assert_eq!(pool.remove_in_place(f, i).map(|x| x.replica()), Some(r));
+                            }
+                        }
+                        pool.compact(&mut marks, |f| f);
+                    }
+                    Op::Drop(k) if k < marks.len() => {
+                        let last = marks.len() - 1;
+                        let mut gone = marks.swap_remove(k);
+                        let want = model.swap_remove(k);
+                        if k != last {
+                            pool.moved(&marks[k], k);
+                        }
+                        let all = pool.take_detached(marks.as_mut_slice(), &mut gone);
+                        prop_assert_eq!(all.iter().map(Holder::replica).collect::<Vec<_>>(), want);
+                        marks.push(empty());
+                        model.push(Vec::new());
                     }
                     _ => {}
                 }
-                if k == 0 && r % 13 == 0 {
-                    pool.compact(&mut firsts, |f| f);
-                }
-                for (f, m) in firsts.iter().zip(&model) {
+                let n = marks.len();
+                pool.check(marks.as_mut_slice(), n);
+                for (f, m) in marks.iter().zip(&model) {
                     prop_assert_eq!(&ids(&pool, f), m);
                     for x in pool.slice(f) {
                         prop_assert_eq!(x.tokens as u32, x.replica());
                     }
                 }
-            }
-            for f in &mut firsts {
-                let all = pool.take_all(f);
-                prop_assert!(all.iter().all(|x| x.tokens as u32 == x.replica()));
-                prop_assert!(pool.slice(f).is_empty());
             }
         }
     }

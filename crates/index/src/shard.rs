@@ -9,7 +9,7 @@
 
 use crate::hashing::FoldBuild;
 use crate::holder::{self, Holder, Holders};
-use crate::holder_pool::HolderPool;
+use crate::holder_pool::{HolderPool, Marks};
 use crate::key::{EntryKey, KeyRef, shard_of};
 use crate::table::{MAX_SLOTS, Table};
 use arrayvec::ArrayVec;
@@ -21,6 +21,12 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Tr
 pub(crate) struct Slot {
     key: EntryKey,
     first: Holder,
+}
+
+impl Marks for [Slot] {
+    fn mark(&mut self, pos: usize) -> Option<&mut Holder> {
+        self.get_mut(pos).map(|s| &mut s.first)
+    }
 }
 
 /// The table of one shard: 4-byte buckets over a dense array of slots, so a
@@ -107,6 +113,11 @@ impl ShardMap {
         self.slots.get(i).map(|s| self.pool.slice(&s.first))
     }
 
+    /// The holders of the slot at `i` (empty past the end).
+    fn get_slot(&self, i: usize) -> &[Holder] {
+        self.slots.get(i).map_or(&[], |s| self.pool.slice(&s.first))
+    }
+
     /// The holders of `k` with their LFU counts.
     pub(crate) fn held(&self, k: &KeyRef<'_>) -> Option<Held<'_>> {
         let pos = self.find(k)?;
@@ -174,7 +185,7 @@ impl ShardMap {
                         (pos, Upsert::Refreshed)
                     }
                     Err(i) => {
-                        pool.insert(first, i, h);
+                        pool.insert(slots.as_mut_slice(), pos, i, h);
                         (pos, Upsert::Added)
                     }
                 }
@@ -269,7 +280,12 @@ impl ShardMap {
         }
         let last = self.slots.len() - 1;
         let mut slot = self.slots.swap_remove(i);
-        let holders = self.pool.take_all(&mut slot.first);
+        if let Some(moved) = self.slots.get(i) {
+            self.pool.moved(&moved.first, i);
+        }
+        let holders = self
+            .pool
+            .take_detached(self.slots.as_mut_slice(), &mut slot.first);
         let credits = lock_mut(&mut self.credits);
         for h in holders.iter().filter(|h| h.credited()) {
             credits.remove(&ckey(i, h.replica()));
@@ -314,18 +330,18 @@ impl ShardMap {
         replica: u32,
     ) -> Option<(Holder, Option<&[Holder]>)> {
         let i = self.find(k)?;
-        let first = &mut self.slots.get_mut(i)?.first;
+        let first = &self.slots.get(i)?.first;
         let j = holder::position(self.pool.slice(first), replica).ok()?;
-        let h = self.pool.remove(first, j)?;
+        let h = self.pool.remove(self.slots.as_mut_slice(), i, j)?;
         if h.credited() {
             lock_mut(&mut self.credits).remove(&ckey(i, replica));
         }
-        if self.pool.slice(first).is_empty() {
+        if self.get_slot(i).is_empty() {
             let i = self.take_bucket(k)?;
             self.swap_out(i);
             return Some((h, None));
         }
-        Some((h, self.slots.get(i).map(|s| self.pool.slice(&s.first))))
+        Some((h, Some(self.get_slot(i))))
     }
 
     /// Every key as (partition id, hash bytes, holders).
@@ -366,12 +382,15 @@ impl ShardMap {
                 },
             );
             if !keep {
-                // A dropped slot gives its block back.
-                pool.release(&s.first);
-            } else if let Some(old) = old.as_mut() {
-                for h in pool.slice(&s.first).iter().filter(|h| h.credited()) {
-                    if let Some(n) = old.remove(&ckey(from, h.replica())) {
-                        credits.insert(ckey(to, h.replica()), n);
+                // A dropped slot's block goes at the compaction below.
+                pool.forget(&s.first);
+            } else {
+                pool.moved(&s.first, to);
+                if let Some(old) = old.as_mut() {
+                    for h in pool.slice(&s.first).iter().filter(|h| h.credited()) {
+                        if let Some(n) = old.remove(&ckey(from, h.replica())) {
+                            credits.insert(ckey(to, h.replica()), n);
+                        }
                     }
                 }
             }
@@ -386,10 +405,10 @@ impl ShardMap {
         self.compact_pool();
     }
 
-    /// Rebuild the holder pool if it is mostly free blocks (after a sweep
-    /// or a shrink: both read or move every slot anyway).
+    /// Rebuild the holder pool if a sweep left unused blocks (a sweep reads
+    /// every slot anyway).
     fn compact_pool(&mut self) {
-        if self.pool.is_sparse() {
+        if self.pool.is_dirty() {
             self.pool.compact(&mut self.slots, |s| &mut s.first);
         }
     }
@@ -406,7 +425,6 @@ impl ShardMap {
         let slots = &self.slots;
         self.table.shrink_to(n, slots.len(), |j| hash_at(slots, j));
         self.slots.shrink_to(n);
-        self.compact_pool();
     }
 }
 
@@ -419,7 +437,7 @@ pub(crate) struct HoldersMut<'a> {
 impl HoldersMut<'_> {
     /// Remove the holder at `i` (the slot goes when the callback says so).
     pub(crate) fn remove(&mut self, i: usize) -> Option<Holder> {
-        self.pool.remove(self.first, i)
+        self.pool.remove_in_place(self.first, i)
     }
 }
 
@@ -656,6 +674,8 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(ids(&m, k), (0..(i % 6) as u32 + 1).collect::<Vec<_>>());
         }
+        let n = m.slots.len();
+        m.pool.check(m.slots.as_mut_slice(), n);
         let gone = m.remove(&KeyRef::new(1, &keys[5])).unwrap();
         assert_eq!(
             gone.iter().map(Holder::replica).collect::<Vec<_>>(),
@@ -663,6 +683,8 @@ mod tests {
         );
         let (h, rest) = m.take_holder(&KeyRef::new(1, &keys[4]), 2).unwrap();
         assert_eq!((h.replica(), rest.map(<[Holder]>::len)), (2, Some(4)));
+        let n = m.slots.len();
+        m.pool.check(m.slots.as_mut_slice(), n);
         m.retain(|_, _, hs| {
             while hs.len() > 1 {
                 hs.remove(0);
@@ -673,6 +695,8 @@ mod tests {
             let top = (i % 6) as u32;
             assert_eq!(ids(&m, k), [top], "key {i}");
         }
+        let n = m.slots.len();
+        m.pool.check(m.slots.as_mut_slice(), n);
     }
 
     #[test]
