@@ -153,8 +153,8 @@
 //! array, reached through a 4-byte bucket of the shard's table: the
 //! partition id and a hash of up to 8 bytes inline (longer hashes behind a
 //! pointer) and a single holder inline; a key with more holders keeps them
-//! in a block of its shard's holder pool (size classes with free lists, no
-//! per-key allocation) and its slot's holder marks the block. See
+//! in a block of its shard's holder pool (size classes kept dense in 1 KiB
+//! chunks, no per-key allocation) and its slot's holder marks the block. See
 //! BENCHMARKS.md for the measured resident bytes per key and per extra
 //! holder.
 
