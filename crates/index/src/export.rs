@@ -24,6 +24,7 @@ use crate::catalog::Partition;
 use crate::counters::Adds;
 use crate::index::{Index, StatsEntry};
 use crate::ingest::Writer;
+use crate::key::KeyRef;
 use crate::observer::Notes;
 use crate::shard::{read, write};
 use crate::types::{EvictionCounts, IngestOutcome, ReplicaStatsView, Tier};
@@ -246,7 +247,7 @@ impl Importer<'_> {
             let mut adds = Adds::default();
             self.index.upsert(
                 &part,
-                hash,
+                &KeyRef::new(part.id, hash),
                 e.token_count,
                 e.tier,
                 &w,

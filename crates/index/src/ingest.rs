@@ -29,9 +29,14 @@ pub(crate) const PREFETCH: usize = 32;
 
 impl Index {
     /// Start the cache misses of the first [`PREFETCH`] of `hashes` in
-    /// partition `part` (a run of writes about to probe them).
-    pub(crate) fn prefetch_keys<H: AsRef<[u8]>>(&self, part: u32, hashes: &[H]) {
-        let mut keys = [0u64; PREFETCH];
+    /// partition `part` (a run of writes about to probe them); their key
+    /// hashes are left in `keys` for those writes.
+    pub(crate) fn prefetch_keys<H: AsRef<[u8]>>(
+        &self,
+        part: u32,
+        hashes: &[H],
+        keys: &mut [u64; PREFETCH],
+    ) {
         let n = hashes.len().min(PREFETCH);
         for (k, h) in keys.iter_mut().zip(&hashes[..n]) {
             *k = key_hash(part, h.as_ref());
@@ -144,20 +149,26 @@ impl Index {
                 let mut adds = Adds::default();
                 if chain {
                     let mut cumulative: i32 = 0;
+                    let mut keys = [0u64; PREFETCH];
                     for (i, (h, c)) in e.block_hashes.iter().zip(&e.block_token_counts).enumerate()
                     {
                         if i % PREFETCH == 0 {
-                            self.prefetch_keys(part.id, &e.block_hashes[i..]);
+                            self.prefetch_keys(part.id, &e.block_hashes[i..], &mut keys);
                         }
                         cumulative = cumulative.wrapping_add(*c);
                         if h.is_empty() {
                             out.dropped_empty_hash += 1;
                             continue;
                         }
+                        let key = KeyRef {
+                            part: part.id,
+                            bytes: h,
+                            hash: keys[i % PREFETCH],
+                        };
                         if track {
-                            confirmed.push((part.id, key_hash(part.id, h)));
+                            confirmed.push((part.id, key.hash));
                         }
-                        self.upsert(&part, h, cumulative, tier, &w, &mut adds, out, notes);
+                        self.upsert(&part, &key, cumulative, tier, &w, &mut adds, out, notes);
                     }
                 }
                 // The legacy key: the whole entry in legacy form (its empty
@@ -168,7 +179,7 @@ impl Index {
                     }
                     self.upsert(
                         &part,
-                        &e.prefix_hash,
+                        &KeyRef::new(part.id, &e.prefix_hash),
                         e.token_count,
                         tier,
                         &w,
@@ -220,7 +231,7 @@ impl Index {
     pub(crate) fn upsert(
         &self,
         part: &Arc<Partition>,
-        hash: &[u8],
+        key: &KeyRef<'_>,
         tokens: i32,
         tier: Tier,
         w: &Writer<'_>,
@@ -228,11 +239,11 @@ impl Index {
         out: &mut IngestOutcome,
         notes: &mut Notes,
     ) {
-        let key = KeyRef::new(part.id, hash);
+        let hash = key.bytes;
         let mut shard = self.store.shards.write(key.shard());
         out.entries_upserted += 1;
         let h = Holder::new(w.replica, tokens, tier, w.ts);
-        let (new_key, added) = match shard.upsert(&key, h, w.access) {
+        let (new_key, added) = match shard.upsert(key, h, w.access) {
             Upsert::Refreshed => (false, false),
             Upsert::Added => (false, true),
             Upsert::NewKey => (true, true),
@@ -246,7 +257,7 @@ impl Index {
             .cap
             .on_upsert(part, hash, w.replica, w.replica_id, w.ts);
         if self.enforcement.quota.active() {
-            if let Some(hs) = shard.get(&key) {
+            if let Some(hs) = shard.get(key) {
                 self.enforcement.quota.on_key_changed(part, hash, hs);
             }
         }
