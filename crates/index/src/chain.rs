@@ -12,12 +12,11 @@
 //! walk stops as soon as no run is left.
 
 use crate::holder::Holder;
-use crate::key::{KeyRef, key_hash, shard_of};
-use crate::shard::{SHARDS, ShardMap, Shards};
+use crate::key::{KeyRef, key_hash};
+use crate::shard::Shards;
 use crate::types::Tier;
 use arrayvec::ArrayVec;
 use std::cell::RefCell;
-use std::sync::RwLockReadGuard;
 
 /// One replica's leading run.
 #[derive(Clone, Copy, Debug)]
@@ -107,10 +106,6 @@ fn walk_with<H: AsRef<[u8]>>(
 ) {
     let n = hashes.len().min(counts.len());
     let (hashes, counts) = (&hashes[..n], &counts[..n]);
-    // The window's read guards in ascending shard order; `slot_of[shard]` is
-    // the guard's position.
-    let mut guards: ArrayVec<RwLockReadGuard<'_, ShardMap>, SHARDS> = ArrayVec::new();
-    let mut slot_of = [0u8; SHARDS];
     let mut key_hashes = [0u64; MAX_WINDOW];
     let mut start = 0;
     let mut window = FIRST_WINDOW;
@@ -122,40 +117,16 @@ fn walk_with<H: AsRef<[u8]>>(
             (window * 2).min(MAX_WINDOW)
         };
         let blocks = &hashes[start..end];
-        let mut mask = 0u64;
+        let m = blocks.len();
         for (k, h) in key_hashes.iter_mut().zip(blocks) {
             *k = key_hash(part, h.as_ref());
-            mask |= 1u64 << shard_of(*k);
         }
-        let mut bits = mask;
-        while bits != 0 {
-            let si = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            slot_of[si] = guards.len() as u8;
-            guards.push(shards.read(si));
-        }
-        // Three passes over the window so that the cache misses of its
-        // blocks overlap instead of queuing one behind the other: load every
-        // block's first bucket; then, those lines in cache, find each
-        // block's tag-matching slot and load its first word; then confirm
-        // the keys and collect the holders. The loaded values only feed
-        // `black_box` (they start the loads; nothing reads them).
-        let guard_of = |k: u64| guards.get(usize::from(slot_of[shard_of(k)]));
-        let m = blocks.len();
-        let mut touched = 0u64;
-        for &k in &key_hashes[..m] {
-            if let Some(g) = guard_of(k) {
-                touched ^= u64::from(g.touch_bucket(k));
-            }
-        }
+        // The window's shards read-locked once each, then the bucket and
+        // slot passes (`ReadSet::touch`), then a third pass confirms the
+        // keys and collects the holders.
+        let set = shards.read_set(&key_hashes[..m]);
         let mut at = [usize::MAX; MAX_WINDOW];
-        for (a, &k) in at.iter_mut().zip(&key_hashes[..m]) {
-            if let Some((i, word)) = guard_of(k).and_then(|g| g.touch_slot(k)) {
-                *a = i;
-                touched ^= u64::from(word);
-            }
-        }
-        std::hint::black_box(touched);
+        set.touch(&key_hashes[..m], &mut at);
         let mut found: ArrayVec<&[Holder], MAX_WINDOW> = ArrayVec::new();
         for ((h, &k), &i) in blocks.iter().zip(&key_hashes).zip(&at) {
             let key = KeyRef {
@@ -163,7 +134,7 @@ fn walk_with<H: AsRef<[u8]>>(
                 bytes: h.as_ref(),
                 hash: k,
             };
-            let held = match guard_of(k) {
+            let held = match set.get(k) {
                 Some(g) if i != usize::MAX => g.get_at(i, &key).unwrap_or(&[]),
                 _ => &[],
             };
@@ -193,7 +164,7 @@ fn walk_with<H: AsRef<[u8]>>(
             extend(live, ended, holders, count, cutoff);
         }
         drop(found);
-        guards.clear();
+        drop(set);
         if live.is_empty() {
             break;
         }

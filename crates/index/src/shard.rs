@@ -516,39 +516,73 @@ impl Shards {
         SHARDS
     }
 
-    /// Start the cache misses of these keys' buckets, then of their slots,
-    /// before a writer's per-key passes need them: a run of writes then
-    /// waits for memory about once instead of once per key.
-    ///
-    /// The read locks of every shard involved are taken first (ascending,
-    /// as a chain lookup takes them) and released after both passes: a lock
-    /// is an atomic read-modify-write, which on x86 waits for every earlier
-    /// load, so a lock around each touch would queue the misses one behind
-    /// the other (measured: the per-touch form spent 18 % of a store burst
-    /// in this function, BENCHMARKS.md). At most 64 keys (one bit a shard).
-    pub(crate) fn prefetch(&self, hashes: &[u64]) {
+    /// The read guards of every shard the keys `hashes` live in
+    /// ([`ReadSet`]).
+    pub(crate) fn read_set(&self, hashes: &[u64]) -> ReadSet<'_> {
         let mut mask = 0u64;
         for &h in hashes {
             mask |= 1u64 << shard_of(h);
         }
-        let mut guards: ArrayVec<RwLockReadGuard<'_, ShardMap>, SHARDS> = ArrayVec::new();
-        let mut slot_of = [0u8; SHARDS];
-        let mut bits = mask;
-        while bits != 0 {
-            let si = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            slot_of[si] = guards.len() as u8;
-            guards.push(self.read(si));
+        let mut set = ReadSet {
+            guards: ArrayVec::new(),
+            slot_of: [0u8; SHARDS],
+        };
+        while mask != 0 {
+            let si = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            set.slot_of[si] = set.guards.len() as u8;
+            set.guards.push(self.read(si));
         }
-        let guard_of = |h: u64| guards.get(usize::from(slot_of[shard_of(h)]));
+        set
+    }
+
+    /// Start the cache misses of these keys' buckets, then of their slots,
+    /// before a writer's per-key passes need them: a run of writes then
+    /// waits for memory about once instead of once per key (measured: a
+    /// lock per touch instead of one [`ReadSet`] spent 18 % of a store
+    /// burst in this function, BENCHMARKS.md). At most 64 keys.
+    pub(crate) fn prefetch(&self, hashes: &[u64]) {
+        let mut at = [usize::MAX; 64];
+        self.read_set(hashes).touch(hashes, &mut at);
+    }
+}
+
+/// The read guards of every shard a run of keys lives in, each taken once,
+/// in ascending shard order (so two holders of several read locks can never
+/// wait on each other through a queued writer), before any key is probed:
+/// a lock is an atomic read-modify-write, which on x86 waits for every
+/// earlier load, so a lock taken between two probes would queue their
+/// misses one behind the other.
+pub(crate) struct ReadSet<'a> {
+    guards: ArrayVec<RwLockReadGuard<'a, ShardMap>, SHARDS>,
+    /// Position in `guards` of each shard's guard.
+    slot_of: [u8; SHARDS],
+}
+
+impl ReadSet<'_> {
+    /// The shard of key hash `h` (one of the set's keys).
+    #[inline]
+    pub(crate) fn get(&self, h: u64) -> Option<&ShardMap> {
+        self.guards
+            .get(usize::from(self.slot_of[shard_of(h)]))
+            .map(|g| &**g)
+    }
+
+    /// Two passes over `hashes` so that their cache misses overlap: load
+    /// every key's first bucket; then, those lines in cache, find each
+    /// key's tag-matching slot (its position into `at`, unconfirmed) and
+    /// load its first word. The loaded values only feed `black_box` (they
+    /// start the loads; nothing reads them).
+    pub(crate) fn touch(&self, hashes: &[u64], at: &mut [usize]) {
         let mut touched = 0u64;
         for &h in hashes {
-            if let Some(g) = guard_of(h) {
+            if let Some(g) = self.get(h) {
                 touched ^= u64::from(g.touch_bucket(h));
             }
         }
-        for &h in hashes {
-            if let Some((_, word)) = guard_of(h).and_then(|g| g.touch_slot(h)) {
+        for (a, &h) in at.iter_mut().zip(hashes) {
+            if let Some((i, word)) = self.get(h).and_then(|g| g.touch_slot(h)) {
+                *a = i;
                 touched ^= u64::from(word);
             }
         }
