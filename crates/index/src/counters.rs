@@ -51,7 +51,6 @@ impl ScopeCounts {
     }
 }
 
-/// Index-wide counters, indexed by interned ids.
 /// Holders one replica added to one partition, counted while its upserts
 /// run and applied to the [`Counters`] in one step (one lock per chain
 /// instead of one per block).
@@ -63,6 +62,7 @@ pub(crate) struct Adds {
     pub(crate) keys: u64,
 }
 
+/// Index-wide counters, indexed by interned ids.
 #[derive(Default)]
 pub(crate) struct Counters {
     /// (key, replica) pairs — the cap unit.

@@ -229,6 +229,11 @@ impl Class {
     }
 }
 
+/// What [`HolderPool::take`] left of a pooled key: its class, its block
+/// and the number of holders still its (1: the holder is back inline and
+/// the block is unused). `None` for a key that was not pooled.
+type Left = Option<(usize, usize, usize)>;
+
 /// The holder blocks of one shard.
 #[derive(Default)]
 pub(crate) struct HolderPool {
@@ -371,45 +376,41 @@ impl HolderPool {
     }
 
     /// Remove the holder at `i` of the slot at `pos`; a key left with one
-    /// holder has it inline again, one left with none is [`empty`].
+    /// holder has it inline again (its block freed), one left with none is
+    /// [`empty`], one that shrank to a class two below moves down.
     pub(crate) fn remove<M: Marks + ?Sized>(
         &mut self,
         marks: &mut M,
         pos: usize,
         i: usize,
     ) -> Option<Holder> {
-        let first = marks.mark(pos)?;
-        match set_of(first) {
-            Set::Empty => None,
-            Set::One => (i == 0).then(|| std::mem::replace(first, empty())),
-            Set::Pooled { class, block, len } => {
-                let run = self.run(class, block, len);
-                let out = std::mem::replace(run.get_mut(i)?, empty());
-                run[i..].rotate_left(1);
-                let len = len - 1;
-                if len == 1 {
-                    let only = std::mem::replace(&mut run[0], empty());
-                    if let Some(m) = marks.mark(pos) {
-                        *m = only;
-                    }
-                    self.free(marks, class, block);
-                } else if class >= 2 && len <= class_cap(class - 2) {
-                    self.relocate(marks, pos, (class, block), class_for(len), len);
-                } else if let Some(m) = marks.mark(pos) {
-                    *m = mark(class, block, len);
-                }
-                Some(out)
+        let (out, left) = self.take(marks.mark(pos)?, i)?;
+        match left {
+            Some((class, block, 1)) => self.free(marks, class, block),
+            Some((class, block, len)) if class >= 2 && len <= class_cap(class - 2) => {
+                self.relocate(marks, pos, (class, block), class_for(len), len);
             }
+            _ => {}
         }
+        Some(out)
     }
 
     /// [`HolderPool::remove`] that never moves a block (a sweep's edit):
     /// the holders shift inside theirs, and a key left with one holder has
     /// it inline and leaves its block unused until [`HolderPool::compact`].
     pub(crate) fn remove_in_place(&mut self, first: &mut Holder, i: usize) -> Option<Holder> {
+        let (out, left) = self.take(first, i)?;
+        self.dirty |= matches!(left, Some((_, _, 1)));
+        Some(out)
+    }
+
+    /// Takes out the holder at `i`, the rest shifting inside their block; a
+    /// key left with one holder has it inline (its block now unused). For a
+    /// pooled key, also returns its block and how many holders are left.
+    fn take(&mut self, first: &mut Holder, i: usize) -> Option<(Holder, Left)> {
         match set_of(first) {
             Set::Empty => None,
-            Set::One => (i == 0).then(|| std::mem::replace(first, empty())),
+            Set::One => (i == 0).then(|| (std::mem::replace(first, empty()), None)),
             Set::Pooled { class, block, len } => {
                 let run = self.run(class, block, len);
                 let out = std::mem::replace(run.get_mut(i)?, empty());
@@ -420,8 +421,7 @@ impl HolderPool {
                 } else {
                     mark(class, block, len)
                 };
-                self.dirty |= len == 1;
-                Some(out)
+                Some((out, Some((class, block, len))))
             }
         }
     }
