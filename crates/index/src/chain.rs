@@ -1,7 +1,7 @@
 //! The chain walk (§2.6.3): every replica's longest leading run of fresh
 //! blocks, with its weakest-link `last_seen` and coldest tier.
 //!
-//! The request's blocks are read in windows (4, 16, 32, then 64 blocks). For
+//! The request's blocks are read in windows (2, 16, 32, then 64 blocks). For
 //! a window, the read locks of every shard its blocks live in are taken once,
 //! in ascending shard order (so two lookups can never wait on each other
 //! through a queued writer), and released before the next window: a lookup
@@ -32,12 +32,14 @@ pub(crate) struct Run {
     pub(crate) blocks: u32,
 }
 
-/// The first window is short because most lookups end in it (a request's
-/// first blocks miss, or match briefly): 4 blocks touch about 4 shards, 8
-/// touched about 8 (measured at `bench/peers` scale 1 and 16: lookup p50
-/// 10-13 % lower, p99 unchanged within noise). The second jumps to 16 so a
-/// long chain needs no more windows than with 8, 16, 32, 64.
-const FIRST_WINDOW: usize = 4;
+/// The first window is short because most lookups end in it: the median
+/// `bench/peers` lookup matches its first block and misses its second, so
+/// a first window of 2 blocks is exactly the blocks it needs (2 shard
+/// locks, 4 misses); 4 blocks cost it two more locks and four more misses
+/// (p50 10 % higher at scale 16), 8 blocks 10-13 % more again, and 1 block a
+/// second round trip for the miss (p50 +50 %). The second window jumps to 16
+/// so a long chain needs no more windows than with 8, 16, 32, 64.
+const FIRST_WINDOW: usize = 2;
 const SECOND_WINDOW: usize = 16;
 const MAX_WINDOW: usize = 64;
 

@@ -110,7 +110,7 @@
 //!   merge-join runs against each block;
 //! - a writer holds one shard lock at a time, so each (key, replica) entry is
 //!   always seen whole (never torn). A chain lookup reads its blocks in
-//!   windows (4, 16, 32, then 64 blocks), taking the read locks of a window's
+//!   windows (2, 16, 32, then 64 blocks), taking the read locks of a window's
 //!   shards once each in ascending shard order (per-window consistency, like
 //!   any concurrent reader), and loads all of a window's buckets, then all
 //!   of its slots, before it reads any, so their cache misses overlap; it
@@ -214,7 +214,7 @@ pub use routing::{
 };
 pub use types::{
     Aggregate, CacheEvent, CacheState, CacheUpdate, EventKind, EventOutcome, EvictionCounts,
-    IngestOutcome, LfuHit, LookupPolicy, LookupRequest, LookupRouteResult, PrefixEntry,
+    IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, PrefixEntry,
     ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant,
     Strategy, SweepOutcome, Tier,
 };

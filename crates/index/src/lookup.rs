@@ -10,7 +10,9 @@ use crate::ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
 use crate::shard::read;
-use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
+use crate::types::{
+    HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
+};
 use std::cmp::Ordering;
 use std::sync::Arc;
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -74,7 +76,7 @@ impl Index {
             return LookupRouteResult {
                 strategy: Strategy::TenantHot,
                 scores: hot,
-                hits: Vec::new(),
+                hits: LfuHits::default(),
             };
         }
         self.classified(req)
@@ -133,17 +135,15 @@ impl Index {
         }
         // Hits are captured for every tenant: delivered hits count towards
         // hot_prefixes everywhere, and only LFU tenants' eviction reads them.
-        let mut hits = Vec::new();
-        let keys: Arc<[EntryKey]> = Arc::from([key.to_key()]);
-        for (r, s) in raws.iter().zip(&scores) {
-            if r.tokens > 0 {
-                hits.push(LfuHit {
-                    keys: keys.clone(),
-                    blocks: 1,
-                    replica: r.replica,
-                    replica_id: s.replica_id.clone(),
-                });
-            }
+        let mut hits = LfuHits::default();
+        hits.runs
+            .extend(raws.iter().filter(|r| r.tokens > 0).map(|r| HitRun {
+                replica: r.replica,
+                blocks: 1,
+                matched_tokens: r.tokens,
+            }));
+        if !hits.runs.is_empty() {
+            hits.keys.push(key.to_key());
         }
         scores.sort_by(by_score);
         LookupRouteResult {
@@ -163,22 +163,22 @@ impl Index {
         }
         let mut scores = self.score_raws(&ctx, &raws);
         let depth = raws.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
-        let keys: Arc<[EntryKey]> = req
-            .block_hashes
-            .iter()
-            .take(depth)
-            .map(|h| EntryKey::new(ctx.part.id, h.as_ref()))
-            .collect();
-        let hits: Vec<LfuHit> = raws
-            .iter()
-            .zip(&scores)
-            .map(|(r, s)| LfuHit {
-                keys: keys.clone(),
-                blocks: r.blocks,
-                replica: r.replica,
-                replica_id: s.replica_id.clone(),
-            })
-            .collect();
+        let hits = LfuHits {
+            keys: req
+                .block_hashes
+                .iter()
+                .take(depth)
+                .map(|h| EntryKey::new(ctx.part.id, h.as_ref()))
+                .collect(),
+            runs: raws
+                .iter()
+                .map(|r| HitRun {
+                    replica: r.replica,
+                    blocks: r.blocks,
+                    matched_tokens: r.tokens,
+                })
+                .collect(),
+        };
         let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         if total > 1 {
             // Grouped by depth only (the final order comes from `by_score`
@@ -362,14 +362,24 @@ impl Index {
 
     /// Credit delivered LFU hits (+1 each). Hits whose entry has since been
     /// removed are ignored.
-    pub fn credit(&self, hits: &[LfuHit]) {
-        for h in hits {
-            for key in h.keys.iter().take(h.blocks as usize) {
+    pub fn credit(&self, hits: &LfuHits) {
+        for h in &hits.runs {
+            for key in hits.keys.iter().take(h.blocks as usize) {
                 let key = key.as_ref();
                 let shard = self.store.shards.read(key.shard());
                 shard.credit(&key, h.replica);
             }
         }
+    }
+
+    /// Diagnostic: the replica and the number of entries of each captured
+    /// run in `hits` (a name the sweep has since released reads as empty).
+    pub fn hit_replicas(&self, hits: &LfuHits) -> Vec<(Arc<str>, usize)> {
+        let catalog = read(&self.store.catalog);
+        hits.runs
+            .iter()
+            .map(|h| (catalog.replica_name(h.replica), h.blocks as usize))
+            .collect()
     }
 
     /// Diagnostic: the LFU access count of one (prefix key, replica) entry.

@@ -67,7 +67,9 @@ use crate::key::{EntryKey, key_hash};
 use crate::lookup::Raw;
 use crate::ranking::freshness;
 use crate::shard::read;
-use crate::types::{LfuHit, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier};
+use crate::types::{
+    HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -590,36 +592,30 @@ fn lfu_hits<H: AsRef<[u8]>>(
     matched: &[usize],
     cands: &[Cand],
     scores: &[ReplicaScore],
-) -> Vec<LfuHit> {
-    let real: Vec<(&Raw, &ReplicaScore)> = matched
+) -> LfuHits {
+    let runs: Vec<HitRun> = matched
         .iter()
         .zip(scores)
         .filter_map(|(&i, s)| cands[i].raw.map(|j| (&raws[j], s)))
         .filter(|(r, _)| r.tokens > 0)
+        .map(|(r, s)| HitRun {
+            replica: r.replica,
+            blocks: r.blocks,
+            matched_tokens: s.matched_tokens,
+        })
         .collect();
-    if real.is_empty() {
-        return Vec::new();
+    if runs.is_empty() {
+        return LfuHits::default();
     }
-    let keys: Arc<[EntryKey]> = if req.is_chain_bearing() {
-        let depth = real
-            .iter()
-            .map(|(r, _)| r.blocks as usize)
-            .max()
-            .unwrap_or(0);
+    let keys = if req.is_chain_bearing() {
+        let depth = runs.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
         req.block_hashes
             .iter()
             .take(depth)
             .map(|h| EntryKey::new(part, h.as_ref()))
             .collect()
     } else {
-        Arc::from([EntryKey::new(part, req.prefix_hash)])
+        vec![EntryKey::new(part, req.prefix_hash)]
     };
-    real.into_iter()
-        .map(|(r, s)| LfuHit {
-            keys: keys.clone(),
-            blocks: r.blocks,
-            replica: r.replica,
-            replica_id: s.replica_id.clone(),
-        })
-        .collect()
+    LfuHits { keys, runs }
 }

@@ -1091,10 +1091,11 @@ fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseErr
                     prop_assert!((g.estimated_cache_hit_prob - w.prob).abs() <= 1e-6);
                     prop_assert_eq!(g.tier.raw(), w.tier);
                 }
-                let mut gh: Vec<String> = got
-                    .hits
-                    .iter()
-                    .flat_map(|h| std::iter::repeat_n(h.replica_id().to_string(), h.entries()))
+                let mut gh: Vec<String> = e
+                    .idx
+                    .hit_replicas(&got.hits)
+                    .into_iter()
+                    .flat_map(|(name, n)| std::iter::repeat_n(name.to_string(), n))
                     .collect();
                 let mut wh: Vec<String> = hits.iter().map(|h| h.1.clone()).collect();
                 gh.sort();

@@ -156,27 +156,48 @@ pub struct ReplicaScore {
     pub tier: Tier,
 }
 
-/// The LFU-captured entries of one replica in a lookup: the first `blocks`
-/// keys of the request (1 for an exact hit, the run length for a chain hit),
-/// credited by [`crate::Index::credit`] only when the handler delivers the
-/// hint. The keys are shared by every hit of the lookup.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LfuHit {
-    pub(crate) keys: Arc<[crate::key::EntryKey]>,
-    pub(crate) blocks: u32,
-    pub(crate) replica: u32,
-    pub(crate) replica_id: Arc<str>,
+/// The LFU-captured entries of a lookup: per matched replica, the first
+/// `blocks` keys of the request (1 for an exact hit, the run length for a
+/// chain hit), credited by [`crate::Index::credit`] only when the handler
+/// delivers the hint. One key list serves every replica's run, and a run
+/// names its replica by interned id: capturing hits costs a lookup two
+/// allocations and no reference count (names are resolved only by the
+/// diagnostic [`crate::Index::hit_replicas`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LfuHits {
+    pub(crate) keys: Vec<crate::key::EntryKey>,
+    pub(crate) runs: Vec<HitRun>,
 }
 
-impl LfuHit {
-    /// The replica this hit belongs to.
-    pub fn replica_id(&self) -> &str {
-        &self.replica_id
+/// One replica's captured run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HitRun {
+    pub(crate) replica: u32,
+    pub(crate) blocks: u32,
+    /// The matched tokens of the replica's score, so the matched-tokens
+    /// floor prunes hits and scores alike.
+    pub(crate) matched_tokens: i32,
+}
+
+impl LfuHits {
+    /// Number of replicas with captured entries.
+    pub fn len(&self) -> usize {
+        self.runs.len()
     }
 
-    /// Number of (prefix, replica) entries this hit credits.
+    /// True when nothing was captured.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Total (prefix, replica) entries the hits would credit.
     pub fn entries(&self) -> usize {
-        self.blocks as usize
+        self.runs.iter().map(|r| r.blocks as usize).sum()
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.runs.clear();
     }
 }
 
@@ -189,7 +210,7 @@ pub struct LookupRouteResult {
     pub scores: Vec<ReplicaScore>,
     /// Access-counter hits to credit if the hint is delivered (every tenant;
     /// only LFU tenants' eviction reads the counters).
-    pub hits: Vec<LfuHit>,
+    pub hits: LfuHits,
 }
 
 impl LookupRouteResult {
@@ -202,15 +223,13 @@ impl LookupRouteResult {
             self.demote();
             return false;
         }
-        let scores = &self.scores;
-        self.hits
-            .retain(|h| scores.iter().any(|s| *s.replica_id == *h.replica_id));
+        self.hits.runs.retain(|h| h.matched_tokens >= floor);
         true
     }
 
     /// Total (prefix, replica) entries the hits would credit.
     pub fn hit_entries(&self) -> usize {
-        self.hits.iter().map(LfuHit::entries).sum()
+        self.hits.entries()
     }
 
     /// Demote to `None`: scores and hits cleared.

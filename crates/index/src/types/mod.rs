@@ -8,7 +8,8 @@ mod report;
 mod state;
 mod tier;
 
-pub use lookup::{LfuHit, LookupPolicy, LookupRequest, LookupRouteResult, ReplicaScore, Strategy};
+pub(crate) use lookup::HitRun;
+pub use lookup::{LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, ReplicaScore, Strategy};
 pub use outcome::{EventOutcome, EvictionCounts, IngestOutcome, SweepOutcome};
 pub use report::{CacheEvent, CacheUpdate, EventKind, PrefixEntry, ReplicaStatsReport};
 pub use state::{
