@@ -108,7 +108,30 @@ fn bench_lookup(c: &mut Criterion) {
             black_box(idx.lookup_route(black_box(&req)))
         })
     });
+    // The median `bench/peers` lookup: a 19-block request whose first block
+    // 8 replicas hold and whose second block nobody does (fixed costs).
+    let (short_idx, short) = first_block_held_by(8, 19);
+    let short_counts = vec![16i32; short.len()];
+    g.bench_function("chain_19_blocks_first_held_by_8", |b| {
+        b.iter(|| {
+            let req =
+                LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&short, &short_counts);
+            black_box(short_idx.lookup_route(black_box(&req)))
+        })
+    });
     g.finish();
+}
+
+/// `replicas` replicas each hold the first block of a `blocks`-block request
+/// and a second block of their own; the request's other blocks are unheld.
+fn first_block_held_by(replicas: usize, blocks: u64) -> (Index, Vec<Vec<u8>>) {
+    let idx = IndexConfig::new().build();
+    let request: Vec<Vec<u8>> = (0..blocks).map(|i| hash(3, i)).collect();
+    for r in 0..replicas {
+        let own = [request[0].clone(), hash(4, r as u64)];
+        idx.ingest(&chain_update(r, &own));
+    }
+    (idx, request)
 }
 
 fn bench_ingest(c: &mut Criterion) {

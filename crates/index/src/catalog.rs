@@ -10,6 +10,7 @@
 
 use crate::hashing::{FoldBuild, hash_strs};
 use crate::holder::MAX_REPLICA_IDS;
+use crate::name_order::NameOrder;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -153,6 +154,8 @@ pub(crate) struct Catalog {
     scope_serving: Vec<Arc<AtomicUsize>>,
     models: NameMap,
     replicas: NameMap,
+    /// Byte-order labels of the live replica names (ranking tie-breaks).
+    replica_order: NameOrder,
 }
 
 impl Catalog {
@@ -317,14 +320,17 @@ impl Catalog {
         limit: usize,
         ids: usize,
     ) -> Option<(u32, Arc<str>)> {
-        if self.replicas.get(r).is_none() {
-            let full = limit > 0 && self.replicas.map.len() >= limit;
-            let no_id = self.replicas.free.is_empty() && self.replicas.names.len() >= ids;
-            if full || no_id {
-                return None;
-            }
+        if self.replicas.get(r).is_some() {
+            return Some(self.replicas.intern(r));
         }
-        Some(self.replicas.intern(r))
+        let full = limit > 0 && self.replicas.map.len() >= limit;
+        let no_id = self.replicas.free.is_empty() && self.replicas.names.len() >= ids;
+        if full || no_id {
+            return None;
+        }
+        let (id, name) = self.replicas.intern(r);
+        self.replica_order.insert(name.clone(), id);
+        Some((id, name))
     }
 
     /// Number of live (interned, not released) replica ids.
@@ -341,7 +347,19 @@ impl Catalog {
 
     /// Releases replica `id` (see [`NameMap::release`]).
     pub(crate) fn release_replica(&mut self, id: u32) {
+        if let Some(name) = self.replicas.names.get(id as usize) {
+            if self.replicas.get(name) == Some(id) {
+                self.replica_order.remove(name);
+            }
+        }
         self.replicas.release(id);
+    }
+
+    /// The byte-order label of a live replica's name ([`NameOrder::label`]):
+    /// ties in a ranking are broken by comparing these, not the names.
+    #[inline]
+    pub(crate) fn replica_label(&self, id: u32) -> u64 {
+        self.replica_order.label(id)
     }
 
     /// Makes the replica ids released by the previous sweep reusable.

@@ -179,6 +179,7 @@ mod ingest;
 mod key;
 mod load;
 mod lookup;
+mod name_order;
 mod observer;
 pub mod persist;
 mod policy;

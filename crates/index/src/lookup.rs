@@ -13,6 +13,7 @@ use crate::shard::read;
 use crate::types::{
     HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
 };
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::sync::Arc;
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -34,11 +35,31 @@ struct Ctx {
     part: Arc<Partition>,
 }
 
-fn by_score(a: &ReplicaScore, b: &ReplicaScore) -> Ordering {
-    b.score
-        .partial_cmp(&a.score)
+/// How a lookup scales its scores by distinguishing power (§2.6.4).
+#[derive(Clone, Copy)]
+enum Power {
+    /// One factor for every replica (exact lookups).
+    Uniform(f32),
+    /// Depth-aware (chain lookups): a replica's factor counts every replica
+    /// matched at least as deep, out of `serving`.
+    ByDepth { serving: i64 },
+}
+
+/// One score before its name is attached: score, the order label of the
+/// replica's name, the raw's position.
+type Key = (f32, u64, u32);
+
+/// Score descending, then replica name ascending through the names' order
+/// labels ([`crate::catalog::Catalog::replica_label`]): no string is read.
+fn by_rank(a: &Key, b: &Key) -> Ordering {
+    b.0.partial_cmp(&a.0)
         .unwrap_or(Ordering::Equal)
-        .then_with(|| a.replica_id.cmp(&b.replica_id))
+        .then(a.1.cmp(&b.1))
+}
+
+thread_local! {
+    /// Per-thread ranking buffer, reused by every lookup on the thread.
+    static RANK: RefCell<Vec<Key>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Index {
@@ -125,14 +146,9 @@ impl Index {
         if raws.is_empty() {
             return LookupRouteResult::default();
         }
-        let mut scores = self.score_raws(&ctx, &raws);
         let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
-        let dp = distinguishing_power(scores.len() as i64, total);
-        if dp != 1.0 {
-            for s in &mut scores {
-                s.score *= dp as f32;
-            }
-        }
+        let dp = distinguishing_power(raws.len() as i64, total) as f32;
+        let scores = self.score_raws(&ctx, &raws, Power::Uniform(dp));
         // Hits are captured for every tenant: delivered hits count towards
         // hot_prefixes everywhere, and only LFU tenants' eviction reads them.
         let mut hits = LfuHits::default();
@@ -145,7 +161,6 @@ impl Index {
         if !hits.runs.is_empty() {
             hits.keys.push(key.to_key());
         }
-        scores.sort_by(by_score);
         LookupRouteResult {
             strategy: Strategy::PrefixMatch,
             scores,
@@ -161,7 +176,8 @@ impl Index {
         if raws.is_empty() {
             return LookupRouteResult::default();
         }
-        let mut scores = self.score_raws(&ctx, &raws);
+        let serving = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
+        let scores = self.score_raws(&ctx, &raws, Power::ByDepth { serving });
         let depth = raws.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
         let hits = LfuHits {
             keys: req
@@ -179,28 +195,6 @@ impl Index {
                 })
                 .collect(),
         };
-        let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
-        if total > 1 {
-            // Grouped by depth only (the final order comes from `by_score`
-            // below): no string compares for a lookup matched by many replicas.
-            scores.sort_unstable_by_key(|s| std::cmp::Reverse(s.matched_tokens));
-            let mut i = 0;
-            while i < scores.len() {
-                let depth = scores[i].matched_tokens;
-                let mut right = i;
-                while right < scores.len() && scores[right].matched_tokens == depth {
-                    right += 1;
-                }
-                let dp = distinguishing_power(right as i64, total);
-                if dp != 1.0 {
-                    for s in &mut scores[i..right] {
-                        s.score *= dp as f32;
-                    }
-                }
-                i = right;
-            }
-        }
-        scores.sort_by(by_score);
         LookupRouteResult {
             strategy: Strategy::PrefixMatch,
             scores,
@@ -266,28 +260,68 @@ impl Index {
         )
     }
 
-    /// Attach names, stats pressure (gated by stats freshness under the tenant
-    /// TTL) and the SLO bias; produce unsorted scores in `raws` order.
-    fn score_raws(&self, ctx: &Ctx, raws: &[Raw]) -> Vec<ReplicaScore> {
-        let stats = read(&self.stats);
-        let per_replica = stats.get(&ctx.part.tm_id);
-        let catalog = read(&self.store.catalog);
-        raws.iter()
-            .map(|r| {
+    /// Rank `raws`: stats pressure (gated by stats freshness under the
+    /// tenant TTL), the SLO bias and the distinguishing power make each
+    /// score; the scores come back ordered by score descending, then
+    /// replica name ascending, with their names attached.
+    fn score_raws(&self, ctx: &Ctx, raws: &[Raw], power: Power) -> Vec<ReplicaScore> {
+        let rank = |keys: &mut Vec<Key>| {
+            keys.clear();
+            let stats = read(&self.stats);
+            let per_replica = stats.get(&ctx.part.tm_id);
+            let catalog = read(&self.store.catalog);
+            keys.extend(raws.iter().enumerate().map(|(i, r)| {
                 let pressure = per_replica
                     .and_then(|m| m.get(&r.replica))
                     .filter(|s| freshness(ctx.now, s.stats_reported, ctx.ttl) > 0.0)
                     .map_or(0.0, |s| s.pressure);
                 let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
-                ReplicaScore {
-                    replica_id: catalog.replica_name(r.replica),
-                    score: prefix_score(r.tokens, r.fresh, pf, ctx.c),
-                    matched_tokens: r.tokens,
-                    estimated_cache_hit_prob: r.fresh,
-                    tier: r.tier,
+                let score = prefix_score(r.tokens, r.fresh, pf, ctx.c);
+                (score, catalog.replica_label(r.replica), i as u32)
+            }));
+            drop(stats);
+            match power {
+                Power::Uniform(dp) => {
+                    if dp != 1.0 {
+                        keys.iter_mut().for_each(|k| k.0 *= dp);
+                    }
                 }
-            })
-            .collect()
+                Power::ByDepth { serving } if serving > 1 => {
+                    // Deepest first; a group's factor counts every replica
+                    // at least that deep.
+                    let depth = |k: &Key| raws[k.2 as usize].tokens;
+                    keys.sort_unstable_by_key(|k| std::cmp::Reverse(depth(k)));
+                    let mut at = 0;
+                    while at < keys.len() {
+                        let d = depth(&keys[at]);
+                        let end = at + keys[at..].iter().take_while(|k| depth(k) == d).count();
+                        let dp = distinguishing_power(end as i64, serving) as f32;
+                        if dp != 1.0 {
+                            keys[at..end].iter_mut().for_each(|k| k.0 *= dp);
+                        }
+                        at = end;
+                    }
+                }
+                Power::ByDepth { .. } => {}
+            }
+            keys.sort_unstable_by(by_rank);
+            keys.iter()
+                .map(|&(score, _, i)| {
+                    let r = &raws[i as usize];
+                    ReplicaScore {
+                        replica_id: catalog.replica_name(r.replica),
+                        score,
+                        matched_tokens: r.tokens,
+                        estimated_cache_hit_prob: r.fresh,
+                        tier: r.tier,
+                    }
+                })
+                .collect()
+        };
+        RANK.with(|s| match s.try_borrow_mut() {
+            Ok(mut s) => rank(&mut s),
+            Err(_) => rank(&mut Vec::new()),
+        })
     }
 
     /// TENANT_HOT candidates (§2.6.5) for (tenant, model, scheme).
@@ -340,24 +374,33 @@ impl Index {
         }
         let c = slo_coefficient(&self.settings.ranking, slo_ttft_ms);
         let catalog = read(&self.store.catalog);
-        let mut out: Vec<ReplicaScore> = cands
-            .into_iter()
-            .map(|(r, hit_rate, pressure, age)| {
+        let mut keys: Vec<Key> = cands
+            .iter()
+            .enumerate()
+            .map(|(i, &(r, hit_rate, pressure, age))| {
                 let rec = recency(age, max_age);
                 let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
                 let slo = 1.0 + rec * c;
+                (
+                    hit_rate * rec * pf * slo,
+                    catalog.replica_label(r),
+                    i as u32,
+                )
+            })
+            .collect();
+        keys.sort_unstable_by(by_rank);
+        keys.iter()
+            .map(|&(score, _, i)| {
+                let (r, hit_rate, ..) = cands[i as usize];
                 ReplicaScore {
                     replica_id: catalog.replica_name(r),
-                    score: hit_rate * rec * pf * slo,
+                    score,
                     matched_tokens: 0,
                     estimated_cache_hit_prob: hit_rate,
                     tier: Tier::UNSPECIFIED,
                 }
             })
-            .collect();
-        drop(catalog);
-        out.sort_by(by_score);
-        out
+            .collect()
     }
 
     /// Credit delivered LFU hits (+1 each). Hits whose entry has since been
