@@ -99,15 +99,17 @@ impl NameMap {
         (id, a)
     }
 
-    /// Forgets the name of `id`; the id stays reserved until the next
-    /// [`NameMap::recycle`] (its slot keeps the old name meanwhile).
-    fn release(&mut self, id: u32) {
-        if let Some(name) = self.names.get(id as usize) {
-            if self.map.get(name) == Some(&id) {
-                self.map.remove(name);
-                self.quarantine.push(id);
-            }
+    /// Forgets the name of `id` and returns it (`None` when `id` was not
+    /// live); the id stays reserved until the next [`NameMap::recycle`]
+    /// (its slot keeps the old name meanwhile).
+    fn release(&mut self, id: u32) -> Option<&Arc<str>> {
+        let name = self.names.get(id as usize)?;
+        if self.map.get(name) != Some(&id) {
+            return None;
         }
+        self.map.remove(name);
+        self.quarantine.push(id);
+        Some(name)
     }
 
     /// Makes the ids released before the previous call reusable.
@@ -347,12 +349,9 @@ impl Catalog {
 
     /// Releases replica `id` (see [`NameMap::release`]).
     pub(crate) fn release_replica(&mut self, id: u32) {
-        if let Some(name) = self.replicas.names.get(id as usize) {
-            if self.replicas.get(name) == Some(id) {
-                self.replica_order.remove(name);
-            }
+        if let Some(name) = self.replicas.release(id) {
+            self.replica_order.remove(name);
         }
-        self.replicas.release(id);
     }
 
     /// The byte-order label of a live replica's name ([`NameOrder::label`]):

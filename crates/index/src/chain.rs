@@ -108,8 +108,8 @@ fn walk_with<H: AsRef<[u8]>>(
 ) {
     let n = hashes.len().min(counts.len());
     let (hashes, counts) = (&hashes[..n], &counts[..n]);
-    // Filled per window up to its length only (two 512-byte memsets a
-    // window were ~4 % of a short lookup).
+    // Reset per window up to its length only (a 512-byte memset of `at`
+    // every window was ~4 % of a short lookup).
     let mut key_hashes = [0u64; MAX_WINDOW];
     let mut at = [usize::MAX; MAX_WINDOW];
     let mut start = 0;

@@ -5,7 +5,7 @@ use crate::chain::{Run, walk};
 use crate::clock::duration_ns;
 use crate::holder;
 use crate::index::Index;
-use crate::key::{EntryKey, KeyRef};
+use crate::key::KeyRef;
 use crate::ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
@@ -55,6 +55,16 @@ fn by_rank(a: &Key, b: &Key) -> Ordering {
     b.0.partial_cmp(&a.0)
         .unwrap_or(Ordering::Equal)
         .then(a.1.cmp(&b.1))
+}
+
+/// Order `keys` by [`by_rank`] and make each one's score with `make`
+/// (given the score and the key's position), names attached last so the
+/// sort reads none.
+fn ranked(keys: &mut [Key], mut make: impl FnMut(f32, usize) -> ReplicaScore) -> Vec<ReplicaScore> {
+    keys.sort_unstable_by(by_rank);
+    keys.iter()
+        .map(|&(score, _, i)| make(score, i as usize))
+        .collect()
 }
 
 thread_local! {
@@ -137,11 +147,10 @@ impl Index {
         })
     }
 
-    fn exact_lookup<H>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+    fn exact_lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
         let Some(ctx) = self.ctx(req) else {
             return LookupRouteResult::default();
         };
-        let key = KeyRef::new(ctx.part.id, req.prefix_hash);
         let raws = self.exact_raws(ctx.part.id, req.prefix_hash, ctx.now, ctx.ttl);
         if raws.is_empty() {
             return LookupRouteResult::default();
@@ -151,16 +160,12 @@ impl Index {
         let scores = self.score_raws(&ctx, &raws, Power::Uniform(dp));
         // Hits are captured for every tenant: delivered hits count towards
         // hot_prefixes everywhere, and only LFU tenants' eviction reads them.
-        let mut hits = LfuHits::default();
-        hits.runs
-            .extend(raws.iter().filter(|r| r.tokens > 0).map(|r| HitRun {
-                replica: r.replica,
-                blocks: 1,
-                matched_tokens: r.tokens,
-            }));
-        if !hits.runs.is_empty() {
-            hits.keys.push(key.to_key());
-        }
+        let runs = raws.iter().filter(|r| r.tokens > 0).map(|r| HitRun {
+            replica: r.replica,
+            blocks: 1,
+            matched_tokens: r.tokens,
+        });
+        let hits = LfuHits::capture(ctx.part.id, req, runs.collect());
         LookupRouteResult {
             strategy: Strategy::PrefixMatch,
             scores,
@@ -178,23 +183,12 @@ impl Index {
         }
         let serving = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
         let scores = self.score_raws(&ctx, &raws, Power::ByDepth { serving });
-        let depth = raws.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
-        let hits = LfuHits {
-            keys: req
-                .block_hashes
-                .iter()
-                .take(depth)
-                .map(|h| EntryKey::new(ctx.part.id, h.as_ref()))
-                .collect(),
-            runs: raws
-                .iter()
-                .map(|r| HitRun {
-                    replica: r.replica,
-                    blocks: r.blocks,
-                    matched_tokens: r.tokens,
-                })
-                .collect(),
-        };
+        let runs = raws.iter().map(|r| HitRun {
+            replica: r.replica,
+            blocks: r.blocks,
+            matched_tokens: r.tokens,
+        });
+        let hits = LfuHits::capture(ctx.part.id, req, runs.collect());
         LookupRouteResult {
             strategy: Strategy::PrefixMatch,
             scores,
@@ -304,19 +298,16 @@ impl Index {
                 }
                 Power::ByDepth { .. } => {}
             }
-            keys.sort_unstable_by(by_rank);
-            keys.iter()
-                .map(|&(score, _, i)| {
-                    let r = &raws[i as usize];
-                    ReplicaScore {
-                        replica_id: catalog.replica_name(r.replica),
-                        score,
-                        matched_tokens: r.tokens,
-                        estimated_cache_hit_prob: r.fresh,
-                        tier: r.tier,
-                    }
-                })
-                .collect()
+            ranked(keys, |score, i| {
+                let r = &raws[i];
+                ReplicaScore {
+                    replica_id: catalog.replica_name(r.replica),
+                    score,
+                    matched_tokens: r.tokens,
+                    estimated_cache_hit_prob: r.fresh,
+                    tier: r.tier,
+                }
+            })
         };
         RANK.with(|s| match s.try_borrow_mut() {
             Ok(mut s) => rank(&mut s),
@@ -388,19 +379,16 @@ impl Index {
                 )
             })
             .collect();
-        keys.sort_unstable_by(by_rank);
-        keys.iter()
-            .map(|&(score, _, i)| {
-                let (r, hit_rate, ..) = cands[i as usize];
-                ReplicaScore {
-                    replica_id: catalog.replica_name(r),
-                    score,
-                    matched_tokens: 0,
-                    estimated_cache_hit_prob: hit_rate,
-                    tier: Tier::UNSPECIFIED,
-                }
-            })
-            .collect()
+        ranked(&mut keys, |score, i| {
+            let (r, hit_rate, ..) = cands[i];
+            ReplicaScore {
+                replica_id: catalog.replica_name(r),
+                score,
+                matched_tokens: 0,
+                estimated_cache_hit_prob: hit_rate,
+                tier: Tier::UNSPECIFIED,
+            }
+        })
     }
 
     /// Credit delivered LFU hits (+1 each). Hits whose entry has since been

@@ -63,7 +63,7 @@
 
 use crate::affinity::affinity_index;
 use crate::index::Index;
-use crate::key::{EntryKey, key_hash};
+use crate::key::key_hash;
 use crate::lookup::Raw;
 use crate::ranking::freshness;
 use crate::shard::read;
@@ -604,18 +604,5 @@ fn lfu_hits<H: AsRef<[u8]>>(
             matched_tokens: s.matched_tokens,
         })
         .collect();
-    if runs.is_empty() {
-        return LfuHits::default();
-    }
-    let keys = if req.is_chain_bearing() {
-        let depth = runs.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
-        req.block_hashes
-            .iter()
-            .take(depth)
-            .map(|h| EntryKey::new(part, h.as_ref()))
-            .collect()
-    } else {
-        vec![EntryKey::new(part, req.prefix_hash)]
-    };
-    LfuHits { keys, runs }
+    LfuHits::capture(part, req, runs)
 }

@@ -195,6 +195,31 @@ impl LfuHits {
         self.runs.iter().map(|r| r.blocks as usize).sum()
     }
 
+    /// The hits of `runs` over `req` in partition `part`: the request's
+    /// keys up to the deepest run (a chain request) or its prefix key; empty
+    /// when no run is left.
+    pub(crate) fn capture<H: AsRef<[u8]>>(
+        part: u32,
+        req: &LookupRequest<'_, H>,
+        runs: Vec<HitRun>,
+    ) -> Self {
+        use crate::key::EntryKey;
+        if runs.is_empty() {
+            return Self::default();
+        }
+        let keys = if req.is_chain_bearing() {
+            let depth = runs.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
+            req.block_hashes
+                .iter()
+                .take(depth)
+                .map(|h| EntryKey::new(part, h.as_ref()))
+                .collect()
+        } else {
+            vec![EntryKey::new(part, req.prefix_hash)]
+        };
+        Self { keys, runs }
+    }
+
     fn clear(&mut self) {
         self.keys.clear();
         self.runs.clear();
