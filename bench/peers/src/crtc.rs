@@ -48,8 +48,10 @@ pub fn memory(w: &Workload) -> f64 {
             replica: 0,
             seqs: vec![0x5e47_1e15_0000_0001],
         };
-        tx.send(WorkerTask::Event(dynamo_event(&sentinel, w, id + 1).expect("event")))
-            .expect("send");
+        tx.send(WorkerTask::Event(
+            dynamo_event(&sentinel, w, id + 1).expect("event"),
+        ))
+        .expect("send");
         while !tx.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -64,7 +66,11 @@ pub fn memory(w: &Workload) -> f64 {
     ((bytes - before) as f64 - chan) / w.final_entries as f64
 }
 
-fn lookup(tree: &ConcurrentRadixTreeCompressed, q: &[LocalBlockHash], out: &mut Vec<(u32, u32)>) -> u64 {
+fn lookup(
+    tree: &ConcurrentRadixTreeCompressed,
+    q: &[LocalBlockHash],
+    out: &mut Vec<(u32, u32)>,
+) -> u64 {
     let t = Instant::now();
     let res = SyncIndexer::find_matches(tree, q, false);
     let ns = t.elapsed().as_nanos() as u64;
@@ -120,7 +126,11 @@ pub fn run(w: &Workload, recent: usize, hist: impl Fn() -> Histogram<u64> + Sync
                 let applied = total - probe.len().min(total);
                 // the worker has taken `applied` events: lookups before the last
                 // taken event are eligible (as in the other indexes' threaded mode)
-                let pos = if applied == 0 { 0 } else { event_op[applied - 1] + 1 };
+                let pos = if applied == 0 {
+                    0
+                } else {
+                    event_op[applied - 1] + 1
+                };
                 let upto = lookups.partition_point(|&i| i < pos);
                 if upto == 0 {
                     std::hint::spin_loop();
@@ -136,7 +146,10 @@ pub fn run(w: &Workload, recent: usize, hist: impl Fn() -> Histogram<u64> + Sync
                 }
             }
             if empty > 0 {
-                eprintln!("  {CRTC}: {empty} of {} concurrent lookups matched nothing", h.len());
+                eprintln!(
+                    "  {CRTC}: {empty} of {} concurrent lookups matched nothing",
+                    h.len()
+                );
             }
             h
         });

@@ -4,14 +4,14 @@
 
 mod alloc;
 mod crtc;
-mod workload;
 mod peers;
+mod workload;
 
-use workload::{Op, Workload};
 use hdrhistogram::Histogram;
 use peers::Engine;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use workload::{Op, Workload};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
@@ -224,7 +224,11 @@ fn run_threaded(engine: &mut dyn Engine, w: &Workload) -> Option<Row> {
     });
     let (h, empty) = h;
     if empty > 0 {
-        eprintln!("  {}: {empty} of {} concurrent lookups matched nothing", engine_name, h.len());
+        eprintln!(
+            "  {}: {empty} of {} concurrent lookups matched nothing",
+            engine_name,
+            h.len()
+        );
     }
     drop(writer);
     drop(reader);
@@ -293,7 +297,10 @@ fn print_table(rows: &[Row]) {
     println!("|---|---|---:|---:|---:|---:|---:|---|");
     for r in rows {
         if r.lookups == 0 && !r.note.is_empty() {
-            println!("| {} | {} | - | - | - | - | - | {} |", r.name, r.mode, r.note);
+            println!(
+                "| {} | {} | - | - | - | - | - | {} |",
+                r.name, r.mode, r.note
+            );
             continue;
         }
         let ours = rows
@@ -371,7 +378,10 @@ fn main() {
     );
 
     let engines: Vec<(&'static str, MakeEngine)> = vec![
-        (peers::OURS, Box::new(|| Box::new(peers::Ours::new()) as Box<dyn Engine>)),
+        (
+            peers::OURS,
+            Box::new(|| Box::new(peers::Ours::new()) as Box<dyn Engine>),
+        ),
         (
             peers::KVI,
             Box::new({
@@ -379,7 +389,14 @@ fn main() {
                 move || Box::new(peers::KvIndex::new(n)) as Box<dyn Engine>
             }),
         ),
-        (peers::DYN, Box::new(|| Box::new(peers::Dynamo::new()) as Box<dyn Engine>)),
+        (
+            peers::DYN,
+            Box::new(|| Box::new(peers::Dynamo::new()) as Box<dyn Engine>),
+        ),
+        (
+            peers::ARENA,
+            Box::new(|| Box::new(peers::Arena::new()) as Box<dyn Engine>),
+        ),
     ];
     let mut rows = Vec::new();
     for (name, make) in &engines {
@@ -434,7 +451,10 @@ fn main() {
         }
     }
     let want_crtc = args.threaded
-        && args.only.as_deref().is_none_or(|o| "dynamo".starts_with(o) || o.starts_with("dynamo") || o == "crtc");
+        && args
+            .only
+            .as_deref()
+            .is_none_or(|o| "dynamo".starts_with(o) || o.starts_with("dynamo") || o == "crtc");
     if want_crtc {
         let bpe = crtc::memory(&w);
         eprintln!("{}: {bpe:.1} bytes per entry", crtc::CRTC);

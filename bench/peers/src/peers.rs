@@ -12,6 +12,7 @@ use std::time::Instant;
 pub const OURS: &str = "ours (inferencecache-index)";
 pub const KVI: &str = "kv-index 2.0.0 ChainIndex";
 pub const DYN: &str = "dynamo-kv-router 1.6.1 RadixTree";
+pub const ARENA: &str = "arena prototype (ours, src/arena, walk only)";
 
 pub trait Writer {
     fn apply(&mut self, i: usize, op: &Op);
@@ -138,12 +139,7 @@ fn ours_apply(idx: &ic::Index, up: Option<&ic::CacheUpdate>, evs: &[ic::CacheEve
     );
 }
 
-fn ours_lookup(
-    idx: &ic::Index,
-    q: &[[u8; 8]],
-    counts: &[i32],
-    out: &mut Vec<(u32, u32)>,
-) -> u64 {
+fn ours_lookup(idx: &ic::Index, q: &[[u8; 8]], counts: &[i32], out: &mut Vec<(u32, u32)>) -> u64 {
     let req = ic::LookupRequest::new(TENANT, MODEL, SCHEME).chain(q, &counts[..q.len()]);
     let t = Instant::now();
     let res = idx.lookup(&req);
@@ -222,6 +218,98 @@ impl Engine for Ours {
                 counts: &self.counts,
             }),
         ))
+    }
+}
+
+// ---------------------------------------------------------------- arena
+
+/// Our chain-run arena (`crates/index/src/arena`), driven directly: stores,
+/// removals and the chain walk, with no partition lookup, ranking or names
+/// (what the index will spend around it). Single-threaded only: its writes
+/// take `&mut`.
+pub struct Arena {
+    arena: ic::arena::ChainArena,
+    counts: Vec<i32>,
+    seq: Vec<Vec<u64>>,
+    out: RefCell<Vec<ic::arena::RunMatch>>,
+}
+
+impl Arena {
+    pub fn new() -> Self {
+        Self {
+            arena: ic::arena::ChainArena::new(),
+            counts: Vec::new(),
+            seq: Vec::new(),
+            out: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn apply_op(&mut self, op: &Op, seq: &[Vec<u64>]) {
+        match op {
+            Op::Store {
+                replica,
+                req,
+                start,
+                len,
+            } => {
+                let hs = &seq[*req][*start..*start + *len];
+                self.arena.store(1, *replica, hs, NOW_NS, ic::Tier::T1);
+            }
+            Op::Remove { replica, seqs } => {
+                for &h in seqs {
+                    self.arena.remove(1, h, *replica);
+                }
+            }
+            Op::Lookup { .. } => {}
+        }
+    }
+}
+
+impl Engine for Arena {
+    fn name(&self) -> &'static str {
+        ARENA
+    }
+    fn prepare(&mut self, w: &Workload) {
+        self.seq = w.chains.iter().map(|c| c.seq.clone()).collect();
+        let max = w.chains.iter().map(|c| c.seq.len()).max().unwrap_or(0);
+        self.counts = vec![BLOCK_TOKENS as i32; max];
+    }
+    fn apply(&mut self, _i: usize, op: &Op) {
+        let seq = std::mem::take(&mut self.seq);
+        self.apply_op(op, &seq);
+        self.seq = seq;
+    }
+    fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
+        match op {
+            Op::Store {
+                replica,
+                req,
+                start,
+                len,
+            } => {
+                let hs = w.chains[*req].seq[*start..*start + *len].to_vec();
+                self.arena.store(1, *replica, &hs, NOW_NS, ic::Tier::T1);
+            }
+            _ => {
+                let seq: Vec<Vec<u64>> = Vec::new();
+                self.apply_op(op, &seq);
+            }
+        }
+    }
+    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        let q = &self.seq[req];
+        let mut got = self.out.borrow_mut();
+        let t = Instant::now();
+        self.arena.walk(1, q, &self.counts[..q.len()], 0, &mut got);
+        let ns = t.elapsed().as_nanos() as u64;
+        out.extend(got.iter().map(|r| (r.replica, r.blocks)));
+        ns
+    }
+    fn errors(&self) -> u64 {
+        0
+    }
+    fn split(&mut self) -> Option<Split<'_>> {
+        None
     }
 }
 
@@ -400,8 +488,8 @@ impl Engine for KvIndex {
 
 use dynamo_kv_router::RadixTree;
 use dynamo_kv_router::protocols::{
-    ExternalSequenceBlockHash, KvCacheEvent, KvCacheEventData, KvCacheRemoveData,
-    KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash, RouterEvent,
+    ExternalSequenceBlockHash, KvCacheEvent, KvCacheEventData, KvCacheRemoveData, KvCacheStoreData,
+    KvCacheStoredBlockData, LocalBlockHash, RouterEvent,
 };
 
 pub struct Dynamo {
@@ -517,8 +605,7 @@ pub fn dynamo_event(op: &Op, w: &Workload, event_id: u64) -> Option<RouterEvent>
             (
                 *replica,
                 KvCacheEventData::Stored(KvCacheStoreData {
-                    parent_hash: (*start > 0)
-                        .then(|| ExternalSequenceBlockHash(c.seq[start - 1])),
+                    parent_hash: (*start > 0).then(|| ExternalSequenceBlockHash(c.seq[start - 1])),
                     start_position: Some(*start as u32),
                     blocks: (*start..start + len)
                         .map(|i| KvCacheStoredBlockData {

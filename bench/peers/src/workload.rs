@@ -45,7 +45,10 @@ pub enum Op {
     /// Routing lookup of request `req`'s whole chain; `expected` is the
     /// generator's ground truth: (replica, matched leading blocks) for every
     /// replica with at least one, sorted by replica.
-    Lookup { req: usize, expected: Vec<(u32, u32)> },
+    Lookup {
+        req: usize,
+        expected: Vec<(u32, u32)>,
+    },
 }
 
 pub struct Workload {

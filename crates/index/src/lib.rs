@@ -160,6 +160,8 @@
 
 mod affinity;
 mod aggregate;
+#[doc(hidden)]
+pub mod arena;
 mod batch;
 mod cap;
 mod catalog;

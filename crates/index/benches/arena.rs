@@ -1,0 +1,140 @@
+//! The chain-run arena (`src/arena`, not yet the index's storage) against
+//! the index on the same shapes: a long chain held whole by 8 replicas and
+//! stored in four turns, the 128-block / 64-replica partial chain of
+//! `benches/lookup.rs`, and a new 32-block chain stored. The index figures
+//! are whole lookups (the walk is about two thirds of one, BENCHMARKS.md);
+//! the arena's are its walk alone.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use inferencecache_index::arena::ChainArena;
+use inferencecache_index::{CacheUpdate, Index, IndexConfig, LookupRequest, PrefixEntry, Tier};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn hash(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn update(replica: usize, hashes: &[u64]) -> CacheUpdate {
+    CacheUpdate {
+        replica_id: format!("replica-{replica:02}"),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        prefixes: vec![PrefixEntry {
+            block_hashes: hashes.iter().map(|h| h.to_le_bytes().to_vec()).collect(),
+            block_token_counts: vec![16; hashes.len()],
+            ..PrefixEntry::default()
+        }],
+        ..CacheUpdate::default()
+    }
+}
+
+/// Both stores fed the same (replica, chain) writes, each replica also
+/// holding 4096 unrelated blocks.
+fn both(writes: &[(usize, Vec<u64>)], replicas: usize) -> (Index, ChainArena) {
+    let idx = IndexConfig::new().build();
+    let mut arena = ChainArena::new();
+    let mut store = |r: usize, hs: &[u64]| {
+        idx.ingest(&update(r, hs));
+        arena.store(1, r as u32, hs, 0, Tier::T1);
+    };
+    for (r, hs) in writes {
+        store(*r, hs);
+    }
+    for r in 0..replicas {
+        let bg: Vec<u64> = (0..4096u64).map(|i| hash(1000 + r as u64, i)).collect();
+        store(r, &bg);
+    }
+    (idx, arena)
+}
+
+fn bench_walk(c: &mut Criterion) {
+    let mut g = c.benchmark_group("arena");
+    // A 110-block conversation chain: replica 0 stored it in four turns,
+    // replicas 1..8 whole (the p99 shape of `bench/peers`).
+    let long: Vec<u64> = (0..110).map(|i| hash(1, i)).collect();
+    let mut writes: Vec<(usize, Vec<u64>)> = [0..30, 30..60, 60..90, 90..110]
+        .into_iter()
+        .map(|r| (0, long[r].to_vec()))
+        .collect();
+    writes.extend((1..8).map(|r| (r, long.clone())));
+    let (idx, arena) = both(&writes, 8);
+    let counts = vec![16i32; long.len()];
+    let bytes: Vec<Vec<u8>> = long.iter().map(|h| h.to_le_bytes().to_vec()).collect();
+    let mut out = Vec::new();
+    g.bench_function("walk_110_blocks_8_replicas_4_runs", |b| {
+        b.iter(|| {
+            arena.walk(1, black_box(&long), &counts, 0, &mut out);
+            black_box(out.len())
+        })
+    });
+    g.bench_function("index_lookup_110_blocks_8_replicas", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("t", "m", "vllm").chain(&bytes, &counts);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    // `benches/lookup.rs`'s partial chain: replica r holds 1 + 2r % 128 blocks.
+    let chain: Vec<u64> = (0..128).map(|i| hash(2, i)).collect();
+    let writes: Vec<(usize, Vec<u64>)> = (0..64)
+        .map(|r| (r, chain[..1 + (r * 2) % 128].to_vec()))
+        .collect();
+    let (idx, arena) = both(&writes, 64);
+    let counts = vec![16i32; chain.len()];
+    let bytes: Vec<Vec<u8>> = chain.iter().map(|h| h.to_le_bytes().to_vec()).collect();
+    g.bench_function("walk_128_blocks_64_replicas_partial", |b| {
+        b.iter(|| {
+            arena.walk(1, black_box(&chain), &counts, 0, &mut out);
+            black_box(out.len())
+        })
+    });
+    g.bench_function("index_lookup_128_blocks_64_replicas_partial", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("t", "m", "vllm").chain(&bytes, &counts);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    g.finish();
+}
+
+fn bench_store(c: &mut Criterion) {
+    let mut g = c.benchmark_group("arena_store");
+    g.throughput(Throughput::Elements(32));
+    let (idx, mut arena) = both(&[], 8);
+    let mut n = 0u64;
+    g.bench_function("new_32_block_chain", |b| {
+        b.iter(|| {
+            n += 1;
+            let hs: Vec<u64> = (0..32).map(|i| hash(1 << 40 | n, i)).collect();
+            arena.store(1, (n % 8) as u32, &hs, n as i64, Tier::T1);
+        })
+    });
+    let mut n = 0u64;
+    g.bench_function("index_new_32_block_chain", |b| {
+        b.iter(|| {
+            n += 1;
+            let hs: Vec<u64> = (0..32).map(|i| hash(1 << 40 | n, i)).collect();
+            idx.ingest(&update((n % 8) as usize, &hs));
+        })
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_walk, bench_store
+}
+criterion_main!(benches);
