@@ -225,13 +225,14 @@ impl Engine for Ours {
 
 /// Our chain-run arena (`crates/index/src/arena`), driven directly: stores,
 /// removals and the chain walk, with no partition lookup, ranking or names
-/// (what the index will spend around it). Single-threaded only: its writes
-/// take `&mut`.
+/// (what the index will spend around it). Shared as it is (its shards lock
+/// inside).
 pub struct Arena {
     arena: ic::arena::ChainArena,
     counts: Vec<i32>,
+    /// Cumulative token counts of a store's blocks (what the index stores).
+    cum: Vec<i32>,
     seq: Vec<Vec<u64>>,
-    out: RefCell<Vec<ic::arena::RunMatch>>,
 }
 
 impl Arena {
@@ -239,29 +240,64 @@ impl Arena {
         Self {
             arena: ic::arena::ChainArena::new(),
             counts: Vec::new(),
+            cum: Vec::new(),
             seq: Vec::new(),
-            out: RefCell::new(Vec::new()),
         }
     }
+}
 
-    fn apply_op(&mut self, op: &Op, seq: &[Vec<u64>]) {
-        match op {
-            Op::Store {
-                replica,
-                req,
-                start,
-                len,
-            } => {
-                let hs = &seq[*req][*start..*start + *len];
-                self.arena.store(1, *replica, hs, NOW_NS, ic::Tier::T1);
-            }
-            Op::Remove { replica, seqs } => {
-                for &h in seqs {
-                    self.arena.remove(1, h, *replica);
-                }
-            }
-            Op::Lookup { .. } => {}
+fn arena_apply(a: &ic::arena::ChainArena, op: &Op, seq: &[Vec<u64>], cum: &[i32]) {
+    match op {
+        Op::Store {
+            replica,
+            req,
+            start,
+            len,
+        } => {
+            let hs = &seq[*req][*start..*start + *len];
+            a.store(1, *replica, hs, &cum[..*len], NOW_NS, ic::Tier::T1);
         }
+        Op::Remove { replica, seqs } => {
+            for &h in seqs {
+                a.remove(1, h, *replica);
+            }
+        }
+        Op::Lookup { .. } => {}
+    }
+}
+
+fn arena_lookup(
+    a: &ic::arena::ChainArena,
+    q: &[u64],
+    counts: &[i32],
+    out: &mut Vec<(u32, u32)>,
+) -> u64 {
+    let mut got = Vec::with_capacity(64);
+    let t = Instant::now();
+    a.walk(1, q, &counts[..q.len()], 0, &mut got);
+    let ns = t.elapsed().as_nanos() as u64;
+    out.extend(got.iter().map(|r| (r.replica, r.blocks)));
+    ns
+}
+
+struct ArenaWriter<'a> {
+    a: &'a ic::arena::ChainArena,
+    seq: &'a [Vec<u64>],
+    cum: &'a [i32],
+}
+impl Writer for ArenaWriter<'_> {
+    fn apply(&mut self, _i: usize, op: &Op) {
+        arena_apply(self.a, op, self.seq, self.cum);
+    }
+}
+struct ArenaReader<'a> {
+    a: &'a ic::arena::ChainArena,
+    seq: &'a [Vec<u64>],
+    counts: &'a [i32],
+}
+impl Reader for ArenaReader<'_> {
+    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        arena_lookup(self.a, &self.seq[req], self.counts, out)
     }
 }
 
@@ -273,43 +309,51 @@ impl Engine for Arena {
         self.seq = w.chains.iter().map(|c| c.seq.clone()).collect();
         let max = w.chains.iter().map(|c| c.seq.len()).max().unwrap_or(0);
         self.counts = vec![BLOCK_TOKENS as i32; max];
+        self.cum = (1..=max as i32).map(|i| i * BLOCK_TOKENS as i32).collect();
     }
     fn apply(&mut self, _i: usize, op: &Op) {
-        let seq = std::mem::take(&mut self.seq);
-        self.apply_op(op, &seq);
-        self.seq = seq;
+        arena_apply(&self.arena, op, &self.seq, &self.cum);
     }
     fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
-        match op {
-            Op::Store {
-                replica,
-                req,
-                start,
-                len,
-            } => {
-                let hs = w.chains[*req].seq[*start..*start + *len].to_vec();
-                self.arena.store(1, *replica, &hs, NOW_NS, ic::Tier::T1);
-            }
-            _ => {
-                let seq: Vec<Vec<u64>> = Vec::new();
-                self.apply_op(op, &seq);
-            }
+        if let Op::Store {
+            req, start, len, ..
+        } = op
+        {
+            let seq: Vec<Vec<u64>> = vec![w.chains[*req].seq[*start..*start + *len].to_vec()];
+            let cum: Vec<i32> = (1..=*len as i32).map(|i| i * BLOCK_TOKENS as i32).collect();
+            let op = Op::Store {
+                replica: match op {
+                    Op::Store { replica, .. } => *replica,
+                    _ => 0,
+                },
+                req: 0,
+                start: 0,
+                len: *len,
+            };
+            arena_apply(&self.arena, &op, &seq, &cum);
+        } else {
+            arena_apply(&self.arena, op, &[], &[]);
         }
     }
     fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
-        let q = &self.seq[req];
-        let mut got = self.out.borrow_mut();
-        let t = Instant::now();
-        self.arena.walk(1, q, &self.counts[..q.len()], 0, &mut got);
-        let ns = t.elapsed().as_nanos() as u64;
-        out.extend(got.iter().map(|r| (r.replica, r.blocks)));
-        ns
+        arena_lookup(&self.arena, &self.seq[req], &self.counts, out)
     }
     fn errors(&self) -> u64 {
         0
     }
     fn split(&mut self) -> Option<Split<'_>> {
-        None
+        Some((
+            Box::new(ArenaWriter {
+                a: &self.arena,
+                seq: &self.seq,
+                cum: &self.cum,
+            }),
+            Box::new(ArenaReader {
+                a: &self.arena,
+                seq: &self.seq,
+                counts: &self.counts,
+            }),
+        ))
     }
 }
 

@@ -38,10 +38,11 @@ fn update(replica: usize, hashes: &[u64]) -> CacheUpdate {
 /// holding 4096 unrelated blocks.
 fn both(writes: &[(usize, Vec<u64>)], replicas: usize) -> (Index, ChainArena) {
     let idx = IndexConfig::new().build();
-    let mut arena = ChainArena::new();
-    let mut store = |r: usize, hs: &[u64]| {
+    let arena = ChainArena::new();
+    let store = |r: usize, hs: &[u64]| {
         idx.ingest(&update(r, hs));
-        arena.store(1, r as u32, hs, 0, Tier::T1);
+        let toks: Vec<i32> = (1..=hs.len() as i32).map(|i| 16 * i).collect();
+        arena.store(1, r as u32, hs, &toks, 0, Tier::T1);
     };
     for (r, hs) in writes {
         store(*r, hs);
@@ -105,13 +106,14 @@ fn bench_walk(c: &mut Criterion) {
 fn bench_store(c: &mut Criterion) {
     let mut g = c.benchmark_group("arena_store");
     g.throughput(Throughput::Elements(32));
-    let (idx, mut arena) = both(&[], 8);
+    let (idx, arena) = both(&[], 8);
     let mut n = 0u64;
+    let toks: Vec<i32> = (1..=32).map(|i| 16 * i).collect();
     g.bench_function("new_32_block_chain", |b| {
         b.iter(|| {
             n += 1;
             let hs: Vec<u64> = (0..32).map(|i| hash(1 << 40 | n, i)).collect();
-            arena.store(1, (n % 8) as u32, &hs, n as i64, Tier::T1);
+            arena.store(1, (n % 8) as u32, &hs, &toks, n as i64, Tier::T1);
         })
     });
     let mut n = 0u64;

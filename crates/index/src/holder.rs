@@ -64,7 +64,7 @@ impl Holder {
     pub(crate) fn new(replica: u32, tokens: i32, tier: Tier, last_seen: i64) -> Self {
         Self {
             last_seen,
-            word: AtomicU32::new((replica & REPLICA_MASK) | (tier_code(tier) << TIER_SHIFT)),
+            word: AtomicU32::new(pack_word(replica, tier)),
             tokens,
         }
     }
@@ -76,12 +76,12 @@ impl Holder {
 
     #[inline]
     pub(crate) fn replica(&self) -> u32 {
-        self.word() & REPLICA_MASK
+        word_replica(self.word())
     }
 
     #[inline]
     pub(crate) fn tier(&self) -> Tier {
-        tier_of_code((self.word() >> TIER_SHIFT) & TIER_MASK)
+        word_tier(self.word())
     }
 
     pub(crate) fn set_tier(&mut self, t: Tier) {
@@ -99,6 +99,25 @@ impl Holder {
     pub(crate) fn mark_credited(&self) {
         self.word.fetch_or(CREDITED, Ordering::Relaxed);
     }
+}
+
+/// A replica id (below [`MAX_REPLICA_IDS`]) and a tier in one word, as a
+/// holder keeps them (the chain-run arena's spans share the layout).
+#[inline]
+pub(crate) fn pack_word(replica: u32, tier: Tier) -> u32 {
+    (replica & REPLICA_MASK) | (tier_code(tier) << TIER_SHIFT)
+}
+
+/// The replica id of a [`pack_word`] word.
+#[inline]
+pub(crate) fn word_replica(w: u32) -> u32 {
+    w & REPLICA_MASK
+}
+
+/// The tier of a [`pack_word`] word.
+#[inline]
+pub(crate) fn word_tier(w: u32) -> Tier {
+    tier_of_code((w >> TIER_SHIFT) & TIER_MASK)
 }
 
 /// Where `replica` is (`Ok`) or would go (`Err`) in a replica-sorted list.

@@ -481,15 +481,7 @@ impl Shards {
     /// (a writer holds a shard for one key's update, well under the retries).
     #[inline]
     pub(crate) fn read(&self, i: usize) -> RwLockReadGuard<'_, ShardMap> {
-        let l = &self.shards[i % SHARDS].0;
-        for _ in 0..LOCK_RETRIES {
-            match l.try_read() {
-                Ok(g) => return g,
-                Err(TryLockError::Poisoned(e)) => return e.into_inner(),
-                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
-            }
-        }
-        read(l)
+        read_spinning(&self.shards[i % SHARDS].0)
     }
 
     /// A shard's write lock. A writer that finds the shard read-locked
@@ -501,15 +493,7 @@ impl Shards {
     /// starve it.
     #[inline]
     pub(crate) fn write(&self, i: usize) -> RwLockWriteGuard<'_, ShardMap> {
-        let l = &self.shards[i % SHARDS].0;
-        for _ in 0..LOCK_RETRIES {
-            match l.try_write() {
-                Ok(g) => return g,
-                Err(TryLockError::Poisoned(e)) => return e.into_inner(),
-                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
-            }
-        }
-        write(l)
+        write_spinning(&self.shards[i % SHARDS].0)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -588,6 +572,34 @@ impl ReadSet<'_> {
         }
         std::hint::black_box(touched);
     }
+}
+
+/// A read lock tried [`LOCK_RETRIES`] times before the caller blocks: a
+/// lock held for a few microseconds is cheaper to wait out spinning than
+/// asleep (a sleeping waiter costs the holder a wake-up system call).
+#[inline]
+pub(crate) fn read_spinning<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    for _ in 0..LOCK_RETRIES {
+        match l.try_read() {
+            Ok(g) => return g,
+            Err(TryLockError::Poisoned(e)) => return e.into_inner(),
+            Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+        }
+    }
+    read(l)
+}
+
+/// [`read_spinning`] for the write lock.
+#[inline]
+pub(crate) fn write_spinning<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    for _ in 0..LOCK_RETRIES {
+        match l.try_write() {
+            Ok(g) => return g,
+            Err(TryLockError::Poisoned(e)) => return e.into_inner(),
+            Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+        }
+    }
+    write(l)
 }
 
 /// Poison-tolerant lock helpers (a panic elsewhere never wedges the index).

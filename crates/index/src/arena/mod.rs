@@ -1,19 +1,22 @@
-//! A chain-run arena: the storage issue 14 plans for chain keys, built and
-//! tested on its own before the index moves onto it (crate README, "Next:
-//! a chain-run arena"). Nothing in [`crate::Index`] uses it yet; it is
-//! public (hidden) so that `benches/arena.rs` can measure it against the
-//! slot table on the same shapes.
+//! A chain-run arena: the storage issue 14 plans for 8-byte chain keys,
+//! built and tested on its own before the index moves onto it (crate
+//! README, "Next: a chain-run arena"). Nothing in [`crate::Index`] uses it
+//! yet; it is public (hidden) so that `benches/arena.rs` and `bench/peers`
+//! can measure it against the slot table and the peers.
 //!
 //! ```text
-//!  blocks (hash table, one entry per distinct (partition, block hash))
-//!    (part, hash) ──► RunPos { run, off }
+//!  64 shards, each two locks on lines of their own:
+//!
+//!  blocks  RwLock (level 2)    per partition: hash table of 12-byte entries
+//!    (part, hash) ──► { 32 key hash bits, run id, offset }   confirmed in the run
 //!                        │ probed only where a run ends
 //!                        ▼
-//!  runs: Vec<Run>        hashes [h0 h1 h2 h3 ...]    one u64 per block, contiguous
-//!                        spans  [(replica, from..to, last_seen, tier) ...]
-//!                                 sorted by (replica, from); a replica's
-//!                                 spans never overlap and two adjacent
-//!                                 spans with the same time and tier merge
+//!  runs    RwLock (level 1)    the runs whose first block hashed to this shard
+//!    run: hashes [h0 h1 h2 h3 ...]     one u64 per block, contiguous
+//!         toks   first + step * off    (a list once blocks differ)
+//!         spans  [(replica·tier, from..to, token offset, last_seen) ...]
+//!                 sorted by (replica, from); a replica's spans never overlap;
+//!                 adjacent spans of one replica in the same state are one
 //! ```
 //!
 //! A store of a chain by one replica walks its blocks: a block already
@@ -27,209 +30,345 @@
 //! instead of a bucket, a slot and a holder merge per block.
 //!
 //! A block no replica holds any more keeps its place in its run (a later
-//! store finds it there); a run no replica holds at all is retired and its
-//! blocks leave the table.
+//! store finds it there) unless it ends the run: unheld run tails are
+//! trimmed, and a run no replica holds at all is retired, its blocks
+//! leaving the table.
+//!
+//! Every holding keeps what the slot table keeps for it: its token count
+//! (a span holds an offset to the run's per-block counts, so a suffix
+//! stored on its own and the whole chain stored later share blocks), its
+//! last-seen time and its tier. LFU counts and long (non 8-byte) hashes
+//! stay with the slot table until the index moves onto the arena.
+//!
+//! # Concurrency
+//!
+//! A lookup holds one lock at a time: the block shard's read lock for a
+//! probe, then the run shard's read lock for the run's segment, so it pays
+//! two lock round trips per run instead of one per shard per window, and
+//! it never waits behind more than one writer's critical section. A reader
+//! that finds a run changed under it (retired, or its id reused) confirms
+//! the block in the run and treats a mismatch as the end of its match.
+//!
+//! Writers take a run shard's write lock (level 1), then, inside it, block
+//! shard locks (level 2); nobody holding a level-2 lock takes another
+//! lock, and nobody holds two level-1 locks, so no two writers can wait on
+//! each other in a cycle. A new block is checked for and inserted under
+//! its block shard's write lock while its run's lock is held, so two
+//! writers storing the same new block agree on one place.
 
 mod spans;
+mod store;
+mod toks;
+mod views;
 mod walk;
 
-use crate::key::key_hash;
-use crate::types::Tier;
+use crate::key::{key_hash, shard_of};
+use crate::shard::read_spinning as read;
 use hashbrown::HashTable;
 use spans::Span;
+use std::sync::{RwLock, RwLockReadGuard};
+pub use store::Stored;
+pub use views::{Holding, Swept};
 pub use walk::RunMatch;
 
-/// Where a block lives: its run and its offset in the run.
+/// Number of shards (six bits of a run id).
+const SHARDS: usize = 64;
+const SHARD_BITS: u32 = 6;
+/// Runs one shard can hold (the rest of a 32-bit run id).
+const MAX_RUNS: usize = 1 << (32 - SHARD_BITS);
+
+/// Where a block lives: its run (global id: local id and shard) and its
+/// offset in the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RunPos {
     run: u32,
     off: u32,
 }
 
-/// One distinct block: only its place. Its hash and partition are read
-/// from the run (a probe that hits reads the run's hash array next anyway,
-/// and the table's tag rejects almost every other candidate unread), so an
-/// entry is 8 bytes, not 24.
-type Entry = RunPos;
+impl RunPos {
+    fn shard(self) -> usize {
+        (self.run as usize) & (SHARDS - 1)
+    }
+
+    fn local(self) -> usize {
+        (self.run >> SHARD_BITS) as usize
+    }
+}
+
+/// One distinct block of a partition: the low 32 bits of its key hash and
+/// its place, 12 bytes. The table hashes an entry by those 32 bits alone,
+/// so it grows without reading runs (which live under other locks); a
+/// probe's candidates are confirmed in the run (`Run::is`), which holds the
+/// block's full hash. Two blocks of one shard and partition share 32 key
+/// hash bits about once in 4 billion probes per stored block: the
+/// confirmation then picks the right one.
+#[derive(Clone, Copy)]
+struct Entry {
+    tag: u32,
+    run: u32,
+    off: u32,
+}
+
+impl Entry {
+    fn pos(&self) -> RunPos {
+        RunPos {
+            run: self.run,
+            off: self.off,
+        }
+    }
+}
+
+/// The table hash of an entry tag: a bijective mix, so the bucket index
+/// (low bits) and hashbrown's control tag (top bits) both see every bit.
+#[inline]
+fn table_hash(tag: u32) -> u64 {
+    u64::from(tag).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The entry tag of key hash `kh`: its low 32 bits. Tests keep 2 bits so
+/// that tags collide and every probe's confirmation is exercised.
+#[inline]
+fn tag_of(kh: u64) -> u32 {
+    if cfg!(test) {
+        (kh as u32) & 0x3
+    } else {
+        kh as u32
+    }
+}
+
+/// A probe's candidate places: almost always none or one, kept inline;
+/// any past four spill to the heap (never lost: a block missed here would
+/// be placed twice).
+#[derive(Default)]
+struct Candidates {
+    inline: arrayvec::ArrayVec<RunPos, 4>,
+    spill: Vec<RunPos>,
+}
+
+impl Candidates {
+    fn push(&mut self, p: RunPos) {
+        if let Err(e) = self.inline.try_push(p) {
+            self.spill.push(e.element());
+        }
+    }
+}
+
+impl IntoIterator for Candidates {
+    type Item = RunPos;
+    type IntoIter = std::iter::Chain<arrayvec::IntoIter<RunPos, 4>, std::vec::IntoIter<RunPos>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.inline.into_iter().chain(self.spill)
+    }
+}
+
+/// A shard's blocks: one table per partition (few per index, so a short
+/// list).
+#[derive(Default)]
+struct Blocks {
+    parts: Vec<(u32, HashTable<Entry>)>,
+}
+
+impl Blocks {
+    #[inline]
+    fn table(&self, part: u32) -> Option<&HashTable<Entry>> {
+        self.parts.iter().find(|(p, _)| *p == part).map(|(_, t)| t)
+    }
+
+    fn table_mut(&mut self, part: u32) -> &mut HashTable<Entry> {
+        let i = match self.parts.iter().position(|(p, _)| *p == part) {
+            Some(i) => i,
+            None => {
+                self.parts.push((part, HashTable::new()));
+                self.parts.len() - 1
+            }
+        };
+        &mut self.parts[i].1
+    }
+
+    /// The places whose tag is key hash `kh`'s (unconfirmed).
+    #[inline]
+    fn candidates(&self, part: u32, kh: u64) -> Candidates {
+        let tag = tag_of(kh);
+        let mut out = Candidates::default();
+        if let Some(t) = self.table(part) {
+            for e in t.iter_hash(table_hash(tag)).filter(|e| e.tag == tag) {
+                out.push(e.pos());
+            }
+        }
+        out
+    }
+
+    /// Inserts a block the caller has just seen absent (under this lock).
+    fn insert(&mut self, part: u32, kh: u64, pos: RunPos) {
+        let e = Entry {
+            tag: tag_of(kh),
+            run: pos.run,
+            off: pos.off,
+        };
+        self.table_mut(part)
+            .insert_unique(table_hash(e.tag), e, |e| table_hash(e.tag));
+    }
+
+    /// Removes the block's entry if it still points at `pos`.
+    fn remove(&mut self, part: u32, kh: u64, pos: RunPos) {
+        let Some(i) = self.parts.iter().position(|(p, _)| *p == part) else {
+            return;
+        };
+        let t = &mut self.parts[i].1;
+        let tag = tag_of(kh);
+        if let Ok(e) = t.find_entry(table_hash(tag), |e| e.tag == tag && e.pos() == pos) {
+            e.remove();
+        }
+        if t.is_empty() {
+            self.parts.swap_remove(i);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.parts.iter().map(|(_, t)| t.len()).sum()
+    }
+}
 
 /// A stored stretch of one chain.
 #[derive(Default)]
 struct Run {
     part: u32,
     hashes: Vec<u64>,
+    /// Token count per block as the run's first writer reported it; a
+    /// span's holder reported `toks.get(off) + span.delta` (stores of one
+    /// chain agree up to the offset of the block they started from).
+    toks: toks::Toks,
     spans: Vec<Span>,
 }
 
-/// The arena: a block table over runs of chain blocks (see the module docs).
+impl Run {
+    /// Whether block `off` of this run is (`part`, `hash`): a reader's or
+    /// writer's check that the run it reached is still the block's.
+    #[inline]
+    fn is(&self, off: u32, part: u32, hash: u64) -> bool {
+        self.part == part && self.hashes.get(off as usize) == Some(&hash)
+    }
+}
+
+/// A shard's runs; retired ids are reused before the array grows.
 #[derive(Default)]
-pub struct ChainArena {
-    blocks: HashTable<Entry>,
+struct Runs {
     runs: Vec<Run>,
-    /// Retired run ids, reused before the run array grows.
     free: Vec<u32>,
 }
 
-#[inline]
-fn hash_of(part: u32, hash: u64) -> u64 {
-    key_hash(part, &hash.to_le_bytes())
+impl Runs {
+    #[inline]
+    fn get(&self, p: RunPos) -> Option<&Run> {
+        self.runs.get(p.local())
+    }
+
+    #[inline]
+    fn get_mut(&mut self, p: RunPos) -> Option<&mut Run> {
+        self.runs.get_mut(p.local())
+    }
 }
 
-/// Whether the block at `e` is (`part`, `hash`).
-#[inline]
-fn is_block(runs: &[Run], e: RunPos, part: u32, hash: u64) -> bool {
-    runs.get(e.run as usize)
-        .is_some_and(|r| r.part == part && r.hashes.get(e.off as usize) == Some(&hash))
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+/// One shard: its blocks and its runs, each lock on lines of its own.
+#[derive(Default)]
+struct Shard {
+    runs: Padded<RwLock<Runs>>,
+    blocks: Padded<RwLock<Blocks>>,
 }
 
-/// The table hash of the block at `e` (the table's growth rehashes).
-fn rehash(runs: &[Run], e: RunPos) -> u64 {
-    runs.get(e.run as usize)
-        .and_then(|r| Some(hash_of(r.part, *r.hashes.get(e.off as usize)?)))
-        .unwrap_or(0)
+/// The arena: block tables over runs of chain blocks, sharded (see the
+/// module docs).
+pub struct ChainArena {
+    shards: Box<[Shard]>,
+}
+
+impl Default for ChainArena {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ChainArena {
     /// An empty arena.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+        }
     }
 
     #[inline]
-    fn find(&self, part: u32, hash: u64) -> Option<RunPos> {
-        let runs = &self.runs;
-        self.blocks
-            .find(hash_of(part, hash), |e| is_block(runs, *e, part, hash))
-            .copied()
+    fn shard(&self, i: usize) -> &Shard {
+        &self.shards[i % SHARDS]
     }
 
-    /// `replica` holds the chain `hashes` (in chain order, a suffix of the
-    /// chain or all of it) from `last_seen` at `tier`: new blocks are placed,
-    /// known ones refreshed.
-    pub fn store(&mut self, part: u32, replica: u32, hashes: &[u64], last_seen: i64, tier: Tier) {
-        let mut prev: Option<RunPos> = None;
-        // The run stretch this store holds so far, edited once per stretch.
-        let mut pending: Option<(u32, u32, u32)> = None;
-        for &h in hashes {
-            let pos = match self.find(part, h) {
-                Some(pos) => pos,
-                None => {
-                    let pos = match prev {
-                        Some(p) if self.ends_run(p) => self.append(p.run, h),
-                        _ => self.new_run(part, h),
-                    };
-                    let runs = &self.runs;
-                    self.blocks
-                        .insert_unique(hash_of(part, h), pos, |e| rehash(runs, *e));
-                    pos
-                }
-            };
-            pending = match pending {
-                Some((r, a, b)) if r == pos.run && b == pos.off => Some((r, a, b + 1)),
-                other => {
-                    if let Some((r, a, b)) = other {
-                        self.hold(r, replica, a, b, last_seen, tier);
-                    }
-                    Some((pos.run, pos.off, pos.off + 1))
-                }
-            };
-            prev = Some(pos);
-        }
-        if let Some((r, a, b)) = pending {
-            self.hold(r, replica, a, b, last_seen, tier);
-        }
+    /// The candidate places of key hash `kh` (one read lock, unconfirmed).
+    #[inline]
+    fn candidates(&self, part: u32, kh: u64) -> Candidates {
+        read(&self.shard(shard_of(kh)).blocks.0).candidates(part, kh)
     }
 
-    fn hold(&mut self, run: u32, replica: u32, from: u32, to: u32, last_seen: i64, tier: Tier) {
-        if let Some(r) = self.runs.get_mut(run as usize) {
-            r.set(replica, from, to, last_seen, tier);
-        }
-    }
-
-    /// Whether `p` is the last block of its run.
-    fn ends_run(&self, p: RunPos) -> bool {
-        self.runs
-            .get(p.run as usize)
-            .is_some_and(|r| r.hashes.len() == p.off as usize + 1)
-    }
-
-    fn append(&mut self, run: u32, h: u64) -> RunPos {
-        let r = &mut self.runs[run as usize];
-        r.hashes.push(h);
-        RunPos {
-            run,
-            off: (r.hashes.len() - 1) as u32,
-        }
-    }
-
-    fn new_run(&mut self, part: u32, h: u64) -> RunPos {
-        let run = Run {
-            part,
-            hashes: vec![h],
-            spans: Vec::new(),
-        };
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.runs[id as usize] = run;
-                id
-            }
-            None => {
-                self.runs.push(run);
-                (self.runs.len() - 1) as u32
-            }
-        };
-        RunPos { run: id, off: 0 }
-    }
-
-    /// `replica` no longer holds block `hash`; `false` when it did not.
-    pub fn remove(&mut self, part: u32, hash: u64, replica: u32) -> bool {
-        let Some(pos) = self.find(part, hash) else {
-            return false;
-        };
-        let Some(run) = self.runs.get_mut(pos.run as usize) else {
-            return false;
-        };
-        if !run.clear(replica, pos.off, pos.off + 1) {
-            return false;
-        }
-        if run.spans.is_empty() {
-            self.retire(pos.run);
-        }
-        true
-    }
-
-    /// A run nobody holds: its blocks leave the table, its id is reused.
-    fn retire(&mut self, id: u32) {
-        let run = std::mem::take(&mut self.runs[id as usize]);
-        for (off, &h) in run.hashes.iter().enumerate() {
-            let me = RunPos {
-                run: id,
-                off: off as u32,
-            };
-            if let Ok(e) = self.blocks.find_entry(hash_of(run.part, h), |e| *e == me) {
-                e.remove();
+    /// Block (`part`, `hash`)'s place with its run shard read-locked (the
+    /// candidates confirmed one by one, each under its run's lock).
+    #[inline]
+    fn locate(&self, part: u32, hash: u64) -> Option<(RunPos, RwLockReadGuard<'_, Runs>)> {
+        for pos in self.candidates(part, hash_of(part, hash)) {
+            let g = read(&self.shard(pos.shard()).runs.0);
+            if g.get(pos).is_some_and(|r| r.is(pos.off, part, hash)) {
+                return Some((pos, g));
             }
         }
-        self.free.push(id);
+        None
     }
 
-    /// Distinct blocks in the table (held or kept for their run).
+    /// Distinct blocks in the tables (held or kept for their run).
     pub fn blocks(&self) -> usize {
-        self.blocks.len()
+        self.shards.iter().map(|s| read(&s.blocks.0).len()).sum()
     }
 
     /// Live runs.
     pub fn runs(&self) -> usize {
-        self.runs.len() - self.free.len()
+        self.shards
+            .iter()
+            .map(|s| {
+                let r = read(&s.runs.0);
+                r.runs.len() - r.free.len()
+            })
+            .sum()
     }
 
     /// (block, replica) holdings.
     pub fn holdings(&self) -> usize {
-        self.runs
+        self.shards
             .iter()
-            .flat_map(|r| &r.spans)
-            .map(|s| (s.to - s.from) as usize)
+            .map(|s| {
+                read(&s.runs.0)
+                    .runs
+                    .iter()
+                    .flat_map(|r| &r.spans)
+                    .map(|s| (s.to - s.from) as usize)
+                    .sum::<usize>()
+            })
             .sum()
     }
+
+    /// Runs `f` on every shard's runs under its read lock (tests).
+    #[cfg(test)]
+    fn each_run(&self, mut f: impl FnMut(&Run)) {
+        for s in self.shards.iter() {
+            for r in &read(&s.runs.0).runs {
+                f(r);
+            }
+        }
+    }
+}
+
+#[inline]
+fn hash_of(part: u32, hash: u64) -> u64 {
+    key_hash(part, &hash.to_le_bytes())
 }
 
 #[cfg(test)]

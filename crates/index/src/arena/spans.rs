@@ -7,30 +7,61 @@
 //! however long the stretch.
 
 use super::Run;
+use crate::holder::{pack_word, word_replica, word_tier};
 use crate::types::Tier;
 use std::ops::Range;
 
-/// `replica` holds blocks `from..to` of the run.
+/// A replica holds blocks `from..to` of the run: 24 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Span {
-    pub(super) replica: u32,
+    /// Replica id and tier, packed as a holder packs them (`holder.rs`).
+    word: u32,
     pub(super) from: u32,
     pub(super) to: u32,
-    pub(super) tier: Tier,
+    /// The holder's token counts minus the run's (`Run::toks`).
+    pub(super) delta: i32,
     pub(super) last_seen: i64,
 }
 
 impl Span {
+    pub(super) fn new(
+        replica: u32,
+        from: u32,
+        to: u32,
+        tier: Tier,
+        delta: i32,
+        last_seen: i64,
+    ) -> Self {
+        Self {
+            word: pack_word(replica, tier),
+            from,
+            to,
+            delta,
+            last_seen,
+        }
+    }
+
+    #[inline]
+    pub(super) fn replica(&self) -> u32 {
+        word_replica(self.word)
+    }
+
+    #[inline]
+    pub(super) fn tier(&self) -> Tier {
+        word_tier(self.word)
+    }
+
+    /// Same time, tier and token offset (the replica aside).
     pub(super) fn same_state(&self, o: &Span) -> bool {
-        self.last_seen == o.last_seen && self.tier == o.tier
+        self.last_seen == o.last_seen && self.word == o.word && self.delta == o.delta
     }
 }
 
 impl Run {
     /// The positions of `replica`'s spans in `spans`.
     fn of(&self, replica: u32) -> Range<usize> {
-        let lo = self.spans.partition_point(|s| s.replica < replica);
-        let hi = lo + self.spans[lo..].partition_point(|s| s.replica == replica);
+        let lo = self.spans.partition_point(|s| s.replica() < replica);
+        let hi = lo + self.spans[lo..].partition_point(|s| s.replica() == replica);
         lo..hi
     }
 
@@ -39,10 +70,18 @@ impl Run {
     pub(super) fn covering(&self, replica: u32, off: u32) -> Option<usize> {
         let i = self
             .spans
-            .partition_point(|s| (s.replica, s.from) <= (replica, off));
+            .partition_point(|s| (s.replica(), s.from) <= (replica, off));
         let i = i.checked_sub(1)?;
         let s = self.spans.get(i)?;
-        (s.replica == replica && s.to > off).then_some(i)
+        (s.replica() == replica && s.to > off).then_some(i)
+    }
+
+    /// How many of blocks `from..to` `replica` holds.
+    pub(super) fn covered(&self, replica: u32, from: u32, to: u32) -> u32 {
+        self.spans[self.of(replica)]
+            .iter()
+            .map(|s| s.to.min(to).saturating_sub(s.from.max(from)))
+            .sum()
     }
 
     /// From position `cur` on, the first span that is `replica`'s and ends
@@ -51,7 +90,7 @@ impl Run {
     #[inline]
     pub(super) fn next_at(&self, mut cur: usize, replica: u32, off: u32) -> usize {
         while let Some(s) = self.spans.get(cur) {
-            if s.replica > replica || (s.replica == replica && s.to > off) {
+            if s.replica() > replica || (s.replica() == replica && s.to > off) {
                 break;
             }
             cur += 1;
@@ -59,16 +98,18 @@ impl Run {
         cur
     }
 
-    /// `replica` holds `from..to` with `last_seen` and `tier` (replacing
-    /// what it held there).
-    pub(super) fn set(&mut self, replica: u32, from: u32, to: u32, last_seen: i64, tier: Tier) {
-        let new = Span {
-            replica,
-            from,
-            to,
-            tier,
-            last_seen,
-        };
+    /// `replica` holds `from..to` with `last_seen`, `tier` and token offset
+    /// `delta` (replacing what it held there).
+    pub(super) fn set(
+        &mut self,
+        replica: u32,
+        from: u32,
+        to: u32,
+        last_seen: i64,
+        tier: Tier,
+        delta: i32,
+    ) {
+        let new = Span::new(replica, from, to, tier, delta, last_seen);
         let r = self.of(replica);
         // The usual store: the replica's chain grows at the run's end.
         if let Some(last) = self
@@ -81,6 +122,7 @@ impl Run {
                 return;
             }
             if last.to < from || (last.to == from && !last.same_state(&new)) {
+                grow(&mut self.spans, 1);
                 self.spans.insert(r.end, new);
                 return;
             }
@@ -125,6 +167,17 @@ impl Run {
                 _ => merged.push(s),
             }
         }
+        grow(&mut self.spans, merged.len().saturating_sub(r.len()));
         self.spans.splice(r, merged);
+    }
+}
+
+/// Room for `more` elements, growing by a quarter (at least `more`), not
+/// the doubling `push` picks: most runs keep one or two spans and a few
+/// dozen hashes, and a doubled array would be mostly slack (a run's first
+/// span alone would allocate room for four).
+pub(super) fn grow<T>(v: &mut Vec<T>, more: usize) {
+    if v.capacity() - v.len() < more {
+        v.reserve_exact(more.max(v.len() / 4));
     }
 }

@@ -1,12 +1,14 @@
-//! The arena against a map of (block -> replica -> state): every lookup
-//! agrees, through stores that grow, branch and refresh chains and
-//! removals that split and retire runs.
+//! The arena against a map of (block -> replica -> state): every lookup,
+//! every block's holders and every holding agree, through stores that
+//! grow, branch and refresh chains, removals that split, trim and retire
+//! runs, and sweeps.
 
 use super::*;
+use crate::types::Tier;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
-type Model = HashMap<(u32, u64), BTreeMap<u32, (i64, Tier)>>;
+type Model = HashMap<(u32, u64), BTreeMap<u32, (i64, Tier, i32)>>;
 
 /// Block `d` of chain `c`: chains share the blocks before their split
 /// depth, so stores of one chain land in the runs of another.
@@ -29,7 +31,7 @@ fn model_walk(m: &Model, part: u32, hashes: &[u64], counts: &[i32], cutoff: i64)
     for (i, (h, &c)) in hashes.iter().zip(counts).enumerate() {
         let holders = m.get(&(part, *h)).cloned().unwrap_or_default();
         if i == 0 {
-            for (&replica, &(ls, tier)) in holders.iter().filter(|(_, s)| s.0 >= cutoff) {
+            for (&replica, &(ls, tier, _)) in holders.iter().filter(|(_, s)| s.0 >= cutoff) {
                 live.push(RunMatch {
                     replica,
                     blocks: 1,
@@ -42,7 +44,7 @@ fn model_walk(m: &Model, part: u32, hashes: &[u64], counts: &[i32], cutoff: i64)
             let mut kept = Vec::new();
             for mut r in live.drain(..) {
                 match holders.get(&r.replica) {
-                    Some(&(ls, tier)) if ls >= cutoff => {
+                    Some(&(ls, tier, _)) if ls >= cutoff => {
                         r.blocks += 1;
                         r.matched = r.matched.wrapping_add(c);
                         r.oldest = r.oldest.min(ls);
@@ -73,6 +75,9 @@ enum Op {
         len: usize,
         ls: i64,
         tier: i32,
+        base: i32,
+        step: i32,
+        wobble: bool,
     },
     Remove {
         part: u32,
@@ -87,17 +92,29 @@ enum Op {
         cutoff: i64,
         count: i32,
     },
+    Holders {
+        part: u32,
+        c: u8,
+        d: usize,
+    },
+    /// A TTL sweep (`cutoff`) or, with `replica`, that replica's removal.
+    Sweep {
+        cutoff: i64,
+        replica: Option<u32>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u32..2, 0u32..10, 0u8..6, 0usize..12, 1usize..10, 0i64..6, 0i32..4).prop_map(
-            |(part, replica, c, from, len, ls, tier)| Op::Store { part, replica, c, from, len, ls, tier }
+        4 => (0u32..2, 0u32..10, 0u8..6, 0usize..12, 1usize..10, 0i64..6, 0i32..4, prop_oneof![Just(0), -20i32..20], prop_oneof![Just(16), 0i32..3], any::<bool>()).prop_map(
+            |(part, replica, c, from, len, ls, tier, base, step, wobble)| Op::Store { part, replica, c, from, len, ls, tier, base, step, wobble }
         ),
         3 => (0u32..2, 0u32..10, 0u8..6, 0usize..20)
             .prop_map(|(part, replica, c, d)| Op::Remove { part, replica, c, d }),
         3 => (0u32..2, 0u8..6, 1usize..22, 0i64..4, prop_oneof![Just(16), Just(i32::MAX), -3i32..50])
             .prop_map(|(part, c, len, cutoff, count)| Op::Lookup { part, c, len, cutoff, count }),
+        1 => (0u32..2, 0u8..6, 0usize..20).prop_map(|(part, c, d)| Op::Holders { part, c, d }),
+        1 => (0i64..4, proptest::option::of(0u32..10)).prop_map(|(cutoff, replica)| Op::Sweep { cutoff, replica }),
     ]
 }
 
@@ -105,22 +122,33 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
     #[test]
     fn the_arena_walks_like_a_map(ops in proptest::collection::vec(op(), 1..120)) {
-        let mut a = ChainArena::new();
+        let a = ChainArena::new();
         let mut m: Model = HashMap::new();
         let mut got = Vec::new();
+        let mut held = Vec::new();
         for op in ops {
             match op {
-                Op::Store { part, replica, c, from, len, ls, tier } => {
+                Op::Store { part, replica, c, from, len, ls, tier, base, step, wobble } => {
                     let hs = chain(c, from, from + len);
+                    // Cumulative counts as the index computes them for a
+                    // store (from the store's first block), `step` a block;
+                    // `wobble` makes blocks unequal (a run's counts leave
+                    // their line).
+                    let toks: Vec<i32> = hs.iter().zip(0..len as i32)
+                        .map(|(h, i)| base.wrapping_add(step.wrapping_mul(i + 1)).wrapping_add(if wobble { (*h % 3) as i32 } else { 0 }))
+                        .collect();
                     let tier = Tier::from_wire(tier).normalized();
-                    a.store(part, replica, &hs, ls, tier);
-                    for h in hs {
-                        m.entry((part, h)).or_default().insert(replica, (ls, tier));
+                    let had = hs.iter().filter(|h| m.get(&(part, **h)).is_some_and(|x| x.contains_key(&replica))).count() as u64;
+                    let done = a.store(part, replica, &hs, &toks, ls, tier);
+                    prop_assert_eq!((done.refreshed, done.added, done.lost), (had, len as u64 - had, 0));
+                    for (h, t) in hs.into_iter().zip(toks) {
+                        m.entry((part, h)).or_default().insert(replica, (ls, tier, t));
                     }
                 }
                 Op::Remove { part, replica, c, d } => {
                     let h = block(c, d);
-                    let held = m.get_mut(&(part, h)).and_then(|hs| hs.remove(&replica)).is_some();
+                    let held = m.get_mut(&(part, h)).and_then(|hs| hs.remove(&replica))
+                        .map(|(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier });
                     prop_assert_eq!(a.remove(part, h, replica), held);
                 }
                 Op::Lookup { part, c, len, cutoff, count } => {
@@ -129,19 +157,72 @@ proptest! {
                     a.walk(part, &hs, &counts, cutoff, &mut got);
                     prop_assert_eq!(&got, &model_walk(&m, part, &hs, &counts, cutoff));
                 }
+                Op::Holders { part, c, d } => {
+                    let h = block(c, d);
+                    a.holders(part, h, &mut held);
+                    let want: Vec<Holding> = m.get(&(part, h)).into_iter().flatten()
+                        .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                        .collect();
+                    prop_assert_eq!(&held, &want);
+                }
+                Op::Sweep { cutoff, replica } => {
+                    let keep = |r: u32, ls: i64| match replica {
+                        Some(x) => r != x,
+                        None => ls >= cutoff,
+                    };
+                    let mut gone = Vec::new();
+                    let n = a.retain(|_, r, ls, _| keep(r, ls), |s| gone.push(s));
+                    let mut want = Vec::new();
+                    for (&(part, hash), hs) in m.iter_mut() {
+                        hs.retain(|&r, &mut (ls, tier, tokens)| {
+                            if !keep(r, ls) {
+                                want.push(Swept { part, hash, holding: Holding { replica: r, tokens, last_seen: ls, tier } });
+                            }
+                            keep(r, ls)
+                        });
+                    }
+                    let key = |s: &Swept| (s.part, s.hash, s.holding.replica);
+                    gone.sort_by_key(key);
+                    want.sort_by_key(key);
+                    prop_assert_eq!(n, want.len());
+                    prop_assert_eq!(gone, want);
+                }
             }
             let held: usize = m.values().map(BTreeMap::len).sum();
             prop_assert_eq!(a.holdings(), held);
-            for run in a.runs.iter() {
+            let mut ordered = true;
+            a.each_run(|run| {
                 for w in run.spans.windows(2) {
-                    prop_assert!((w[0].replica, w[0].to) <= (w[1].replica, w[1].from));
-                    prop_assert!(!(w[0].replica == w[1].replica && w[0].to == w[1].from && w[0].same_state(&w[1])));
+                    ordered &= (w[0].replica(), w[0].to) <= (w[1].replica(), w[1].from);
+                    ordered &= !(w[0].replica() == w[1].replica() && w[0].to == w[1].from && w[0].same_state(&w[1]));
                 }
-            }
+            });
+            prop_assert!(ordered);
         }
-        // Every block left in the table belongs to a live run.
+        // Every holding, and no block past a run's last held one.
+        let mut all = Vec::new();
+        a.for_each(|part, hash, h| all.push((part, hash, h.replica, h.tokens, h.last_seen, h.tier)));
+        all.sort_unstable();
+        let mut want: Vec<_> = m.iter()
+            .flat_map(|(&(part, hash), hs)| hs.iter().map(move |(&r, &(ls, tier, t))| (part, hash, r, t, ls, tier)))
+            .collect();
+        want.sort_unstable();
+        prop_assert_eq!(all, want);
+        let mut trimmed = true;
+        a.each_run(|run| {
+            if !run.hashes.is_empty() {
+                trimmed &= run.spans.iter().map(|s| s.to as usize).max() == Some(run.hashes.len());
+            }
+        });
+        prop_assert!(trimmed);
         prop_assert!(a.blocks() >= m.values().filter(|hs| !hs.is_empty()).count());
     }
+}
+
+/// Cumulative counts of 16-token blocks `from..to`, as a store from block
+/// `from` reports them.
+fn toks(from: usize, to: usize) -> Vec<i32> {
+    (from..to).map(|i| 16 * (i - from + 1) as i32).collect()
 }
 
 /// A store that continues a run's last block grows that run; a suffix
@@ -149,14 +230,21 @@ proptest! {
 /// crosses from run to run.
 #[test]
 fn chains_grow_their_runs_and_the_walk_crosses_runs() {
-    let mut a = ChainArena::new();
-    a.store(1, 7, &chain(0, 0, 4), 10, Tier::T1);
-    a.store(1, 8, &chain(0, 0, 12), 11, Tier::T2);
+    let a = ChainArena::new();
+    a.store(1, 7, &chain(0, 0, 4), &toks(0, 4), 10, Tier::T1);
+    a.store(1, 8, &chain(0, 0, 12), &toks(0, 12), 11, Tier::T2);
     assert_eq!((a.runs(), a.blocks(), a.holdings()), (1, 12, 16));
     for turn in 1..5 {
-        a.store(1, 7, &chain(0, 8 + turn * 4, 12 + turn * 4), 10, Tier::T1);
+        a.store(
+            1,
+            7,
+            &chain(0, 8 + turn * 4, 12 + turn * 4),
+            &toks(0, 4),
+            10,
+            Tier::T1,
+        );
     }
-    a.store(1, 7, &chain(0, 4, 12), 10, Tier::T1);
+    a.store(1, 7, &chain(0, 4, 12), &toks(4, 12), 10, Tier::T1);
     assert_eq!((a.runs(), a.blocks(), a.holdings()), (5, 28, 40));
     let mut got = Vec::new();
     a.walk(1, &chain(0, 0, 30), &[1; 30], 0, &mut got);
@@ -182,4 +270,136 @@ fn chains_grow_their_runs_and_the_walk_crosses_runs() {
         a.remove(1, block(0, d), 8);
     }
     assert_eq!((a.runs(), a.blocks(), a.holdings()), (0, 0, 0));
+}
+
+#[test]
+fn a_span_is_24_bytes_and_keeps_replica_and_tier() {
+    assert_eq!(std::mem::size_of::<Span>(), 24);
+    let s = Span::new((1 << 24) - 2, 0, 1, Tier::T3, -4, 9);
+    assert_eq!(
+        (s.replica(), s.tier(), s.delta),
+        ((1 << 24) - 2, Tier::T3, -4)
+    );
+}
+
+/// Unequal blocks leave the run's count line for a list, so replicas that
+/// report the same counts still share one span each (without the list, a
+/// span per block).
+#[test]
+fn unequal_blocks_keep_one_span_per_replica() {
+    let a = ChainArena::new();
+    let hs = chain(0, 0, 10);
+    let counts: Vec<i32> = [16, 32, 40, 56, 60, 76, 92, 93, 109, 125].to_vec();
+    for r in 0..3 {
+        a.store(1, r, &hs, &counts, 5, Tier::T1);
+    }
+    let mut spans = 0;
+    a.each_run(|r| spans += r.spans.len());
+    assert_eq!(spans, 3);
+    let mut held = Vec::new();
+    a.holders(1, hs[7], &mut held);
+    assert_eq!(
+        held.iter().map(|h| h.tokens).collect::<Vec<_>>(),
+        [93, 93, 93]
+    );
+}
+
+/// Two writers churn chains that share their first blocks with a stable
+/// chain while a reader walks: the stable chain's holders are always seen
+/// whole, every answer is well formed, and afterwards the tables hold
+/// exactly the blocks the runs do (no block placed twice by the racing
+/// writers, none left behind by the removals).
+#[test]
+fn writers_and_a_reader_never_see_a_torn_run() {
+    let a = ChainArena::new();
+    let stable = chain(0, 0, 14);
+    let sixteen = |n: usize| -> Vec<i32> { (1..=n as i32).map(|i| 16 * i).collect() };
+    for r in 100..104 {
+        a.store(1, r, &stable, &sixteen(14), 1, Tier::T1);
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        for w in 0..2u32 {
+            let (a, done) = (&a, &done);
+            sc.spawn(move || {
+                // Tells the reader to stop even if this writer panics.
+                let _stop = Stop(done);
+                // Both writers make the same choices (their replicas
+                // differ), so they often place the same new blocks at once;
+                // every 64 steps the chains' own blocks are new ones.
+                let mut x = 0x9E37_79B9u64;
+                for i in 0..20_000u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let c = 1 + (x % 5) as u8;
+                    let r = w * 10 + (x >> 8) as u32 % 4;
+                    let from = (x >> 16) as usize % 6;
+                    let len = 1 + (x >> 24) as usize % 12;
+                    let hs: Vec<u64> = chain(c, from, from + len)
+                        .into_iter()
+                        .map(|h| if h >= 2000 { h + ((i / 64) << 32) } else { h })
+                        .collect();
+                    if x % 3 == 0 {
+                        for h in hs {
+                            a.remove(1, h, r);
+                        }
+                    } else {
+                        let got = a.store(1, r, &hs, &sixteen(len), i as i64, Tier::T1);
+                        assert_eq!(got.lost, 0);
+                    }
+                }
+            });
+        }
+        let (a, done) = (&a, &done);
+        sc.spawn(move || {
+            let mut got = Vec::new();
+            let counts = vec![16; 24];
+            let mut walks = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Acquire) || walks < 1000 {
+                walks += 1;
+                let c = (walks % 6) as u8;
+                let req = chain(c, 0, 24);
+                a.walk(1, &req, &counts, 0, &mut got);
+                assert!(
+                    got.windows(2).all(|w| w[0].replica < w[1].replica),
+                    "{got:?}"
+                );
+                for m in &got {
+                    assert!(m.blocks >= 1 && m.blocks as usize <= req.len(), "{m:?}");
+                    assert_eq!(m.matched, 16 * m.blocks as i32, "{m:?}");
+                }
+                if c == 0 {
+                    let whole: Vec<u32> = got
+                        .iter()
+                        .filter(|m| m.replica >= 100)
+                        .map(|m| m.blocks)
+                        .collect();
+                    assert_eq!(whole, [14; 4], "{got:?}");
+                }
+            }
+        });
+    });
+    // Every table entry is a block some run holds a place for, and back,
+    // and no block has two places.
+    let mut placed = Vec::new();
+    a.each_run(|r| placed.extend(r.hashes.iter().map(|&h| (r.part, h))));
+    assert_eq!(a.blocks(), placed.len());
+    placed.sort_unstable();
+    assert!(placed.windows(2).all(|w| w[0] != w[1]));
+    let mut all = Vec::new();
+    a.for_each(|_, h, x| all.push((h, x.replica)));
+    assert_eq!(all.len(), a.holdings());
+    for (h, r) in all {
+        assert!(a.remove(1, h, r).is_some());
+    }
+    assert_eq!((a.blocks(), a.runs(), a.holdings()), (0, 0, 0));
+}
+
+struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
 }

@@ -63,10 +63,12 @@ impl ChainArena {
         live.clear();
         let mut pos = 0;
         while pos < n {
-            let Some(at) = self.find(part, hashes[pos]) else {
+            // A block whose run changed since the probe (a concurrent
+            // removal retired or trimmed it) is gone: the match ends there.
+            let Some((at, g)) = self.locate(part, hashes[pos]) else {
                 break;
             };
-            let Some(run) = self.runs.get(at.run as usize) else {
+            let Some(run) = g.get(at) else {
                 break;
             };
             let off = at.off as usize;
@@ -81,6 +83,18 @@ impl ChainArena {
             let seg = &counts[pos..pos + m.min(n - pos)];
             if pos == 0 {
                 start(run, at.off, cutoff, seg, live);
+                // Stretches that did not cover the first segment ended in it.
+                let mut kept = 0;
+                for k in 0..live.len() {
+                    let r = live[k];
+                    if r.blocks as usize == seg.len() {
+                        live[kept] = r;
+                        kept += 1;
+                    } else {
+                        out.push(r);
+                    }
+                }
+                live.truncate(kept);
             } else {
                 // Few live stretches in a run with many spans: a binary
                 // search each; otherwise one merge over the sorted spans.
@@ -95,7 +109,7 @@ impl ChainArena {
                         cur = run.next_at(cur, r.replica, at.off);
                         run.spans
                             .get(cur)
-                            .filter(|s| s.replica == r.replica && s.from <= at.off)
+                            .filter(|s| s.replica() == r.replica && s.from <= at.off)
                             .map(|_| cur)
                     };
                     let full = match span {
@@ -105,26 +119,13 @@ impl ChainArena {
                     if full {
                         live[kept] = r;
                         kept += 1;
-                    } else if r.blocks > 0 {
-                        out.push(r);
-                    }
-                }
-                live.truncate(kept);
-            }
-            if pos == 0 {
-                // Stretches that did not cover the first segment ended in it.
-                let mut kept = 0;
-                for k in 0..live.len() {
-                    let r = live[k];
-                    if r.blocks as usize == seg.len() {
-                        live[kept] = r;
-                        kept += 1;
                     } else {
                         out.push(r);
                     }
                 }
                 live.truncate(kept);
             }
+            drop(g);
             if live.is_empty() {
                 break;
             }
@@ -141,11 +142,11 @@ fn start(run: &Run, off: u32, cutoff: i64, seg: &[i32], live: &mut Vec<RunMatch>
     for (i, s) in run.spans.iter().enumerate() {
         if s.from <= off && off < s.to && s.last_seen >= cutoff {
             let mut r = RunMatch {
-                replica: s.replica,
+                replica: s.replica(),
                 blocks: 0,
                 matched: 0,
                 oldest: s.last_seen,
-                tier: s.tier,
+                tier: s.tier(),
             };
             extend(run, i, off, cutoff, seg, &mut r);
             live.push(r);
@@ -161,7 +162,7 @@ fn extend(run: &Run, mut i: usize, off: u32, cutoff: i64, seg: &[i32], r: &mut R
     let end = off + seg.len() as u32;
     let mut at = off;
     while let Some(s) = run.spans.get(i) {
-        if s.replica != r.replica || s.from > at || s.to <= at || s.last_seen < cutoff {
+        if s.replica() != r.replica || s.from > at || s.to <= at || s.last_seen < cutoff {
             break;
         }
         let upto = s.to.min(end);
@@ -170,7 +171,7 @@ fn extend(run: &Run, mut i: usize, off: u32, cutoff: i64, seg: &[i32], r: &mut R
         }
         r.blocks += upto - at;
         r.oldest = r.oldest.min(s.last_seen);
-        r.tier = Tier::worst(r.tier, s.tier);
+        r.tier = Tier::worst(r.tier, s.tier());
         at = upto;
         if at == end {
             return true;

@@ -1,0 +1,368 @@
+//! Writes: a chain stored by one replica, one holding removed, run tails
+//! trimmed and runs nobody holds retired.
+
+use super::toks::Toks;
+use super::views::Holding;
+use super::{Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, SHARDS, hash_of};
+use crate::key::shard_of;
+use crate::shard::{read_spinning as read, write_spinning as write};
+use crate::types::Tier;
+use std::sync::{RwLockWriteGuard, TryLockError};
+
+/// Attempts at one block before a store gives it up (counted in
+/// [`Stored::lost`]): an attempt fails when the block's run changed
+/// between its probe and its run's lock, or when placing it met another
+/// writer's run shard busy (the store then lets go of its locks and waits
+/// for that shard before the next attempt, so each attempt makes
+/// progress).
+const RETRIES: usize = 64;
+
+/// What one [`ChainArena::store`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// Blocks no partition table had before.
+    pub new_blocks: u64,
+    /// Blocks the replica did not hold before.
+    pub added: u64,
+    /// Blocks the replica held already (time, tier and count refreshed).
+    pub refreshed: u64,
+    /// Blocks not stored: a shard out of run ids, or a block that kept
+    /// moving under concurrent writers.
+    pub lost: u64,
+}
+
+/// The stretch of one run a store is holding, edited once when it ends.
+#[derive(Clone, Copy)]
+struct Stretch {
+    run: u32,
+    from: u32,
+    to: u32,
+    /// The store's token counts minus the run's over the stretch.
+    delta: i32,
+}
+
+/// A store's state across its blocks: the run shard it holds (write
+/// locked, with its index), the stretch it is holding, what it stores.
+struct Writer<'a> {
+    held: Option<(usize, RwLockWriteGuard<'a, Runs>)>,
+    pending: Option<Stretch>,
+    replica: u32,
+    last_seen: i64,
+    tier: Tier,
+    out: Stored,
+    /// A run shard a placement found busy (see [`RETRIES`]).
+    busy: Option<usize>,
+}
+
+impl Writer<'_> {
+    /// Edits the held run with the pending stretch, if any.
+    fn flush(&mut self) {
+        if let Some(s) = self.pending.take() {
+            self.hold(s);
+        }
+    }
+
+    /// The replica holds stretch `s` of a run in the held shard.
+    fn hold(&mut self, s: Stretch) {
+        let Some((_, g)) = self.held.as_mut() else {
+            return;
+        };
+        if let Some(r) = g.get_mut(RunPos { run: s.run, off: 0 }) {
+            let had = r.covered(self.replica, s.from, s.to);
+            self.out.refreshed += u64::from(had);
+            self.out.added += u64::from(s.to - s.from - had);
+            r.set(
+                self.replica,
+                s.from,
+                s.to,
+                self.last_seen,
+                self.tier,
+                s.delta,
+            );
+        }
+    }
+
+    fn held_shard(&self) -> Option<usize> {
+        self.held.as_ref().map(|(i, _)| *i)
+    }
+}
+
+impl ChainArena {
+    /// `replica` holds the chain `hashes` (in chain order, a suffix of the
+    /// chain or all of it) with the token counts `tokens` (one per block,
+    /// as the slot table stores them), from `last_seen` at `tier`: new
+    /// blocks are placed, known ones refreshed.
+    pub fn store(
+        &self,
+        part: u32,
+        replica: u32,
+        hashes: &[u64],
+        tokens: &[i32],
+        last_seen: i64,
+        tier: Tier,
+    ) -> Stored {
+        let mut w = Writer {
+            held: None,
+            pending: None,
+            replica,
+            last_seen,
+            tier,
+            out: Stored::default(),
+            busy: None,
+        };
+        'blocks: for (&h, &t) in hashes.iter().zip(tokens) {
+            let kh = hash_of(part, h);
+            for _ in 0..RETRIES {
+                let pos = match self
+                    .next_in_stretch(&w, part, h)
+                    .or_else(|| self.probe(&mut w, part, kh, h))
+                    .or_else(|| self.place(&mut w, part, kh, h, t))
+                {
+                    Some(pos) => pos,
+                    None => {
+                        if let Some(i) = w.busy.take() {
+                            w.flush();
+                            w.held = None;
+                            drop(read(&self.shard(i).runs.0));
+                        }
+                        continue;
+                    }
+                };
+                self.hold_shard(&mut w, pos.shard());
+                let Some((_, g)) = w.held.as_ref() else {
+                    continue;
+                };
+                let Some(run) = g.get(pos).filter(|r| r.is(pos.off, part, h)) else {
+                    continue;
+                };
+                let delta = t.wrapping_sub(run.toks.get(pos.off as usize));
+                match w.pending {
+                    Some(s) if s.run == pos.run && s.to == pos.off && s.delta == delta => {
+                        w.pending = Some(Stretch { to: s.to + 1, ..s });
+                    }
+                    _ => {
+                        w.flush();
+                        w.pending = Some(Stretch {
+                            run: pos.run,
+                            from: pos.off,
+                            to: pos.off + 1,
+                            delta,
+                        });
+                    }
+                }
+                continue 'blocks;
+            }
+            w.out.lost += 1;
+        }
+        w.flush();
+        w.out
+    }
+
+    /// The block that follows the pending stretch in its run, if it is
+    /// `h` (no probe: a block has one place, and the held run shows it).
+    fn next_in_stretch(&self, w: &Writer<'_>, part: u32, h: u64) -> Option<RunPos> {
+        let s = w.pending?;
+        let (_, g) = w.held.as_ref()?;
+        let pos = RunPos {
+            run: s.run,
+            off: s.to,
+        };
+        g.get(pos)?.is(pos.off, part, h).then_some(pos)
+    }
+
+    /// Holds run shard `i` (a pending stretch is always in the held shard:
+    /// it is flushed before a switch).
+    fn hold_shard<'a>(&'a self, w: &mut Writer<'a>, i: usize) {
+        if w.held_shard() != Some(i) {
+            w.flush();
+            w.held = None;
+            w.held = Some((i, write(&self.shard(i).runs.0)));
+        }
+    }
+
+    /// The block's place, its run shard then held. A candidate in another
+    /// shard is first checked under that shard's read lock, taken only if
+    /// free (waiting for it while holding a run shard could deadlock), so a
+    /// tag that merely collides does not end the pending stretch; a busy
+    /// shard is checked after switching to it.
+    fn probe<'a>(&'a self, w: &mut Writer<'a>, part: u32, kh: u64, h: u64) -> Option<RunPos> {
+        let is = |g: &Runs, c: RunPos| g.get(c).is_some_and(|r| r.is(c.off, part, h));
+        for c in self.candidates(part, kh) {
+            if w.held_shard() != Some(c.shard()) {
+                // The read guard goes before the switch takes the shard's
+                // write lock.
+                let there = match self.shard(c.shard()).runs.0.try_read() {
+                    Ok(g) => Some(is(&g, c)),
+                    Err(TryLockError::Poisoned(e)) => Some(is(e.get_ref(), c)),
+                    Err(TryLockError::WouldBlock) => None,
+                };
+                if there == Some(false) {
+                    continue;
+                }
+                self.hold_shard(w, c.shard());
+            }
+            let (_, g) = w.held.as_ref()?;
+            if is(g, c) {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Places a block the store found absent: appended to the pending
+    /// stretch's run when the stretch ends it, else as a new run in the
+    /// block's own shard. Checked again and inserted under the block
+    /// shard's write lock, inside the run shard's, so two writers of one
+    /// new block agree. `None` when no place could be made this attempt.
+    fn place<'a>(
+        &'a self,
+        w: &mut Writer<'a>,
+        part: u32,
+        kh: u64,
+        h: u64,
+        t: i32,
+    ) -> Option<RunPos> {
+        let bs = shard_of(kh);
+        // Appending: the pending stretch ends its run (its shard is held).
+        if let (Some(s), Some((gi, g))) = (w.pending, w.held.as_mut()) {
+            let tail = RunPos {
+                run: s.run,
+                off: s.to,
+            };
+            if g.get(tail)
+                .is_some_and(|r| r.hashes.len() == s.to as usize && r.part == part)
+            {
+                let mut blocks = write(&self.shard(bs).blocks.0);
+                match self.placed(&blocks, g, *gi, part, kh, h) {
+                    Ok(Some(pos)) => return Some(pos),
+                    Err(busy) => {
+                        w.busy = Some(busy);
+                        return None;
+                    }
+                    Ok(None) => {}
+                }
+                let run = g.get_mut(tail)?;
+                run.toks.push(t.wrapping_sub(s.delta), run.hashes.len());
+                super::spans::grow(&mut run.hashes, 1);
+                run.hashes.push(h);
+                blocks.insert(part, kh, tail);
+                w.out.new_blocks += 1;
+                return Some(tail);
+            }
+        }
+        // A new run, homed in the block's shard.
+        self.hold_shard(w, bs);
+        let (_, g) = w.held.as_mut()?;
+        let mut blocks = write(&self.shard(bs).blocks.0);
+        match self.placed(&blocks, g, bs, part, kh, h) {
+            Ok(Some(pos)) => return Some(pos),
+            Err(busy) => {
+                w.busy = Some(busy);
+                return None;
+            }
+            Ok(None) => {}
+        }
+        let local = match g.free.pop() {
+            Some(l) => l as usize,
+            None if g.runs.len() < MAX_RUNS => {
+                g.runs.push(Run::default());
+                g.runs.len() - 1
+            }
+            None => return None,
+        };
+        let pos = RunPos {
+            run: ((local as u32) << SHARD_BITS) | bs as u32,
+            off: 0,
+        };
+        *g.get_mut(pos)? = Run {
+            part,
+            hashes: vec![h],
+            toks: Toks::one(t),
+            spans: Vec::new(),
+        };
+        blocks.insert(part, kh, pos);
+        w.out.new_blocks += 1;
+        Some(pos)
+    }
+
+    /// Under the block shard's write lock (`blocks`) and run shard `mine`'s
+    /// (`g`): whether another writer placed the block meanwhile.
+    /// `Ok(Some(pos))`: placed there; `Ok(None)`: absent, the caller places
+    /// it; `Err(shard)`: a candidate's run shard is busy, and waiting for it
+    /// here (holding a block shard) could deadlock, so the caller lets go
+    /// and tries again.
+    fn placed(
+        &self,
+        blocks: &Blocks,
+        g: &Runs,
+        mine: usize,
+        part: u32,
+        kh: u64,
+        h: u64,
+    ) -> Result<Option<RunPos>, usize> {
+        for c in blocks.candidates(part, kh) {
+            let is = |r: &Runs| r.get(c).is_some_and(|r| r.is(c.off, part, h));
+            let here = if c.shard() == mine % SHARDS {
+                is(g)
+            } else {
+                match self.shard(c.shard()).runs.0.try_read() {
+                    Ok(other) => is(&other),
+                    Err(TryLockError::Poisoned(e)) => is(&e.into_inner()),
+                    Err(TryLockError::WouldBlock) => return Err(c.shard()),
+                }
+            };
+            if here {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `replica` no longer holds block `hash`: what it held, or `None` when
+    /// it did not hold it.
+    pub fn remove(&self, part: u32, hash: u64, replica: u32) -> Option<Holding> {
+        for pos in self.candidates(part, hash_of(part, hash)) {
+            let mut g = write(&self.shard(pos.shard()).runs.0);
+            let Some(run) = g.get_mut(pos).filter(|r| r.is(pos.off, part, hash)) else {
+                continue;
+            };
+            let i = run.covering(replica, pos.off)?;
+            let held = run.holding(&run.spans[i], pos.off);
+            run.clear(replica, pos.off, pos.off + 1);
+            if pos.off as usize + 1 == run.hashes.len() || run.spans.is_empty() {
+                self.tidy(&mut g, pos.run);
+            }
+            return Some(held);
+        }
+        None
+    }
+
+    /// After holdings of run `id` (in the held shard `g`) went: retire it
+    /// if nobody holds it, else drop the blocks past its last held one.
+    /// Their table entries go under their block shards' write locks
+    /// (level 2 inside level 1).
+    pub(super) fn tidy(&self, g: &mut Runs, id: u32) {
+        let pos = RunPos { run: id, off: 0 };
+        let Some(run) = g.get_mut(pos) else {
+            return;
+        };
+        let end = run.spans.iter().map(|s| s.to).max().unwrap_or(0) as usize;
+        if end >= run.hashes.len() {
+            return;
+        }
+        let part = run.part;
+        for (k, h) in run.hashes.drain(end..).enumerate() {
+            let kh = hash_of(part, h);
+            let me = RunPos {
+                run: id,
+                off: (end + k) as u32,
+            };
+            write(&self.shard(shard_of(kh)).blocks.0).remove(part, kh, me);
+        }
+        run.toks.truncate(end);
+        if end == 0 {
+            *run = Run::default();
+            g.free.push(pos.local() as u32);
+        }
+    }
+}
