@@ -122,8 +122,16 @@ impl Run {
                 return;
             }
             if last.to < from || (last.to == from && !last.same_state(&new)) {
-                grow(&mut self.spans, 1);
+                grow(&mut self.spans, 1, 1);
                 self.spans.insert(r.end, new);
+                return;
+            }
+        }
+        // A refresh that changes nothing (one span already covers the
+        // stretch in the same state).
+        if let Some(i) = self.covering(replica, from) {
+            let s = &self.spans[i];
+            if s.to >= to && s.same_state(&new) {
                 return;
             }
         }
@@ -132,6 +140,26 @@ impl Run {
 
     /// `replica` no longer holds `from..to`; `false` when it held none of it.
     pub(super) fn clear(&mut self, replica: u32, from: u32, to: u32) -> bool {
+        // The usual removal: one span covers the stretch and shrinks, goes
+        // or splits in place.
+        if let Some(i) = self.covering(replica, from) {
+            let s = self.spans[i];
+            if s.to >= to {
+                match (s.from == from, s.to == to) {
+                    (true, true) => {
+                        self.spans.remove(i);
+                    }
+                    (true, false) => self.spans[i].from = to,
+                    (false, true) => self.spans[i].to = from,
+                    (false, false) => {
+                        self.spans[i].to = from;
+                        grow(&mut self.spans, 1, 1);
+                        self.spans.insert(i + 1, Span { from: to, ..s });
+                    }
+                }
+                return true;
+            }
+        }
         let r = self.of(replica);
         let held = self.spans[r.clone()]
             .iter()
@@ -167,17 +195,18 @@ impl Run {
                 _ => merged.push(s),
             }
         }
-        grow(&mut self.spans, merged.len().saturating_sub(r.len()));
+        grow(&mut self.spans, merged.len().saturating_sub(r.len()), 1);
         self.spans.splice(r, merged);
     }
 }
 
-/// Room for `more` elements, growing by a quarter (at least `more`), not
-/// the doubling `push` picks: most runs keep one or two spans and a few
-/// dozen hashes, and a doubled array would be mostly slack (a run's first
-/// span alone would allocate room for four).
-pub(super) fn grow<T>(v: &mut Vec<T>, more: usize) {
+/// Room for `more` elements, growing by a quarter (at least `more` and
+/// `step`), not the doubling `push` picks: most runs keep one or two spans
+/// and a few dozen hashes, and a doubled array would be mostly slack (a
+/// run's first span alone would allocate room for four). `step` keeps a
+/// run growing block by block from reallocating at every block.
+pub(super) fn grow<T>(v: &mut Vec<T>, more: usize, step: usize) {
     if v.capacity() - v.len() < more {
-        v.reserve_exact(more.max(v.len() / 4));
+        v.reserve_exact(more.max(v.len() / 4).max(step));
     }
 }
