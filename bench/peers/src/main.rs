@@ -53,7 +53,7 @@ fn parse_args() -> Args {
             "-h" | "--help" => {
                 println!(
                     "bench-peers [--trace PATH] [--replicas N] [--cache-blocks N] [--scale K] \
-                     [--requests N (0 = all)] [--no-threaded] [--repeat N (default 3)] [--only ours|kv-index|dynamo]\n\
+                     [--requests N (0 = all)] [--no-threaded] [--repeat N (default 3)] [--only ours|kv-index|dynamo|arena]\n\
                      --scale K duplicates the trace K times (hash ids offset per copy, copies \
                      interleaved by timestamp) and multiplies the replica count by K."
                 );
