@@ -5,7 +5,7 @@
 //! can measure it against the slot table and the peers.
 //!
 //! ```text
-//!  64 shards, each two locks on lines of their own:
+//!  256 shards, each two locks on lines of their own:
 //!
 //!  blocks  RwLock (level 2)    per partition: hash table of 12-byte entries
 //!    (part, hash) ──► { 32 key hash bits, run id, offset }   confirmed in the run
@@ -62,7 +62,7 @@ mod toks;
 mod views;
 mod walk;
 
-use crate::key::{key_hash, shard_of};
+use crate::key::key_hash;
 use crate::shard::read_spinning as read;
 use hashbrown::HashTable;
 use spans::Span;
@@ -71,9 +71,18 @@ pub use store::Stored;
 pub use views::{Holding, Swept};
 pub use walk::RunMatch;
 
-/// Number of shards (six bits of a run id).
-const SHARDS: usize = 64;
-const SHARD_BITS: u32 = 6;
+/// Number of shards (the low bits of a run id). More than the slot
+/// table's 64: a store holds one run shard for a stretch of its blocks,
+/// and a reader that needs a run in it waits, so the more shards, the
+/// rarer that is; a lookup takes the same number of locks either way.
+const SHARD_BITS: u32 = 8;
+const SHARDS: usize = 1 << SHARD_BITS;
+
+/// The shard of key hash `kh`: its top bits (the entry tag is the low 32).
+#[inline]
+fn shard_of(kh: u64) -> usize {
+    (kh >> (64 - SHARD_BITS)) as usize
+}
 /// Runs one shard can hold (the rest of a 32-bit run id).
 const MAX_RUNS: usize = 1 << (32 - SHARD_BITS);
 

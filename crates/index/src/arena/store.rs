@@ -3,8 +3,9 @@
 
 use super::toks::Toks;
 use super::views::Holding;
-use super::{Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, SHARDS, hash_of};
-use crate::key::shard_of;
+use super::{
+    Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, SHARDS, hash_of, shard_of,
+};
 use crate::shard::{read_spinning as read, write_spinning as write};
 use crate::types::Tier;
 use std::sync::{RwLockWriteGuard, TryLockError};
