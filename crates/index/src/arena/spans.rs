@@ -204,7 +204,9 @@ impl Run {
 /// `step`), not the doubling `push` picks: most runs keep one or two spans
 /// and a few dozen hashes, and a doubled array would be mostly slack (a
 /// run's first span alone would allocate room for four). `step` keeps a
-/// run growing block by block from reallocating at every block.
+/// run growing block by block from reallocating at every block (4 for
+/// hashes: 8 measured 48.6 B per holding at 256 x 16,384, 4 gave 47.6 B at
+/// the same speed).
 pub(super) fn grow<T>(v: &mut Vec<T>, more: usize, step: usize) {
     if v.capacity() - v.len() < more {
         v.reserve_exact(more.max(v.len() / 4).max(step));

@@ -244,7 +244,7 @@ impl ChainArena {
                 }
                 let run = g.get_mut(tail)?;
                 run.toks.push(t.wrapping_sub(s.delta), run.hashes.len());
-                super::spans::grow(&mut run.hashes, 1, 8);
+                super::spans::grow(&mut run.hashes, 1, 4);
                 run.hashes.push(h);
                 blocks.insert(part, kh, tail);
                 w.out.new_blocks += 1;
