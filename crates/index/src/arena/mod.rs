@@ -1,6 +1,6 @@
 //! A chain-run arena: the storage issue 14 plans for 8-byte chain keys,
 //! built and tested on its own before the index moves onto it (crate
-//! README, "Next: a chain-run arena"). Nothing in [`crate::Index`] uses it
+//! README, "The chain-run arena"). Nothing in [`crate::Index`] uses it
 //! yet; it is public (hidden) so that `benches/arena.rs` and `bench/peers`
 //! can measure it against the slot table and the peers.
 //!
@@ -50,8 +50,9 @@
 //! the block in the run and treats a mismatch as the end of its match.
 //!
 //! Writers take a run shard's write lock (level 1), then, inside it, block
-//! shard locks (level 2); nobody holding a level-2 lock takes another
-//! lock, and nobody holds two level-1 locks, so no two writers can wait on
+//! shard locks (level 2); nobody holding a level-2 lock waits for another
+//! lock (a check of another run shard from there is a `try_read` that backs
+//! off), and nobody holds two level-1 locks, so no two writers can wait on
 //! each other in a cycle. A new block is checked for and inserted under
 //! its block shard's write lock while its run's lock is held, so two
 //! writers storing the same new block agree on one place.
