@@ -7,7 +7,7 @@
 //! ```text
 //!  256 shards, each two locks on lines of their own:
 //!
-//!  blocks  RwLock (level 2)    per partition: hash table of 12-byte entries
+//!  blocks  RwLock (level 2)    per partition: 4-byte buckets over dense 12-byte entries
 //!    (part, hash) ──► { 32 key hash bits, run id, offset }   confirmed in the run
 //!                        │ probed only where a run ends
 //!                        ▼
@@ -65,7 +65,7 @@ mod walk;
 
 use crate::key::key_hash;
 use crate::shard::read_spinning as read;
-use hashbrown::HashTable;
+use crate::table::{MAX_SLOTS, Table};
 use spans::Span;
 use std::sync::{RwLock, RwLockReadGuard};
 pub use store::Stored;
@@ -128,8 +128,8 @@ impl Entry {
     }
 }
 
-/// The table hash of an entry tag: a bijective mix, so the bucket index
-/// (low bits) and hashbrown's control tag (top bits) both see every bit.
+/// The table hash of an entry tag: a bijective mix, so the home bucket
+/// (low bits) and the bucket tag (top bits) both see every bit.
 #[inline]
 fn table_hash(tag: u32) -> u64 {
     u64::from(tag).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -171,52 +171,107 @@ impl IntoIterator for Candidates {
     }
 }
 
+/// One partition's blocks in one shard: the slot table's bucket table
+/// (`table.rs`: 4-byte buckets, a 7-bit tag and a position) over a dense
+/// array of entries. A new block's entry goes at the array's end and its
+/// bucket is the one the probe before it just read, so an insert touches
+/// two lines already in cache: the block lock's release (which waits for
+/// every earlier store) does not wait for a miss (with a hashbrown table
+/// it did, 37 % of a store's samples, BENCHMARKS.md).
+#[derive(Default)]
+struct BlockTable {
+    table: Table,
+    entries: Vec<Entry>,
+}
+
+impl BlockTable {
+    fn candidates(&self, tag: u32, out: &mut Candidates) {
+        let entries = &self.entries;
+        // Every tag-matching entry: the closure collects and never stops
+        // the probe early.
+        self.table.find(table_hash(tag), |p| {
+            if let Some(e) = entries.get(p).filter(|e| e.tag == tag) {
+                out.push(e.pos());
+            }
+            false
+        });
+    }
+
+    /// `false` when the table is full ([`MAX_SLOTS`]).
+    fn insert(&mut self, e: Entry) -> bool {
+        let n = self.entries.len();
+        if n >= MAX_SLOTS {
+            return false;
+        }
+        let entries = &self.entries;
+        self.table
+            .reserve_one(n, |j| entries.get(j).map_or(0, |e| table_hash(e.tag)));
+        spans::grow(&mut self.entries, 1, 16);
+        self.entries.push(e);
+        self.table.insert(table_hash(e.tag), n);
+        true
+    }
+
+    fn remove(&mut self, tag: u32, pos: RunPos) {
+        let entries = &self.entries;
+        let Some(i) = self.table.remove(table_hash(tag), |p| {
+            entries
+                .get(p)
+                .is_some_and(|e| e.tag == tag && e.pos() == pos)
+        }) else {
+            return;
+        };
+        let last = self.entries.len() - 1;
+        self.entries.swap_remove(i);
+        if let Some(moved) = self.entries.get(i).filter(|_| i != last) {
+            self.table.repoint(table_hash(moved.tag), last, i);
+        }
+    }
+}
+
 /// A shard's blocks: one table per partition (few per index, so a short
 /// list).
 #[derive(Default)]
 struct Blocks {
-    parts: Vec<(u32, HashTable<Entry>)>,
+    parts: Vec<(u32, BlockTable)>,
 }
 
 impl Blocks {
     #[inline]
-    fn table(&self, part: u32) -> Option<&HashTable<Entry>> {
+    fn table(&self, part: u32) -> Option<&BlockTable> {
         self.parts.iter().find(|(p, _)| *p == part).map(|(_, t)| t)
-    }
-
-    fn table_mut(&mut self, part: u32) -> &mut HashTable<Entry> {
-        let i = match self.parts.iter().position(|(p, _)| *p == part) {
-            Some(i) => i,
-            None => {
-                self.parts.push((part, HashTable::new()));
-                self.parts.len() - 1
-            }
-        };
-        &mut self.parts[i].1
     }
 
     /// The places whose tag is key hash `kh`'s (unconfirmed).
     #[inline]
     fn candidates(&self, part: u32, kh: u64) -> Candidates {
-        let tag = tag_of(kh);
         let mut out = Candidates::default();
         if let Some(t) = self.table(part) {
-            for e in t.iter_hash(table_hash(tag)).filter(|e| e.tag == tag) {
-                out.push(e.pos());
-            }
+            t.candidates(tag_of(kh), &mut out);
         }
         out
     }
 
-    /// Inserts a block the caller has just seen absent (under this lock).
+    /// Whether a block of `part` can still be inserted here.
+    fn has_room(&self, part: u32) -> bool {
+        self.table(part).is_none_or(|t| t.entries.len() < MAX_SLOTS)
+    }
+
+    /// Inserts a block the caller has just seen absent and checked room
+    /// for (under this lock).
     fn insert(&mut self, part: u32, kh: u64, pos: RunPos) {
-        let e = Entry {
+        let i = match self.parts.iter().position(|(p, _)| *p == part) {
+            Some(i) => i,
+            None => {
+                self.parts.push((part, BlockTable::default()));
+                self.parts.len() - 1
+            }
+        };
+        self.parts[i].1.insert(Entry {
             tag: tag_of(kh),
             run: pos.run,
             off: pos.off,
-        };
-        self.table_mut(part)
-            .insert_unique(table_hash(e.tag), e, |e| table_hash(e.tag));
+        });
     }
 
     /// Removes the block's entry if it still points at `pos`.
@@ -225,17 +280,14 @@ impl Blocks {
             return;
         };
         let t = &mut self.parts[i].1;
-        let tag = tag_of(kh);
-        if let Ok(e) = t.find_entry(table_hash(tag), |e| e.tag == tag && e.pos() == pos) {
-            e.remove();
-        }
-        if t.is_empty() {
+        t.remove(tag_of(kh), pos);
+        if t.entries.is_empty() {
             self.parts.swap_remove(i);
         }
     }
 
     fn len(&self) -> usize {
-        self.parts.iter().map(|(_, t)| t.len()).sum()
+        self.parts.iter().map(|(_, t)| t.entries.len()).sum()
     }
 }
 

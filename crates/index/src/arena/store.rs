@@ -240,6 +240,7 @@ impl ChainArena {
                         w.busy = Some(busy);
                         return None;
                     }
+                    Ok(None) if !blocks.has_room(part) => return None,
                     Ok(None) => {}
                 }
                 let run = g.get_mut(tail)?;
@@ -261,6 +262,7 @@ impl ChainArena {
                 w.busy = Some(busy);
                 return None;
             }
+            Ok(None) if !blocks.has_room(part) => return None,
             Ok(None) => {}
         }
         let local = match g.free.pop() {
