@@ -246,7 +246,14 @@ impl Arena {
     }
 }
 
-fn arena_apply(a: &ic::arena::ChainArena, op: &Op, seq: &[Vec<u64>], cum: &[i32]) {
+/// Applies a store or removal; `chain(req)` is request `req`'s chain and
+/// `cum` the cumulative token counts of a store's blocks.
+fn arena_apply<'c>(
+    a: &ic::arena::ChainArena,
+    op: &Op,
+    chain: impl Fn(usize) -> &'c [u64],
+    cum: &[i32],
+) {
     match op {
         Op::Store {
             replica,
@@ -254,7 +261,7 @@ fn arena_apply(a: &ic::arena::ChainArena, op: &Op, seq: &[Vec<u64>], cum: &[i32]
             start,
             len,
         } => {
-            let hs = &seq[*req][*start..*start + *len];
+            let hs = &chain(*req)[*start..*start + *len];
             a.store(1, *replica, hs, &cum[..*len], NOW_NS, ic::Tier::T1);
         }
         Op::Remove { replica, seqs } => {
@@ -287,7 +294,7 @@ struct ArenaWriter<'a> {
 }
 impl Writer for ArenaWriter<'_> {
     fn apply(&mut self, _i: usize, op: &Op) {
-        arena_apply(self.a, op, self.seq, self.cum);
+        arena_apply(self.a, op, |r| &self.seq[r], self.cum);
     }
 }
 struct ArenaReader<'a> {
@@ -312,28 +319,15 @@ impl Engine for Arena {
         self.cum = (1..=max as i32).map(|i| i * BLOCK_TOKENS as i32).collect();
     }
     fn apply(&mut self, _i: usize, op: &Op) {
-        arena_apply(&self.arena, op, &self.seq, &self.cum);
+        arena_apply(&self.arena, op, |r| &self.seq[r], &self.cum);
     }
     fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
-        if let Op::Store {
-            req, start, len, ..
-        } = op
-        {
-            let seq: Vec<Vec<u64>> = vec![w.chains[*req].seq[*start..*start + *len].to_vec()];
-            let cum: Vec<i32> = (1..=*len as i32).map(|i| i * BLOCK_TOKENS as i32).collect();
-            let op = Op::Store {
-                replica: match op {
-                    Op::Store { replica, .. } => *replica,
-                    _ => 0,
-                },
-                req: 0,
-                start: 0,
-                len: *len,
-            };
-            arena_apply(&self.arena, &op, &seq, &cum);
-        } else {
-            arena_apply(&self.arena, op, &[], &[]);
-        }
+        let len = match op {
+            Op::Store { len, .. } => *len,
+            _ => 0,
+        };
+        let cum: Vec<i32> = (1..=len as i32).map(|i| i * BLOCK_TOKENS as i32).collect();
+        arena_apply(&self.arena, op, |r| &w.chains[r].seq, &cum);
     }
     fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
         arena_lookup(&self.arena, &self.seq[req], &self.counts, out)

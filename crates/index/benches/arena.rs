@@ -6,18 +6,15 @@
 //! the arena's are its walk alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+mod common;
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use inferencecache_index::arena::ChainArena;
 use inferencecache_index::{CacheUpdate, Index, IndexConfig, LookupRequest, PrefixEntry, Tier};
 use std::hint::black_box;
-use std::time::Duration;
 
-fn hash(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use common::splitmix as hash;
 
 fn update(replica: usize, hashes: &[u64]) -> CacheUpdate {
     CacheUpdate {
@@ -54,6 +51,33 @@ fn both(writes: &[(usize, Vec<u64>)], replicas: usize) -> (Index, ChainArena) {
     (idx, arena)
 }
 
+/// The arena's walk and the index's whole lookup of `chain` after the same
+/// `writes` (`replicas` replicas), as `walk_<name>` and `index_lookup_<name>`.
+fn walk_and_lookup(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    chain: &[u64],
+    writes: &[(usize, Vec<u64>)],
+    replicas: usize,
+) {
+    let (idx, arena) = both(writes, replicas);
+    let counts = vec![16i32; chain.len()];
+    let bytes: Vec<Vec<u8>> = chain.iter().map(|h| h.to_le_bytes().to_vec()).collect();
+    let mut out = Vec::new();
+    g.bench_function(format!("walk_{name}"), |b| {
+        b.iter(|| {
+            arena.walk(1, black_box(chain), &counts, 0, &mut out);
+            black_box(out.len())
+        })
+    });
+    g.bench_function(format!("index_lookup_{name}"), |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("t", "m", "vllm").chain(&bytes, &counts);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+}
+
 fn bench_walk(c: &mut Criterion) {
     let mut g = c.benchmark_group("arena");
     // A 110-block conversation chain: replica 0 stored it in four turns,
@@ -64,42 +88,19 @@ fn bench_walk(c: &mut Criterion) {
         .map(|r| (0, long[r].to_vec()))
         .collect();
     writes.extend((1..8).map(|r| (r, long.clone())));
-    let (idx, arena) = both(&writes, 8);
-    let counts = vec![16i32; long.len()];
-    let bytes: Vec<Vec<u8>> = long.iter().map(|h| h.to_le_bytes().to_vec()).collect();
-    let mut out = Vec::new();
-    g.bench_function("walk_110_blocks_8_replicas_4_runs", |b| {
-        b.iter(|| {
-            arena.walk(1, black_box(&long), &counts, 0, &mut out);
-            black_box(out.len())
-        })
-    });
-    g.bench_function("index_lookup_110_blocks_8_replicas", |b| {
-        b.iter(|| {
-            let req = LookupRequest::new("t", "m", "vllm").chain(&bytes, &counts);
-            black_box(idx.lookup_route(black_box(&req)))
-        })
-    });
+    walk_and_lookup(&mut g, "110_blocks_8_replicas_4_runs", &long, &writes, 8);
     // `benches/lookup.rs`'s partial chain: replica r holds 1 + 2r % 128 blocks.
     let chain: Vec<u64> = (0..128).map(|i| hash(2, i)).collect();
     let writes: Vec<(usize, Vec<u64>)> = (0..64)
         .map(|r| (r, chain[..1 + (r * 2) % 128].to_vec()))
         .collect();
-    let (idx, arena) = both(&writes, 64);
-    let counts = vec![16i32; chain.len()];
-    let bytes: Vec<Vec<u8>> = chain.iter().map(|h| h.to_le_bytes().to_vec()).collect();
-    g.bench_function("walk_128_blocks_64_replicas_partial", |b| {
-        b.iter(|| {
-            arena.walk(1, black_box(&chain), &counts, 0, &mut out);
-            black_box(out.len())
-        })
-    });
-    g.bench_function("index_lookup_128_blocks_64_replicas_partial", |b| {
-        b.iter(|| {
-            let req = LookupRequest::new("t", "m", "vllm").chain(&bytes, &counts);
-            black_box(idx.lookup_route(black_box(&req)))
-        })
-    });
+    walk_and_lookup(
+        &mut g,
+        "128_blocks_64_replicas_partial",
+        &chain,
+        &writes,
+        64,
+    );
     g.finish();
 }
 
@@ -127,16 +128,9 @@ fn bench_store(c: &mut Criterion) {
     g.finish();
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = bench_walk, bench_store
 }
 criterion_main!(benches);

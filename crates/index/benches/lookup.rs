@@ -5,6 +5,8 @@
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use inferencecache_index::{
     CacheEvent, CacheUpdate, EventKind, Index, IndexConfig, LookupRequest, PolicyResolver,
@@ -13,17 +15,12 @@ use inferencecache_index::{
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 const BLOCKS: usize = 128;
 const REPLICAS: usize = 64;
 
 fn hash(seed: u64, i: u64) -> Vec<u8> {
-    // splitmix64: uniformly random 8-byte hashes like the real fingerprint.
-    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)).to_be_bytes().to_vec()
+    common::splitmix(seed, i).to_be_bytes().to_vec()
 }
 
 fn chain_update(replica: usize, hashes: &[Vec<u8>]) -> CacheUpdate {
@@ -371,16 +368,9 @@ fn memory_report(_c: &mut Criterion) {
     );
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = memory_report, bench_lookup, bench_ingest, bench_ingest_32, bench_remove, bench_quota, bench_sweep, bench_concurrent
 }
 criterion_main!(benches);

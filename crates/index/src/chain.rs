@@ -89,11 +89,7 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
         s.ended.sort_unstable_by_key(|r| r.replica);
         out(&s.ended)
     };
-    SCRATCH.with(|s| match s.try_borrow_mut() {
-        Ok(mut s) => walker(&mut s),
-        // Only reachable if a walk re-entered itself on this thread.
-        Err(_) => walker(&mut Scratch::default()),
-    })
+    crate::scratch::with(&SCRATCH, walker)
 }
 
 /// `ended` receives the runs that ended, `live` keeps the ones still going.

@@ -191,6 +191,7 @@ mod ranking;
 mod replicas;
 mod reserve;
 mod routing;
+mod scratch;
 mod shard;
 mod snapshot;
 mod table;

@@ -309,10 +309,7 @@ impl Index {
                 }
             })
         };
-        RANK.with(|s| match s.try_borrow_mut() {
-            Ok(mut s) => rank(&mut s),
-            Err(_) => rank(&mut Vec::new()),
-        })
+        crate::scratch::with(&RANK, rank)
     }
 
     /// TENANT_HOT candidates (§2.6.5) for (tenant, model, scheme).

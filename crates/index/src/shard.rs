@@ -579,27 +579,38 @@ impl ReadSet<'_> {
 /// asleep (a sleeping waiter costs the holder a wake-up system call).
 #[inline]
 pub(crate) fn read_spinning<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    for _ in 0..LOCK_RETRIES {
-        match l.try_read() {
-            Ok(g) => return g,
-            Err(TryLockError::Poisoned(e)) => return e.into_inner(),
-            Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
-        }
-    }
-    read(l)
+    spin(|| l.try_read(), || read(l))
 }
 
 /// [`read_spinning`] for the write lock.
 #[inline]
 pub(crate) fn write_spinning<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    spin(|| l.try_write(), || write(l))
+}
+
+/// `try_lock` up to [`LOCK_RETRIES`] times (a poisoned lock is taken as
+/// it is), then `lock`.
+#[inline]
+fn spin<G>(try_lock: impl Fn() -> Result<G, TryLockError<G>>, lock: impl FnOnce() -> G) -> G {
     for _ in 0..LOCK_RETRIES {
-        match l.try_write() {
+        match try_lock() {
             Ok(g) => return g,
             Err(TryLockError::Poisoned(e)) => return e.into_inner(),
             Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
         }
     }
-    write(l)
+    lock()
+}
+
+/// A read lock if it is free now (poison-tolerant), `None` if a writer
+/// holds it: for a check that must not wait.
+#[inline]
+pub(crate) fn try_read_now<T>(l: &RwLock<T>) -> Option<RwLockReadGuard<'_, T>> {
+    match l.try_read() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }
 
 /// Poison-tolerant lock helpers (a panic elsewhere never wedges the index).

@@ -122,7 +122,7 @@ impl Run {
                 return;
             }
             if last.to < from || (last.to == from && !last.same_state(&new)) {
-                grow(&mut self.spans, 1, 1);
+                super::grow(&mut self.spans, 1, 1);
                 self.spans.insert(r.end, new);
                 return;
             }
@@ -153,7 +153,7 @@ impl Run {
                     (false, true) => self.spans[i].to = from,
                     (false, false) => {
                         self.spans[i].to = from;
-                        grow(&mut self.spans, 1, 1);
+                        super::grow(&mut self.spans, 1, 1);
                         self.spans.insert(i + 1, Span { from: to, ..s });
                     }
                 }
@@ -195,20 +195,7 @@ impl Run {
                 _ => merged.push(s),
             }
         }
-        grow(&mut self.spans, merged.len().saturating_sub(r.len()), 1);
+        super::grow(&mut self.spans, merged.len().saturating_sub(r.len()), 1);
         self.spans.splice(r, merged);
-    }
-}
-
-/// Room for `more` elements, growing by a quarter (at least `more` and
-/// `step`), not the doubling `push` picks: most runs keep one or two spans
-/// and a few dozen hashes, and a doubled array would be mostly slack (a
-/// run's first span alone would allocate room for four). `step` keeps a
-/// run growing block by block from reallocating at every block (4 for
-/// hashes: 8 measured 48.6 B per holding at 256 x 16,384, 4 gave 47.6 B at
-/// the same speed).
-pub(super) fn grow<T>(v: &mut Vec<T>, more: usize, step: usize) {
-    if v.capacity() - v.len() < more {
-        v.reserve_exact(more.max(v.len() / 4).max(step));
     }
 }

@@ -3,12 +3,10 @@
 
 use super::toks::Toks;
 use super::views::Holding;
-use super::{
-    Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, SHARDS, hash_of, shard_of,
-};
-use crate::shard::{read_spinning as read, write_spinning as write};
+use super::{Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of};
+use crate::shard::{read_spinning as read, try_read_now, write_spinning as write};
 use crate::types::Tier;
-use std::sync::{RwLockWriteGuard, TryLockError};
+use std::sync::RwLockWriteGuard;
 
 /// Attempts at one block before a store gives it up (counted in
 /// [`Stored::lost`]): an attempt fails when the block's run changed
@@ -176,6 +174,7 @@ impl ChainArena {
     fn hold_shard<'a>(&'a self, w: &mut Writer<'a>, i: usize) {
         if w.held_shard() != Some(i) {
             w.flush();
+            // Released before the next is taken: never two run shards.
             w.held = None;
             w.held = Some((i, write(&self.shard(i).runs.0)));
         }
@@ -192,11 +191,7 @@ impl ChainArena {
             if w.held_shard() != Some(c.shard()) {
                 // The read guard goes before the switch takes the shard's
                 // write lock.
-                let there = match self.shard(c.shard()).runs.0.try_read() {
-                    Ok(g) => Some(is(&g, c)),
-                    Err(TryLockError::Poisoned(e)) => Some(is(e.get_ref(), c)),
-                    Err(TryLockError::WouldBlock) => None,
-                };
+                let there = try_read_now(&self.shard(c.shard()).runs.0).map(|g| is(&g, c));
                 if there == Some(false) {
                     continue;
                 }
@@ -234,18 +229,12 @@ impl ChainArena {
                 .is_some_and(|r| r.hashes.len() == s.to as usize && r.part == part)
             {
                 let mut blocks = write(&self.shard(bs).blocks.0);
-                match self.placed(&blocks, g, *gi, part, kh, h) {
-                    Ok(Some(pos)) => return Some(pos),
-                    Err(busy) => {
-                        w.busy = Some(busy);
-                        return None;
-                    }
-                    Ok(None) if !blocks.has_room(part) => return None,
-                    Ok(None) => {}
+                if let Err(settled) = self.absent(&blocks, g, *gi, part, kh, h, &mut w.busy) {
+                    return settled;
                 }
                 let run = g.get_mut(tail)?;
                 run.toks.push(t.wrapping_sub(s.delta), run.hashes.len());
-                super::spans::grow(&mut run.hashes, 1, 4);
+                super::grow(&mut run.hashes, 1, 4);
                 run.hashes.push(h);
                 blocks.insert(part, kh, tail);
                 w.out.new_blocks += 1;
@@ -256,14 +245,8 @@ impl ChainArena {
         self.hold_shard(w, bs);
         let (_, g) = w.held.as_mut()?;
         let mut blocks = write(&self.shard(bs).blocks.0);
-        match self.placed(&blocks, g, bs, part, kh, h) {
-            Ok(Some(pos)) => return Some(pos),
-            Err(busy) => {
-                w.busy = Some(busy);
-                return None;
-            }
-            Ok(None) if !blocks.has_room(part) => return None,
-            Ok(None) => {}
+        if let Err(settled) = self.absent(&blocks, g, bs, part, kh, h, &mut w.busy) {
+            return settled;
         }
         let local = match g.free.pop() {
             Some(l) => l as usize,
@@ -289,12 +272,14 @@ impl ChainArena {
     }
 
     /// Under the block shard's write lock (`blocks`) and run shard `mine`'s
-    /// (`g`): whether another writer placed the block meanwhile.
-    /// `Ok(Some(pos))`: placed there; `Ok(None)`: absent, the caller places
-    /// it; `Err(shard)`: a candidate's run shard is busy, and waiting for it
-    /// here (holding a block shard) could deadlock, so the caller lets go
-    /// and tries again.
-    fn placed(
+    /// (`g`): `Ok` when the block is still absent and the table has room,
+    /// so the caller places it; else `Err` with what [`ChainArena::place`]
+    /// answers: the place another writer gave it meanwhile, or `None` (no
+    /// room, or a candidate's run shard busy, noted in `busy`: waiting for
+    /// it here, holding a block shard, could deadlock, so the store lets go
+    /// and tries again).
+    #[allow(clippy::too_many_arguments)]
+    fn absent(
         &self,
         blocks: &Blocks,
         g: &Runs,
@@ -302,23 +287,30 @@ impl ChainArena {
         part: u32,
         kh: u64,
         h: u64,
-    ) -> Result<Option<RunPos>, usize> {
+        busy: &mut Option<usize>,
+    ) -> Result<(), Option<RunPos>> {
         for c in blocks.candidates(part, kh) {
             let is = |r: &Runs| r.get(c).is_some_and(|r| r.is(c.off, part, h));
-            let here = if c.shard() == mine % SHARDS {
+            let here = if c.shard() == mine {
                 is(g)
             } else {
-                match self.shard(c.shard()).runs.0.try_read() {
-                    Ok(other) => is(&other),
-                    Err(TryLockError::Poisoned(e)) => is(&e.into_inner()),
-                    Err(TryLockError::WouldBlock) => return Err(c.shard()),
+                match try_read_now(&self.shard(c.shard()).runs.0) {
+                    Some(other) => is(&other),
+                    None => {
+                        *busy = Some(c.shard());
+                        return Err(None);
+                    }
                 }
             };
             if here {
-                return Ok(Some(c));
+                return Err(Some(c));
             }
         }
-        Ok(None)
+        if blocks.has_room(part) {
+            Ok(())
+        } else {
+            Err(None)
+        }
     }
 
     /// `replica` no longer holds block `hash`: what it held, or `None` when

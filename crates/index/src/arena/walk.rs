@@ -41,10 +41,8 @@ impl ChainArena {
         out.clear();
         let n = hashes.len().min(counts.len());
         let (hashes, counts) = (&hashes[..n], &counts[..n]);
-        LIVE.with(|l| match l.try_borrow_mut() {
-            Ok(mut live) => self.walk_with(part, hashes, counts, cutoff, out, &mut live),
-            // Only reachable if a walk re-entered itself on this thread.
-            Err(_) => self.walk_with(part, hashes, counts, cutoff, out, &mut Vec::new()),
+        crate::scratch::with(&LIVE, |live| {
+            self.walk_with(part, hashes, counts, cutoff, out, live)
         });
     }
 
