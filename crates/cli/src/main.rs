@@ -10,6 +10,7 @@ mod doctor;
 mod logging;
 mod operator;
 mod serve;
+mod signals;
 mod simulate;
 mod subscribe;
 mod tools;

@@ -180,6 +180,14 @@ pub(crate) fn run(args: OperatorArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        // Before "listening", so an early signal still shuts down cleanly.
+        let stop = match crate::signals::Stop::install() {
+            Ok(stop) => stop,
+            Err(e) => {
+                eprintln!("inferencecache operator: cannot handle SIGINT/SIGTERM: {e}");
+                return ExitCode::from(1);
+            }
+        };
         let op = match Operator::bind(config(args)).await {
             Ok(op) => op,
             Err(e) => {
@@ -196,7 +204,7 @@ pub(crate) fn run(args: OperatorArgs) -> ExitCode {
             "listening"
         );
         let shutdown = CancellationToken::new();
-        tokio::spawn(crate::serve::forward_signals(shutdown.clone()));
+        tokio::spawn(stop.forward(shutdown.clone()));
         op.run(shutdown).await;
         ExitCode::SUCCESS
     })

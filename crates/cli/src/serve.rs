@@ -168,7 +168,11 @@ fn log_auth_mode(auth: &ControlAuth) {
 
 async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    tokio::spawn(forward_signals(shutdown.clone()));
+    // Before "listening": a signal sent the moment that line appears must
+    // already mean "shut down gracefully".
+    let stop = crate::signals::Stop::install()
+        .map_err(|e| anyhow::anyhow!("cannot handle SIGINT/SIGTERM: {e}"))?;
+    tokio::spawn(stop.forward(shutdown.clone()));
 
     log_auth_mode(&config.control_auth);
     tracing::info!(
@@ -190,24 +194,4 @@ async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     );
     server.serve(shutdown).await?;
     Ok(())
-}
-
-/// Cancels `shutdown` on the first SIGINT or SIGTERM.
-pub(crate) async fn forward_signals(shutdown: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "sigterm_handler_unavailable");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-    shutdown.cancel();
 }

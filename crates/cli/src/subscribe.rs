@@ -375,8 +375,12 @@ pub(crate) fn run(args: SubscribeArgs) -> ExitCode {
     }
 }
 
-async fn serve(config: SidecarConfig) -> Result<(), inferencecache_subscriber::SidecarError> {
+async fn serve(config: SidecarConfig) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
+    // Before "listening", so a signal sent the moment it appears still
+    // flushes and stops cleanly.
+    let stop = crate::signals::Stop::install()
+        .map_err(|e| anyhow::anyhow!("cannot handle SIGINT/SIGTERM: {e}"))?;
     let engine = config.transport.engine_endpoint.clone();
     let server = config.forward.server.clone();
     if config.forward.identity.tenant_id.is_empty() {
@@ -393,33 +397,13 @@ async fn serve(config: SidecarConfig) -> Result<(), inferencecache_subscriber::S
         http_addr = running.http_addr.map(|a| a.to_string()).unwrap_or_default(),
         "listening"
     );
-    let signals = tokio::spawn(shutdown_signal(cancel.clone()));
+    let signals = tokio::spawn(async move {
+        if stop.forward(cancel).await {
+            tracing::info!("shutdown signal received; flushing and stopping");
+        }
+    });
     let result = running.wait().await;
     signals.abort();
     tracing::info!("subscriber stopped");
-    result
-}
-
-/// Cancels on SIGINT or SIGTERM.
-async fn shutdown_signal(cancel: CancellationToken) {
-    let term = async {
-        #[cfg(unix)]
-        {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        }
-        #[cfg(not(unix))]
-        std::future::pending::<()>().await
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-        _ = cancel.cancelled() => return,
-    }
-    tracing::info!("shutdown signal received; flushing and stopping");
-    cancel.cancel();
+    Ok(result?)
 }

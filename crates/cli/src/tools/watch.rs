@@ -2,6 +2,7 @@
 
 use super::output::hex;
 use super::server::{Failure, OK, RUNTIME_ERROR, ServerArgs, block_on};
+use crate::signals::Stop;
 use clap::{Args, ValueEnum};
 use futures::StreamExt;
 use inferencecache_client::proto::cache_event::Type;
@@ -98,7 +99,8 @@ pub(crate) fn run(args: WatchArgs) -> ExitCode {
     block_on("watch", async move {
         // Listen for Ctrl-C / SIGTERM before anything else, so a signal that
         // arrives while connecting still means "stop cleanly".
-        let mut stop = Stop::install()?;
+        let mut stop =
+            Stop::install().map_err(|e| Failure::runtime(format!("cannot handle signals: {e}")))?;
         let client = args.server.connect(args.server.config()).await?;
         let request = StreamEventsRequest {
             model_id: args.model.clone(),
@@ -159,45 +161,6 @@ pub(crate) fn run(args: WatchArgs) -> ExitCode {
             }
         }
     })
-}
-
-/// Ctrl-C (SIGINT) and SIGTERM, registered when created (tokio's
-/// `ctrl_c()` only registers on its first poll, which would leave a window
-/// where the default handler kills the process).
-struct Stop {
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Stop {
-    fn install() -> Result<Self, Failure> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let failed =
-                |e: std::io::Error| Failure::runtime(format!("cannot handle signals: {e}"));
-            Ok(Self {
-                interrupt: signal(SignalKind::interrupt()).map_err(failed)?,
-                terminate: signal(SignalKind::terminate()).map_err(failed)?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(Self {})
-    }
-
-    async fn requested(&mut self) {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 fn type_name(event: &CacheEvent) -> String {
