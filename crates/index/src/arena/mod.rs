@@ -56,6 +56,13 @@
 //! each other in a cycle. A new block is checked for and inserted under
 //! its block shard's write lock while its run's lock is held, so two
 //! writers storing the same new block agree on one place.
+//!
+//! Callbacks the arena runs under its locks take no arena lock: the checks
+//! of `take` and `take_block` and `retain`'s `keep` and `gone` run under a
+//! run shard's write lock (so what they see is what is removed, and a
+//! caller clears its side tables in step), `with_holding`'s and
+//! `for_each_block`'s under its read lock. They may take the caller's own
+//! locks if the caller never holds those while calling into the arena.
 
 mod spans;
 mod store;
@@ -68,7 +75,7 @@ use crate::shard::read_spinning as read;
 use crate::table::{MAX_SLOTS, Table};
 use spans::Span;
 use std::sync::{RwLock, RwLockReadGuard};
-pub use store::Stored;
+pub use store::{BlockStored, Stored, Take};
 pub use views::{Holding, Swept};
 pub use walk::RunMatch;
 

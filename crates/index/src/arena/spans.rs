@@ -7,6 +7,7 @@
 //! however long the stretch.
 
 use super::Run;
+use super::store::BlockStored;
 use crate::holder::{pack_word, word_replica, word_tier};
 use crate::types::Tier;
 use std::ops::Range;
@@ -82,6 +83,35 @@ impl Run {
             .iter()
             .map(|s| s.to.min(to).saturating_sub(s.from.max(from)))
             .sum()
+    }
+
+    /// What a store of `replica` over blocks `from..from + each.len()`
+    /// finds there before it edits them, into `each`: per block,
+    /// [`BlockStored::Refreshed`] when the replica holds it,
+    /// [`BlockStored::Added`] when only others do, else
+    /// [`BlockStored::NewKey`]. One pass over the run's spans (only a
+    /// `store_each` pays it).
+    pub(super) fn outcomes(&self, replica: u32, from: u32, each: &mut [BlockStored]) {
+        each.fill(BlockStored::NewKey);
+        let to = from.saturating_add(each.len() as u32);
+        for s in &self.spans {
+            let (lo, hi) = (s.from.max(from), s.to.min(to));
+            if lo >= hi {
+                continue;
+            }
+            let mine = s.replica() == replica;
+            for e in each
+                .get_mut((lo - from) as usize..(hi - from) as usize)
+                .into_iter()
+                .flatten()
+            {
+                if mine {
+                    *e = BlockStored::Refreshed;
+                } else if *e == BlockStored::NewKey {
+                    *e = BlockStored::Added;
+                }
+            }
+        }
     }
 
     /// From position `cur` on, the first span that is `replica`'s and ends

@@ -30,6 +30,36 @@ pub struct Stored {
     pub lost: u64,
 }
 
+/// What [`ChainArena::store_each`] did with one block of the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockStored {
+    /// The replica held the block already (time, tier and count
+    /// refreshed); counted in [`Stored::refreshed`].
+    Refreshed,
+    /// The replica did not hold the block, another replica did; counted in
+    /// [`Stored::added`].
+    Added,
+    /// No replica held the block (it may still have had a place in a run,
+    /// kept there after its last holder went); counted in
+    /// [`Stored::added`], and in [`Stored::new_blocks`] when it had no
+    /// place either.
+    NewKey,
+    /// Not stored; counted in [`Stored::lost`].
+    Lost,
+}
+
+/// What [`ChainArena::take`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// The replica did not hold the block (or the block is unknown).
+    Absent,
+    /// The replica holds the block and the check refused its removal:
+    /// nothing changed.
+    Refused(Holding),
+    /// The replica held the block and no longer does.
+    Removed(Holding),
+}
+
 /// The stretch of one run a store is holding, edited once when it ends.
 #[derive(Clone, Copy)]
 struct Stretch {
@@ -38,22 +68,28 @@ struct Stretch {
     to: u32,
     /// The store's token counts minus the run's over the stretch.
     delta: i32,
+    /// The chain index of the stretch's first block (where its per-block
+    /// outcomes go); a stretch's blocks are consecutive in the chain too.
+    first: usize,
 }
 
 /// A store's state across its blocks: the run shard it holds (write
 /// locked, with its index), the stretch it is holding, what it stores.
-struct Writer<'a> {
+struct Writer<'a, 'o> {
     held: Option<(usize, RwLockWriteGuard<'a, Runs>)>,
     pending: Option<Stretch>,
     replica: u32,
     last_seen: i64,
     tier: Tier,
     out: Stored,
+    /// Per-block outcomes, one per block of the chain, when the caller
+    /// wants them (blocks never held stay [`BlockStored::Lost`]).
+    each: Option<&'o mut [BlockStored]>,
     /// A run shard a placement found busy (see [`RETRIES`]).
     busy: Option<usize>,
 }
 
-impl Writer<'_> {
+impl Writer<'_, '_> {
     /// Edits the held run with the pending stretch, if any.
     fn flush(&mut self) {
         if let Some(s) = self.pending.take() {
@@ -67,6 +103,12 @@ impl Writer<'_> {
             return;
         };
         if let Some(r) = g.get_mut(RunPos { run: s.run, off: 0 }) {
+            if let Some(each) = self.each.as_deref_mut() {
+                let n = (s.to - s.from) as usize;
+                if let Some(each) = each.get_mut(s.first..s.first + n) {
+                    r.outcomes(self.replica, s.from, each);
+                }
+            }
             let had = r.covered(self.replica, s.from, s.to);
             self.out.refreshed += u64::from(had);
             self.out.added += u64::from(s.to - s.from - had);
@@ -100,6 +142,45 @@ impl ChainArena {
         last_seen: i64,
         tier: Tier,
     ) -> Stored {
+        self.store_with(part, replica, hashes, tokens, last_seen, tier, None)
+    }
+
+    /// [`ChainArena::store`] that also reports what it did with each block:
+    /// `out` (cleared first) gets one [`BlockStored`] per block
+    /// (`min(hashes.len(), tokens.len())`), in chain order. A block is
+    /// judged against the holdings just before the store edited it, so a
+    /// block the chain repeats reads [`BlockStored::Refreshed`] the second
+    /// time (its first occurrence made the replica hold it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_each(
+        &self,
+        part: u32,
+        replica: u32,
+        hashes: &[u64],
+        tokens: &[i32],
+        last_seen: i64,
+        tier: Tier,
+        out: &mut Vec<BlockStored>,
+    ) -> Stored {
+        out.clear();
+        out.resize(hashes.len().min(tokens.len()), BlockStored::Lost);
+        self.store_with(part, replica, hashes, tokens, last_seen, tier, Some(out))
+    }
+
+    /// The store, with per-block outcomes into `each` (one slot per block,
+    /// preset to [`BlockStored::Lost`]) when given: the plain store builds
+    /// none.
+    #[allow(clippy::too_many_arguments)]
+    fn store_with(
+        &self,
+        part: u32,
+        replica: u32,
+        hashes: &[u64],
+        tokens: &[i32],
+        last_seen: i64,
+        tier: Tier,
+        each: Option<&mut [BlockStored]>,
+    ) -> Stored {
         let mut w = Writer {
             held: None,
             pending: None,
@@ -107,9 +188,10 @@ impl ChainArena {
             last_seen,
             tier,
             out: Stored::default(),
+            each,
             busy: None,
         };
-        'blocks: for (&h, &t) in hashes.iter().zip(tokens) {
+        'blocks: for (i, (&h, &t)) in hashes.iter().zip(tokens).enumerate() {
             let kh = hash_of(part, h);
             for _ in 0..RETRIES {
                 let pos = match self
@@ -136,7 +218,15 @@ impl ChainArena {
                 };
                 let delta = t.wrapping_sub(run.toks.get(pos.off as usize));
                 match w.pending {
-                    Some(s) if s.run == pos.run && s.to == pos.off && s.delta == delta => {
+                    // The chain index check: a lost block between the
+                    // stretch and this one ends the stretch, so its blocks
+                    // stay consecutive in the chain (per-block outcomes).
+                    Some(s)
+                        if s.run == pos.run
+                            && s.to == pos.off
+                            && s.delta == delta
+                            && s.first + (s.to - s.from) as usize == i =>
+                    {
                         w.pending = Some(Stretch { to: s.to + 1, ..s });
                     }
                     _ => {
@@ -146,6 +236,7 @@ impl ChainArena {
                             from: pos.off,
                             to: pos.off + 1,
                             delta,
+                            first: i,
                         });
                     }
                 }
@@ -159,7 +250,7 @@ impl ChainArena {
 
     /// The block that follows the pending stretch in its run, if it is
     /// `h` (no probe: a block has one place, and the held run shows it).
-    fn next_in_stretch(&self, w: &Writer<'_>, part: u32, h: u64) -> Option<RunPos> {
+    fn next_in_stretch(&self, w: &Writer<'_, '_>, part: u32, h: u64) -> Option<RunPos> {
         let s = w.pending?;
         let (_, g) = w.held.as_ref()?;
         let pos = RunPos {
@@ -171,7 +262,7 @@ impl ChainArena {
 
     /// Holds run shard `i` (a pending stretch is always in the held shard:
     /// it is flushed before a switch).
-    fn hold_shard<'a>(&'a self, w: &mut Writer<'a>, i: usize) {
+    fn hold_shard<'a>(&'a self, w: &mut Writer<'a, '_>, i: usize) {
         if w.held_shard() != Some(i) {
             w.flush();
             // Released before the next is taken: never two run shards.
@@ -185,7 +276,7 @@ impl ChainArena {
     /// free (waiting for it while holding a run shard could deadlock), so a
     /// tag that merely collides does not end the pending stretch; a busy
     /// shard is checked after switching to it.
-    fn probe<'a>(&'a self, w: &mut Writer<'a>, part: u32, kh: u64, h: u64) -> Option<RunPos> {
+    fn probe<'a>(&'a self, w: &mut Writer<'a, '_>, part: u32, kh: u64, h: u64) -> Option<RunPos> {
         let is = |g: &Runs, c: RunPos| g.get(c).is_some_and(|r| r.is(c.off, part, h));
         for c in self.candidates(part, kh) {
             if w.held_shard() != Some(c.shard()) {
@@ -212,7 +303,7 @@ impl ChainArena {
     /// new block agree. `None` when no place could be made this attempt.
     fn place<'a>(
         &'a self,
-        w: &mut Writer<'a>,
+        w: &mut Writer<'a, '_>,
         part: u32,
         kh: u64,
         h: u64,
@@ -316,20 +407,103 @@ impl ChainArena {
     /// `replica` no longer holds block `hash`: what it held, or `None` when
     /// it did not hold it.
     pub fn remove(&self, part: u32, hash: u64, replica: u32) -> Option<Holding> {
+        match self.take_with(part, hash, replica, |_| true, None) {
+            Take::Removed(h) => Some(h),
+            Take::Absent | Take::Refused(_) => None,
+        }
+    }
+
+    /// `replica` no longer holds block `hash` if `check` of its holding
+    /// says so: [`Take::Removed`] with `rest` (cleared first) the block's
+    /// remaining holders in replica order, [`Take::Refused`] (nothing
+    /// changed, `rest` empty) when `check` is false, [`Take::Absent`]
+    /// (`rest` empty) when the replica did not hold the block.
+    ///
+    /// `check` runs under the write lock of the block's run shard, so the
+    /// holding it sees is the one removed; it must take no arena lock (it
+    /// may take the caller's own, which the caller then never holds while
+    /// calling into the arena).
+    pub fn take(
+        &self,
+        part: u32,
+        hash: u64,
+        replica: u32,
+        check: impl FnOnce(&Holding) -> bool,
+        rest: &mut Vec<Holding>,
+    ) -> Take {
+        rest.clear();
+        self.take_with(part, hash, replica, check, Some(rest))
+    }
+
+    /// [`ChainArena::take`], the rest reported only when wanted.
+    fn take_with(
+        &self,
+        part: u32,
+        hash: u64,
+        replica: u32,
+        check: impl FnOnce(&Holding) -> bool,
+        rest: Option<&mut Vec<Holding>>,
+    ) -> Take {
         for pos in self.candidates(part, hash_of(part, hash)) {
             let mut g = write(&self.shard(pos.shard()).runs.0);
             let Some(run) = g.get_mut(pos).filter(|r| r.is(pos.off, part, hash)) else {
                 continue;
             };
-            let i = run.covering(replica, pos.off)?;
+            let Some(i) = run.covering(replica, pos.off) else {
+                return Take::Absent;
+            };
             let held = run.holding(&run.spans[i], pos.off);
+            if !check(&held) {
+                return Take::Refused(held);
+            }
             run.clear(replica, pos.off, pos.off + 1);
+            if let Some(rest) = rest {
+                run.holders_at(pos.off, rest);
+            }
             if pos.off as usize + 1 == run.hashes.len() || run.spans.is_empty() {
                 self.tidy(&mut g, pos.run);
             }
-            return Some(held);
+            return Take::Removed(held);
         }
-        None
+        Take::Absent
+    }
+
+    /// Every replica no longer holds block `hash` if `check` of its
+    /// holders (in replica order, at least one) says so: `true`, with
+    /// `out` (cleared first) what was removed. `false`, nothing changed
+    /// and `out` empty, when no replica holds the block or `check` is
+    /// false. Only that block's holdings go (spans over it are split); the
+    /// block keeps its place in its run unless it ended the run.
+    ///
+    /// `check` runs under the write lock of the block's run shard and must
+    /// take no arena lock (see [`ChainArena::take`]).
+    pub fn take_block(
+        &self,
+        part: u32,
+        hash: u64,
+        check: impl FnOnce(&[Holding]) -> bool,
+        out: &mut Vec<Holding>,
+    ) -> bool {
+        out.clear();
+        for pos in self.candidates(part, hash_of(part, hash)) {
+            let mut g = write(&self.shard(pos.shard()).runs.0);
+            let Some(run) = g.get_mut(pos).filter(|r| r.is(pos.off, part, hash)) else {
+                continue;
+            };
+            run.holders_at(pos.off, out);
+            if out.is_empty() || !check(out.as_slice()) {
+                out.clear();
+                return false;
+            }
+            for h in out.iter() {
+                run.clear(h.replica, pos.off, pos.off + 1);
+            }
+            if pos.off as usize + 1 == run.hashes.len() || run.spans.is_empty() {
+                self.tidy(&mut g, pos.run);
+            }
+            return true;
+        }
+        false
     }
 
     /// After holdings of run `id` (in the held shard `g`) went: retire it

@@ -78,6 +78,11 @@ enum Op {
         base: i32,
         step: i32,
         wobble: bool,
+        /// Through `store_each`, outcomes checked block by block.
+        each: bool,
+        /// (at, of): block `of` of the chain repeated at `at` (a chain
+        /// that holds a block twice).
+        dup: Option<(usize, usize)>,
     },
     Remove {
         part: u32,
@@ -85,6 +90,28 @@ enum Op {
         c: u8,
         d: usize,
     },
+    /// `take` whose check answers `ok`.
+    Take {
+        part: u32,
+        replica: u32,
+        c: u8,
+        d: usize,
+        ok: bool,
+    },
+    /// `take_block` whose check answers `ok`.
+    TakeBlock {
+        part: u32,
+        c: u8,
+        d: usize,
+        ok: bool,
+    },
+    WithHolding {
+        part: u32,
+        replica: u32,
+        c: u8,
+        d: usize,
+    },
+    EachBlock,
     Lookup {
         part: u32,
         c: u8,
@@ -106,11 +133,18 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u32..2, 0u32..10, 0u8..6, 0usize..12, 1usize..10, 0i64..6, 0i32..4, prop_oneof![Just(0), -20i32..20], prop_oneof![Just(16), 0i32..3], any::<bool>()).prop_map(
-            |(part, replica, c, from, len, ls, tier, base, step, wobble)| Op::Store { part, replica, c, from, len, ls, tier, base, step, wobble }
+        4 => (0u32..2, 0u32..10, 0u8..6, 0usize..12, 1usize..10, 0i64..6, 0i32..4, prop_oneof![Just(0), -20i32..20], prop_oneof![Just(16), 0i32..3], any::<bool>(), any::<bool>(), prop_oneof![3 => Just(None), 1 => (0usize..10, 0usize..10).prop_map(Some)]).prop_map(
+            |(part, replica, c, from, len, ls, tier, base, step, wobble, each, dup)| Op::Store { part, replica, c, from, len, ls, tier, base, step, wobble, each, dup }
         ),
-        3 => (0u32..2, 0u32..10, 0u8..6, 0usize..20)
+        2 => (0u32..2, 0u32..10, 0u8..6, 0usize..20)
             .prop_map(|(part, replica, c, d)| Op::Remove { part, replica, c, d }),
+        2 => (0u32..2, 0u32..10, 0u8..6, 0usize..20, any::<bool>())
+            .prop_map(|(part, replica, c, d, ok)| Op::Take { part, replica, c, d, ok }),
+        1 => (0u32..2, 0u8..6, 0usize..20, prop_oneof![3 => Just(true), 1 => Just(false)])
+            .prop_map(|(part, c, d, ok)| Op::TakeBlock { part, c, d, ok }),
+        1 => (0u32..2, 0u32..10, 0u8..6, 0usize..20)
+            .prop_map(|(part, replica, c, d)| Op::WithHolding { part, replica, c, d }),
+        1 => Just(Op::EachBlock),
         3 => (0u32..2, 0u8..6, 1usize..22, 0i64..4, prop_oneof![Just(16), Just(i32::MAX), -3i32..50])
             .prop_map(|(part, c, len, cutoff, count)| Op::Lookup { part, c, len, cutoff, count }),
         1 => (0u32..2, 0u8..6, 0usize..20).prop_map(|(part, c, d)| Op::Holders { part, c, d }),
@@ -126,23 +160,49 @@ proptest! {
         let mut m: Model = HashMap::new();
         let mut got = Vec::new();
         let mut held = Vec::new();
+        let mut each = Vec::new();
         for op in ops {
             match op {
-                Op::Store { part, replica, c, from, len, ls, tier, base, step, wobble } => {
-                    let hs = chain(c, from, from + len);
+                Op::Store { part, replica, c, from, len, ls, tier, base, step, wobble, each: per_block, dup } => {
+                    let mut hs = chain(c, from, from + len);
+                    if let Some((at, of)) = dup {
+                        let h = hs[of % len];
+                        hs.insert(at % (len + 1), h);
+                    }
                     // Cumulative counts as the index computes them for a
                     // store (from the store's first block), `step` a block;
                     // `wobble` makes blocks unequal (a run's counts leave
                     // their line).
-                    let toks: Vec<i32> = hs.iter().zip(0..len as i32)
+                    let toks: Vec<i32> = hs.iter().zip(0..hs.len() as i32)
                         .map(|(h, i)| base.wrapping_add(step.wrapping_mul(i + 1)).wrapping_add(if wobble { (*h % 3) as i32 } else { 0 }))
                         .collect();
                     let tier = Tier::from_wire(tier).normalized();
-                    let had = hs.iter().filter(|h| m.get(&(part, **h)).is_some_and(|x| x.contains_key(&replica))).count() as u64;
-                    let done = a.store(part, replica, &hs, &toks, ls, tier);
-                    prop_assert_eq!((done.refreshed, done.added, done.lost), (had, len as u64 - had, 0));
-                    for (h, t) in hs.into_iter().zip(toks) {
-                        m.entry((part, h)).or_default().insert(replica, (ls, tier, t));
+                    let done = if per_block {
+                        a.store_each(part, replica, &hs, &toks, ls, tier, &mut each)
+                    } else {
+                        a.store(part, replica, &hs, &toks, ls, tier)
+                    };
+                    // Block by block, each against the holdings its
+                    // predecessors in the chain left (a repeated block was
+                    // held by its first occurrence).
+                    let mut want = Vec::new();
+                    for (h, t) in hs.iter().zip(toks) {
+                        let hs = m.entry((part, *h)).or_default();
+                        want.push(if hs.contains_key(&replica) {
+                            BlockStored::Refreshed
+                        } else if hs.is_empty() {
+                            BlockStored::NewKey
+                        } else {
+                            BlockStored::Added
+                        });
+                        hs.insert(replica, (ls, tier, t));
+                    }
+                    let count = |b: BlockStored| want.iter().filter(|&&w| w == b).count() as u64;
+                    let had = count(BlockStored::Refreshed);
+                    prop_assert_eq!((done.refreshed, done.added, done.lost), (had, hs.len() as u64 - had, 0));
+                    prop_assert!(done.new_blocks <= count(BlockStored::NewKey));
+                    if per_block {
+                        prop_assert_eq!(&each, &want);
                     }
                 }
                 Op::Remove { part, replica, c, d } => {
@@ -150,6 +210,73 @@ proptest! {
                     let held = m.get_mut(&(part, h)).and_then(|hs| hs.remove(&replica))
                         .map(|(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier });
                     prop_assert_eq!(a.remove(part, h, replica), held);
+                }
+                Op::Take { part, replica, c, d, ok } => {
+                    let h = block(c, d);
+                    let hs = m.entry((part, h)).or_default();
+                    let mut seen = None;
+                    let mut rest = vec![Holding { replica: 99, tokens: 0, last_seen: 0, tier: Tier::T1 }];
+                    let took = a.take(part, h, replica, |x| { seen = Some(*x); ok }, &mut rest);
+                    let want = match hs.get(&replica) {
+                        None => Take::Absent,
+                        Some(&(last_seen, tier, tokens)) => {
+                            let x = Holding { replica, tokens, last_seen, tier };
+                            prop_assert_eq!(seen, Some(x));
+                            if ok {
+                                hs.remove(&replica);
+                                Take::Removed(x)
+                            } else {
+                                Take::Refused(x)
+                            }
+                        }
+                    };
+                    let want_rest: Vec<Holding> = match want {
+                        Take::Removed(_) => hs.iter()
+                            .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    prop_assert_eq!(took, want);
+                    prop_assert_eq!(&rest, &want_rest);
+                }
+                Op::TakeBlock { part, c, d, ok } => {
+                    let h = block(c, d);
+                    let hs = m.entry((part, h)).or_default();
+                    let all: Vec<Holding> = hs.iter()
+                        .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                        .collect();
+                    let mut seen = None;
+                    let mut out = vec![Holding { replica: 99, tokens: 0, last_seen: 0, tier: Tier::T1 }];
+                    let took = a.take_block(part, h, |x| { seen = Some(x.to_vec()); ok }, &mut out);
+                    // The check sees the holders only when there are some.
+                    prop_assert_eq!(seen, (!all.is_empty()).then(|| all.clone()));
+                    let gone = ok && !all.is_empty();
+                    prop_assert_eq!(took, gone);
+                    if gone {
+                        hs.clear();
+                        prop_assert_eq!(&out, &all);
+                    } else {
+                        prop_assert!(out.is_empty());
+                    }
+                }
+                Op::WithHolding { part, replica, c, d } => {
+                    let h = block(c, d);
+                    let want = m.get(&(part, h)).and_then(|hs| hs.get(&replica))
+                        .map(|&(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier });
+                    prop_assert_eq!(a.with_holding(part, h, replica, |x| *x), want);
+                }
+                Op::EachBlock => {
+                    let mut all = Vec::new();
+                    a.for_each_block(|part, hash, hs| all.push((part, hash, hs.to_vec())));
+                    all.sort_unstable_by_key(|(part, hash, _)| (*part, *hash));
+                    let mut want: Vec<_> = m.iter()
+                        .filter(|(_, hs)| !hs.is_empty())
+                        .map(|(&(part, hash), hs)| (part, hash, hs.iter()
+                            .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                            .collect::<Vec<_>>()))
+                        .collect();
+                    want.sort_unstable_by_key(|(part, hash, _)| (*part, *hash));
+                    prop_assert_eq!(all, want);
                 }
                 Op::Lookup { part, c, len, cutoff, count } => {
                     let hs = chain(c, 0, len);
@@ -171,17 +298,22 @@ proptest! {
                         None => ls >= cutoff,
                     };
                     let mut gone = Vec::new();
-                    let n = a.retain(|_, r, ls, _| keep(r, ls), |s| gone.push(s));
+                    let n = a.retain(|_, r, ls, _| keep(r, ls), |s, empty| gone.push((s, empty)));
                     let mut want = Vec::new();
                     for (&(part, hash), hs) in m.iter_mut() {
+                        let at = want.len();
                         hs.retain(|&r, &mut (ls, tier, tokens)| {
                             if !keep(r, ls) {
-                                want.push(Swept { part, hash, holding: Holding { replica: r, tokens, last_seen: ls, tier } });
+                                want.push((Swept { part, hash, holding: Holding { replica: r, tokens, last_seen: ls, tier } }, false));
                             }
                             keep(r, ls)
                         });
+                        // Emptied: nobody holds the block after the sweep.
+                        for w in &mut want[at..] {
+                            w.1 = hs.is_empty();
+                        }
                     }
-                    let key = |s: &Swept| (s.part, s.hash, s.holding.replica);
+                    let key = |s: &(Swept, bool)| (s.0.part, s.0.hash, s.0.holding.replica);
                     gone.sort_by_key(key);
                     want.sort_by_key(key);
                     prop_assert_eq!(n, want.len());
@@ -394,6 +526,147 @@ fn writers_and_a_reader_never_see_a_torn_run() {
         assert!(a.remove(1, h, r).is_some());
     }
     assert_eq!((a.blocks(), a.runs(), a.holdings()), (0, 0, 0));
+}
+
+/// Per-block outcomes: a repeated block reads `Refreshed` the second
+/// time, a block kept in its run after its last holder went is a
+/// `NewKey` again though the table still has it.
+#[test]
+fn store_each_reports_every_block_in_chain_order() {
+    use BlockStored::{Added, NewKey, Refreshed};
+    let a = ChainArena::new();
+    let mut each = vec![BlockStored::Lost; 9];
+    let c = chain(0, 0, 4);
+    let got = a.store_each(1, 1, &c, &toks(0, 4), 5, Tier::T1, &mut each);
+    assert_eq!(each, [NewKey; 4]);
+    assert_eq!((got.new_blocks, got.added, got.refreshed), (4, 4, 0));
+    let hs = [c[0], c[1], c[0], 77, 77];
+    let got = a.store_each(1, 2, &hs, &[16, 32, 48, 64], 5, Tier::T1, &mut each);
+    assert_eq!(each, [Added, Added, Refreshed, NewKey]);
+    assert_eq!((got.new_blocks, got.added, got.refreshed), (1, 3, 1));
+    let mut held = Vec::new();
+    a.holders(1, c[0], &mut held);
+    assert_eq!(held.iter().map(|h| h.tokens).collect::<Vec<_>>(), [16, 48]);
+    // Block 1 loses both holders but keeps its place (block 2 is held).
+    for r in [1, 2] {
+        assert!(a.remove(1, c[1], r).is_some());
+    }
+    let blocks = a.blocks();
+    let got = a.store_each(1, 3, &c[1..3], &[1, 2], 5, Tier::T1, &mut each);
+    assert_eq!(each, [NewKey, Added]);
+    assert_eq!((got.new_blocks, a.blocks()), (0, blocks));
+}
+
+/// `take`, `take_block` and `retain` report what is left of a block; a
+/// refused check changes nothing.
+#[test]
+fn conditional_removals_report_the_rest() {
+    let a = ChainArena::new();
+    let c = chain(0, 0, 6);
+    for r in 0..3 {
+        a.store(1, r, &c, &toks(0, 6), i64::from(r), Tier::T1);
+    }
+    let mut rest = Vec::new();
+    let t = a.take(1, c[2], 1, |h| h.last_seen == 7, &mut rest);
+    assert!(matches!(t, Take::Refused(h) if h.replica == 1 && h.tokens == 48));
+    assert!(rest.is_empty() && a.holdings() == 18);
+    let t = a.take(1, c[2], 1, |h| h.last_seen == 1, &mut rest);
+    assert!(matches!(t, Take::Removed(h) if h.replica == 1));
+    assert_eq!(rest.iter().map(|h| h.replica).collect::<Vec<_>>(), [0, 2]);
+    assert_eq!(a.take(1, c[2], 1, |_| true, &mut rest), Take::Absent);
+    assert_eq!(a.with_holding(1, c[2], 2, |h| h.tokens), Some(48));
+    assert_eq!(a.with_holding(1, c[2], 1, |h| h.tokens), None);
+    let mut out = Vec::new();
+    assert!(!a.take_block(1, c[3], |hs| hs.len() == 2, &mut out));
+    assert!(out.is_empty());
+    assert!(a.take_block(1, c[3], |hs| hs.len() == 3, &mut out));
+    assert_eq!(out.iter().map(|h| h.replica).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(!a.take_block(1, c[3], |_| true, &mut out));
+    // Block 3, emptied, kept its place; taking the run's last blocks trims
+    // the unheld tail: blocks 3 to 5 leave.
+    assert_eq!(a.blocks(), 6);
+    assert!(a.take_block(1, c[5], |_| true, &mut out));
+    assert!(a.take_block(1, c[4], |_| true, &mut out));
+    assert_eq!(a.blocks(), 3);
+    let mut seen = Vec::new();
+    a.for_each_block(|_, h, hs| seen.push((h, hs.len())));
+    assert_eq!(seen, [(c[0], 3), (c[1], 3), (c[2], 2)]);
+    // Replica 0 goes: every block it held keeps another holder.
+    let mut gone = Vec::new();
+    a.retain(
+        |_, r, _, _| r != 0,
+        |s, empty| gone.push((s.hash, s.holding.replica, empty)),
+    );
+    assert_eq!(gone, [(c[0], 0, false), (c[1], 0, false), (c[2], 0, false)]);
+    gone.clear();
+    a.retain(
+        |_, r, _, _| r == 1,
+        |s, empty| gone.push((s.hash, s.holding.replica, empty)),
+    );
+    gone.sort_unstable();
+    assert_eq!(gone, [(c[0], 2, false), (c[1], 2, false), (c[2], 2, true)]);
+    assert_eq!((a.holdings(), a.blocks(), a.runs()), (2, 2, 1));
+}
+
+/// Writers storing with per-block outcomes and removing conditionally,
+/// whole blocks included, beside sweeps and block scans: the lock order
+/// holds (no deadlock) and afterwards tables and runs agree.
+#[test]
+fn conditional_writers_and_sweeps_keep_tables_and_runs_in_step() {
+    let a = ChainArena::new();
+    std::thread::scope(|sc| {
+        for w in 0..2u32 {
+            let a = &a;
+            sc.spawn(move || {
+                let mut each = Vec::new();
+                let mut rest = Vec::new();
+                let mut x = 0x2545_F491u64 + u64::from(w);
+                for i in 0..3000i64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let c = (x % 6) as u8;
+                    let r = (x >> 8) as u32 % 4;
+                    let from = (x >> 16) as usize % 6;
+                    let len = 1 + (x >> 24) as usize % 10;
+                    let hs = chain(c, from, from + len);
+                    match x % 5 {
+                        0 => {
+                            for &h in &hs {
+                                a.take(1, h, r, |h| h.last_seen % 2 == 0, &mut rest);
+                            }
+                        }
+                        1 => {
+                            a.take_block(1, hs[0], |hs| hs.len() > 1, &mut rest);
+                        }
+                        _ => {
+                            let got =
+                                a.store_each(1, r, &hs, &toks(0, len), i, Tier::T1, &mut each);
+                            assert_eq!((got.lost, each.len()), (0, len));
+                            assert!(!each.contains(&BlockStored::Lost));
+                        }
+                    }
+                }
+            });
+        }
+        let a = &a;
+        sc.spawn(move || {
+            for i in 0..200i64 {
+                a.retain(|_, _, ls, _| ls >= i * 10, |_, _| {});
+                a.for_each_block(|_, _, hs| {
+                    assert!(!hs.is_empty() && hs.windows(2).all(|w| w[0].replica < w[1].replica));
+                });
+            }
+        });
+    });
+    let mut placed = Vec::new();
+    a.each_run(|r| placed.extend(r.hashes.iter().map(|&h| (r.part, h))));
+    assert_eq!(a.blocks(), placed.len());
+    placed.sort_unstable();
+    assert!(placed.windows(2).all(|w| w[0] != w[1]));
+    let mut n = 0;
+    a.for_each_block(|_, _, hs| n += hs.len());
+    assert_eq!(n, a.holdings());
 }
 
 struct Stop<'a>(&'a std::sync::atomic::AtomicBool);

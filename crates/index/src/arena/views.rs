@@ -39,6 +39,17 @@ impl Run {
             tier: s.tier(),
         }
     }
+
+    /// The holders of block `off` in replica order (the spans' order),
+    /// appended to `out`.
+    pub(super) fn holders_at(&self, off: u32, out: &mut Vec<Holding>) {
+        out.extend(
+            self.spans
+                .iter()
+                .filter(|s| s.from <= off && off < s.to)
+                .map(|s| self.holding(s, off)),
+        );
+    }
 }
 
 impl ChainArena {
@@ -49,15 +60,79 @@ impl ChainArena {
         let Some((pos, g)) = self.locate(part, hash) else {
             return;
         };
-        let Some(run) = g.get(pos) else {
-            return;
-        };
-        out.extend(
-            run.spans
-                .iter()
-                .filter(|s| s.from <= pos.off && pos.off < s.to)
-                .map(|s| run.holding(s, pos.off)),
-        );
+        if let Some(run) = g.get(pos) {
+            run.holders_at(pos.off, out);
+        }
+    }
+
+    /// `f` of `replica`'s holding of block (`part`, `hash`), or `None` when
+    /// it does not hold it. `f` runs under the read lock of the block's run
+    /// shard and must take no arena lock (a writer queued on that shard
+    /// would wait for `f` while `f` waits for it).
+    pub fn with_holding<T>(
+        &self,
+        part: u32,
+        hash: u64,
+        replica: u32,
+        f: impl FnOnce(&Holding) -> T,
+    ) -> Option<T> {
+        let (pos, g) = self.locate(part, hash)?;
+        let run = g.get(pos)?;
+        let i = run.covering(replica, pos.off)?;
+        Some(f(&run.holding(&run.spans[i], pos.off)))
+    }
+
+    /// Every block some replica holds as `f(partition, hash, holders)`,
+    /// the holders in replica order; shard by shard (each under its run
+    /// read lock, which `f` runs under: it must take no arena lock) and
+    /// run by run, a run's blocks in order. Blocks kept in a run that no
+    /// replica holds are skipped.
+    pub fn for_each_block(&self, mut f: impl FnMut(u32, u64, &[Holding])) {
+        // Reused across runs: a run's spans by start, the spans over the
+        // current block by replica (a replica's spans never overlap, so
+        // one each), and the holders handed to `f`.
+        let mut order: Vec<usize> = Vec::new();
+        let mut active: Vec<usize> = Vec::new();
+        let mut buf: Vec<Holding> = Vec::new();
+        for shard in self.shards.iter() {
+            let g = read(&shard.runs.0);
+            for run in &g.runs {
+                let spans = &run.spans;
+                order.clear();
+                order.extend(0..spans.len());
+                order.sort_unstable_by_key(|&i| spans[i].from);
+                active.clear();
+                // A sweep over the run's blocks: spans join at their start
+                // and leave at their end, so a block costs its holders, not
+                // the run's spans.
+                let mut next = 0;
+                let mut off = 0u32;
+                loop {
+                    active.retain(|&i| spans[i].to > off);
+                    if active.is_empty() {
+                        // Skip a stretch no replica holds.
+                        match order.get(next) {
+                            Some(&i) => off = off.max(spans[i].from),
+                            None => break,
+                        }
+                    }
+                    while let Some(&i) = order.get(next).filter(|&&i| spans[i].from <= off) {
+                        if spans[i].to > off {
+                            let r = spans[i].replica();
+                            let at = active.partition_point(|&j| spans[j].replica() < r);
+                            active.insert(at, i);
+                        }
+                        next += 1;
+                    }
+                    buf.clear();
+                    buf.extend(active.iter().map(|&i| run.holding(&spans[i], off)));
+                    if let (Some(&h), false) = (run.hashes.get(off as usize), buf.is_empty()) {
+                        f(run.part, h, &buf);
+                    }
+                    off += 1;
+                }
+            }
+        }
     }
 
     /// Every holding as `f(partition, hash, holding)`, shard by shard and
@@ -80,41 +155,79 @@ impl ChainArena {
     /// Keeps the holdings for which `keep(partition, replica, last_seen,
     /// tier)` is true (decided once per span: a TTL sweep or a replica's
     /// removal decides on nothing else); each removed holding goes to
-    /// `gone`. Runs left without holders are retired, unheld run tails
-    /// trimmed. Returns the number of holdings removed.
+    /// `gone(swept, empty)`, `empty` true when after the sweep no replica
+    /// holds that block any more. Runs left without holders are retired,
+    /// unheld run tails trimmed (an emptied block elsewhere in a run keeps
+    /// its place). Returns the number of holdings removed.
+    ///
+    /// `keep` and `gone` run under the write lock of the run's shard, so a
+    /// caller can clear its side tables for a holding (or an emptied block)
+    /// in step with the arena; they must take no arena lock.
     pub fn retain(
         &self,
         mut keep: impl FnMut(u32, u32, i64, Tier) -> bool,
-        mut gone: impl FnMut(Swept),
+        mut gone: impl FnMut(Swept, bool),
     ) -> usize {
         let mut removed = 0;
+        // Reused across runs: the spans a run lost, and the blocks its
+        // remaining spans cover (merged, sorted, disjoint), so whether a
+        // removed holding emptied its block is one search per span and a
+        // step per block, whatever the number of spans.
+        let mut dropped: Vec<super::Span> = Vec::new();
+        let mut cover: Vec<(u32, u32)> = Vec::new();
         for (si, shard) in self.shards.iter().enumerate() {
             let mut g = write(&shard.runs.0);
             let mut edited = Vec::new();
             for (local, run) in g.runs.iter_mut().enumerate() {
-                let before = run.spans.len();
-                let mut spans = std::mem::take(&mut run.spans);
-                spans.retain(|s| {
-                    if keep(run.part, s.replica(), s.last_seen, s.tier()) {
-                        return true;
+                dropped.clear();
+                let part = run.part;
+                run.spans.retain(|s| {
+                    let k = keep(part, s.replica(), s.last_seen, s.tier());
+                    if !k {
+                        dropped.push(*s);
                     }
+                    k
+                });
+                if dropped.is_empty() {
+                    continue;
+                }
+                cover.clear();
+                cover.extend(run.spans.iter().map(|s| (s.from, s.to)));
+                cover.sort_unstable();
+                let mut n: usize = 0;
+                for k in 0..cover.len() {
+                    let c = cover[k];
+                    match n.checked_sub(1).and_then(|l| cover.get_mut(l)) {
+                        Some(l) if l.1 >= c.0 => l.1 = l.1.max(c.1),
+                        _ => {
+                            cover[n] = c;
+                            n += 1;
+                        }
+                    }
+                }
+                cover.truncate(n);
+                for s in &dropped {
+                    let mut c = cover.partition_point(|&(_, to)| to <= s.from);
                     for off in s.from..s.to {
-                        gone(Swept {
-                            part: run.part,
-                            hash: run.hashes.get(off as usize).copied().unwrap_or(0),
-                            holding: run.holding(s, off),
-                        });
+                        while cover.get(c).is_some_and(|&(_, to)| to <= off) {
+                            c += 1;
+                        }
+                        let held = cover.get(c).is_some_and(|&(from, _)| from <= off);
+                        gone(
+                            Swept {
+                                part,
+                                hash: run.hashes.get(off as usize).copied().unwrap_or(0),
+                                holding: run.holding(s, off),
+                            },
+                            !held,
+                        );
                         removed += 1;
                     }
-                    false
-                });
-                run.spans = spans;
-                if run.spans.len() != before {
-                    edited.push(RunPos {
-                        run: ((local as u32) << super::SHARD_BITS) | si as u32,
-                        off: 0,
-                    });
                 }
+                edited.push(RunPos {
+                    run: ((local as u32) << super::SHARD_BITS) | si as u32,
+                    off: 0,
+                });
             }
             for pos in edited {
                 self.tidy(&mut g, pos.run);
