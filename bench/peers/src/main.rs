@@ -53,7 +53,7 @@ fn parse_args() -> Args {
             "-h" | "--help" => {
                 println!(
                     "bench-peers [--trace PATH] [--replicas N] [--cache-blocks N] [--scale K] \
-                     [--requests N (0 = all)] [--no-threaded] [--repeat N (default 3)] [--only ours|kv-index|dynamo|arena]\n\
+                     [--requests N (0 = all)] [--no-threaded] [--repeat N (default 3)] [--only ours|kv-index|dynamo|arena] (a name prefix: \"ours\" runs both of ours)\n\
                      --scale K duplicates the trace K times (hash ids offset per copy, copies \
                      interleaved by timestamp) and multiplies the replica count by K."
                 );
@@ -380,7 +380,11 @@ fn main() {
     let engines: Vec<(&'static str, MakeEngine)> = vec![
         (
             peers::OURS,
-            Box::new(|| Box::new(peers::Ours::new()) as Box<dyn Engine>),
+            Box::new(|| Box::new(peers::Ours::new(false)) as Box<dyn Engine>),
+        ),
+        (
+            peers::OURS_ARENA,
+            Box::new(|| Box::new(peers::Ours::new(true)) as Box<dyn Engine>),
         ),
         (
             peers::KVI,

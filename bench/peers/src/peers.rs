@@ -13,6 +13,7 @@ pub const OURS: &str = "ours (inferencecache-index)";
 pub const KVI: &str = "kv-index 2.0.0 ChainIndex";
 pub const DYN: &str = "dynamo-kv-router 1.6.1 RadixTree";
 pub const ARENA: &str = "arena prototype (ours, src/arena, walk only)";
+pub const OURS_ARENA: &str = "ours on the arena (inferencecache-index, chain_arena)";
 
 pub trait Writer {
     fn apply(&mut self, i: usize, op: &Op);
@@ -53,6 +54,7 @@ use inferencecache_index as ic;
 
 pub struct Ours {
     idx: ic::Index,
+    arena: bool,
     names: Vec<String>,
     ups: Vec<Option<ic::CacheUpdate>>,
     evs: Vec<Vec<ic::CacheEvent>>,
@@ -62,13 +64,16 @@ pub struct Ours {
 }
 
 impl Ours {
-    pub fn new() -> Self {
+    /// Our index; `arena` keeps its 8-byte keys in the chain-run arena.
+    pub fn new(arena: bool) -> Self {
         let idx = ic::IndexConfig::new()
+            .chain_arena(arena)
             .max_entries(0)
             .clock(Arc::new(ic::ManualClock::new(NOW_NS)))
             .build();
         Self {
             idx,
+            arena,
             names: Vec::new(),
             ups: Vec::new(),
             evs: Vec::new(),
@@ -174,7 +179,7 @@ impl Reader for OursReader<'_> {
 
 impl Engine for Ours {
     fn name(&self) -> &'static str {
-        OURS
+        if self.arena { OURS_ARENA } else { OURS }
     }
     fn prepare(&mut self, w: &Workload) {
         self.ups.clear();

@@ -14,7 +14,7 @@
 //! merged when it completes.
 
 use crate::catalog::Partition;
-use crate::holder;
+use crate::entries::Taken;
 use crate::index::Index;
 use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
@@ -249,39 +249,41 @@ impl Index {
         notes: &mut Notes,
     ) -> Option<CapVictim> {
         let key = KeyRef::new(v.part.id, &v.hash);
-        let mut shard = self.store.shards.write(key.shard());
-        let (eff, last_seen) = shard.held(&key).and_then(|hs| {
-            let h = holder::find(&hs, v.replica)?;
-            let eff = if algo == EvictionAlgorithm::Lfu {
-                hs.access(h)
-            } else {
-                0
-            };
-            Some((eff, h.last_seen))
-        })?;
-        if eff != v.eff || last_seen != v.last_seen {
-            return Some(CapVictim {
-                eff,
+        let lfu = algo == EvictionAlgorithm::Lfu;
+        let taken = self.store.entries.take(
+            &key,
+            v.replica,
+            |h, access| {
+                let eff = if lfu { access } else { 0 };
+                eff == v.eff && h.last_seen == v.last_seen
+            },
+            |_, rest| {
+                if !rest.is_empty() && self.enforcement.quota.active() {
+                    self.enforcement
+                        .quota
+                        .on_key_changed(&v.part, &v.hash, rest);
+                }
+                write(&self.store.counters).on_remove(&v.part, v.replica, rest.is_empty());
+            },
+        );
+        match taken {
+            Taken::Absent => None,
+            Taken::Refused { access, last_seen } => Some(CapVictim {
+                eff: if lfu { access } else { 0 },
                 last_seen,
                 ..v
-            });
-        }
-        if let Some((h, rest)) = shard.take_holder(&key, v.replica) {
-            let gone = rest.is_none();
-            if let Some(hs) = rest.filter(|_| self.enforcement.quota.active()) {
-                self.enforcement.quota.on_key_changed(&v.part, &v.hash, hs);
+            }),
+            Taken::Removed(h) => {
+                ev.add_cap(algo, 1);
+                notes.push(|| {
+                    Note::Removed(
+                        Index::change(&v.part, &v.hash, v.replica_id.clone(), &h),
+                        RemovalReason::Cap,
+                    )
+                });
+                None
             }
-            write(&self.store.counters).on_remove(&v.part, v.replica, gone);
-            drop(shard);
-            ev.add_cap(algo, 1);
-            notes.push(|| {
-                Note::Removed(
-                    Index::change(&v.part, &v.hash, v.replica_id.clone(), &h),
-                    RemovalReason::Cap,
-                )
-            });
         }
-        None
     }
 
     /// Rebuild the reserve from a full scan. Returns false if nothing is evictable.

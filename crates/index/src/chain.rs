@@ -11,6 +11,8 @@
 //! needed, so their cache misses overlap. Runs that end are dropped from the candidate list at once, and the
 //! walk stops as soon as no run is left.
 
+use crate::arena::RunMatch;
+use crate::entries::Entries;
 use crate::holder::Holder;
 use crate::key::{KeyRef, key_hash};
 use crate::shard::Shards;
@@ -48,6 +50,10 @@ const MAX_WINDOW: usize = 64;
 struct Scratch {
     live: Vec<Run>,
     ended: Vec<Run>,
+    /// The request's blocks as arena hashes, and the arena's answer.
+    blocks: Vec<u64>,
+    matches: Vec<RunMatch>,
+    holders: Vec<Holder>,
 }
 
 thread_local! {
@@ -57,7 +63,7 @@ thread_local! {
 /// Walk the chain of `part` and hand `out` every replica whose run has at
 /// least the first block, in replica-id order.
 pub(crate) fn walk<H: AsRef<[u8]>, T>(
-    shards: &Shards,
+    entries: &Entries,
     part: u32,
     hashes: &[H],
     counts: &[i32],
@@ -76,20 +82,86 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
     let walker = |s: &mut Scratch| {
         s.live.clear();
         s.ended.clear();
-        walk_with(
-            shards,
-            part,
-            hashes,
-            counts,
-            cutoff,
-            &mut s.ended,
-            &mut s.live,
-        );
+        match entries.arena() {
+            None => walk_with(
+                &entries.slots,
+                part,
+                hashes,
+                counts,
+                cutoff,
+                &mut s.ended,
+                &mut s.live,
+            ),
+            Some(arena) => {
+                s.blocks.clear();
+                let whole = hashes.iter().all(|h| match h.as_ref().try_into() {
+                    Ok(b) => {
+                        s.blocks.push(u64::from_le_bytes(b));
+                        true
+                    }
+                    Err(_) => false,
+                });
+                if whole {
+                    arena.walk(part, &s.blocks, counts, cutoff, &mut s.matches);
+                    s.ended.extend(s.matches.iter().map(|m| Run {
+                        replica: m.replica,
+                        matched: m.matched,
+                        oldest: m.oldest,
+                        tier: m.tier,
+                        blocks: m.blocks,
+                    }));
+                } else {
+                    walk_mixed(entries, part, hashes, counts, cutoff, s);
+                }
+            }
+        }
         s.ended.append(&mut s.live);
         s.ended.sort_unstable_by_key(|r| r.replica);
         out(&s.ended)
     };
     crate::scratch::with(&SCRATCH, walker)
+}
+
+/// A request whose blocks are not all 8 bytes long, with the arena on: its
+/// blocks live in both stores, so each is read through the facade (no
+/// engine mixes hash lengths in one chain; this only keeps such a request
+/// correct).
+fn walk_mixed<H: AsRef<[u8]>>(
+    entries: &Entries,
+    part: u32,
+    hashes: &[H],
+    counts: &[i32],
+    cutoff: i64,
+    s: &mut Scratch,
+) {
+    for (i, (h, &count)) in hashes.iter().zip(counts).enumerate() {
+        s.holders.clear();
+        entries.holders(&KeyRef::new(part, h.as_ref()), |held| {
+            s.holders.extend(
+                held.iter()
+                    .map(|h| Holder::new(h.replica(), h.tokens, h.tier(), h.last_seen)),
+            )
+        });
+        if i == 0 {
+            s.live.extend(
+                s.holders
+                    .iter()
+                    .filter(|h| h.last_seen >= cutoff)
+                    .map(|h| Run {
+                        replica: h.replica(),
+                        matched: count,
+                        oldest: h.last_seen,
+                        tier: h.tier(),
+                        blocks: 1,
+                    }),
+            );
+        } else {
+            extend(&mut s.live, &mut s.ended, &s.holders, count, cutoff);
+        }
+        if s.live.is_empty() {
+            break;
+        }
+    }
 }
 
 /// `ended` receives the runs that ended, `live` keeps the ones still going.

@@ -72,6 +72,12 @@ pub struct IndexConfig {
     /// ([`crate::IngestOutcome::refused_replica_limit`]). Replicas holding
     /// nothing and without stats are released by the sweep.
     pub max_replicas: usize,
+    /// Keep 8-byte keys (chain blocks) in the chain-run arena (`arena/`,
+    /// issue 14) instead of the slot table. Off by default until the
+    /// arena-backed index passes the whole suite (the crate feature
+    /// `chain-arena` turns it on by default, so `cargo test --features
+    /// chain-arena` runs every test on it).
+    pub chain_arena: bool,
 }
 
 impl Default for IndexConfig {
@@ -86,6 +92,7 @@ impl Default for IndexConfig {
             observer: None,
             cap_reserve: DEFAULT_CAP_RESERVE,
             max_replicas: DEFAULT_MAX_REPLICAS,
+            chain_arena: cfg!(feature = "chain-arena"),
         }
     }
 }
@@ -99,6 +106,7 @@ impl std::fmt::Debug for IndexConfig {
             .field("ranking", &self.ranking)
             .field("observer", &self.observer.is_some())
             .field("max_replicas", &self.max_replicas)
+            .field("chain_arena", &self.chain_arena)
             .finish_non_exhaustive()
     }
 }
@@ -164,6 +172,13 @@ impl IndexConfig {
     /// Set the cap victim reserve size.
     pub fn cap_reserve(mut self, n: usize) -> Self {
         self.cap_reserve = n;
+        self
+    }
+
+    /// Keep 8-byte keys in the chain-run arena (see
+    /// [`IndexConfig::chain_arena`]).
+    pub fn chain_arena(mut self, on: bool) -> Self {
+        self.chain_arena = on;
         self
     }
 

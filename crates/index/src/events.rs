@@ -2,6 +2,7 @@
 
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
+use crate::entries::{ArenaRemoval, Taken};
 use crate::holder;
 use crate::index::Index;
 use crate::ingest::PREFETCH;
@@ -121,12 +122,16 @@ impl Index {
                 let Some(k) = keys.get_mut(n) else {
                     break 'fill;
                 };
+                // Arena keys are not in the slot table.
+                if self.store.entries.arena_block(&ev.prefix_hash).is_some() {
+                    continue;
+                }
                 *k = key_hash(p.id, &ev.prefix_hash);
                 n += 1;
             }
             covered += 1;
         }
-        self.store.shards.prefetch(&keys[..n]);
+        self.store.entries.slots.prefetch(&keys[..n]);
         covered.max(1)
     }
 
@@ -150,16 +155,20 @@ impl Index {
         }
         for p in wanted {
             let key = KeyRef::new(p.id, &ev.prefix_hash);
-            let mut shard = self.store.shards.write(key.shard());
-            if let Some((h, rest)) = shard.take_holder(&key, replica) {
-                let gone = rest.is_none();
-                if let Some(hs) = rest.filter(|_| self.enforcement.quota.active()) {
-                    self.enforcement
-                        .quota
-                        .on_key_changed(p, &ev.prefix_hash, hs);
-                }
-                write(&self.store.counters).on_remove(p, replica, gone);
-                drop(shard);
+            let taken = self.store.entries.take(
+                &key,
+                replica,
+                |_, _| true,
+                |_, rest| {
+                    if !rest.is_empty() && self.enforcement.quota.active() {
+                        self.enforcement
+                            .quota
+                            .on_key_changed(p, &ev.prefix_hash, rest);
+                    }
+                    write(&self.store.counters).on_remove(p, replica, rest.is_empty());
+                },
+            );
+            if let Taken::Removed(h) = taken {
                 out.entries_removed += 1;
                 notes.push(|| {
                     Note::Removed(
@@ -167,6 +176,40 @@ impl Index {
                         RemovalReason::Evicted,
                     )
                 });
+            }
+        }
+    }
+
+    /// The counters and quota reserves after an arena sweep removed
+    /// `removed` (`each` sees every removal whose partition is known).
+    pub(crate) fn count_arena_removals(
+        &self,
+        parts: &[Arc<Partition>],
+        removed: &[ArenaRemoval],
+        mut each: impl FnMut(&Partition),
+    ) {
+        if removed.is_empty() {
+            return;
+        }
+        {
+            let mut c = write(&self.store.counters);
+            for rm in removed {
+                if let Some(p) = parts.get(rm.part as usize) {
+                    c.on_remove(p, rm.holder.replica(), rm.key_gone);
+                    each(p);
+                }
+            }
+        }
+        if self.enforcement.quota.active() {
+            for rm in removed.iter().filter(|rm| !rm.key_gone) {
+                if let Some(p) = parts.get(rm.part as usize) {
+                    let bytes = rm.hash.to_le_bytes();
+                    self.store
+                        .entries
+                        .holders(&KeyRef::new(p.id, &bytes), |hs| {
+                            self.enforcement.quota.on_key_changed(p, &bytes, hs)
+                        });
+                }
             }
         }
     }
@@ -217,8 +260,8 @@ impl Index {
                 .sum()
         };
         let mut si = 0;
-        while expected > 0 && si < self.store.shards.len() {
-            let mut shard = self.store.shards.write(si);
+        while expected > 0 && si < self.store.entries.slots.len() {
+            let mut shard = self.store.entries.slots.write(si);
             let mut removed = Vec::new();
             shard.retain(|pid, hash, holders| {
                 if !is_part.get(pid as usize).copied().unwrap_or(false) {
@@ -262,6 +305,23 @@ impl Index {
                 }
             }
             si += 1;
+        }
+        if expected > 0 {
+            let removed = self.store.entries.sweep_arena(|part, r, _| {
+                r == replica && is_part.get(part as usize).copied().unwrap_or(false)
+            });
+            out.entries_removed += removed.len() as u64;
+            self.count_arena_removals(&parts, &removed, |_| {});
+            for rm in removed {
+                if let Some(p) = parts.get(rm.part as usize) {
+                    notes.push(|| {
+                        Note::Removed(
+                            Index::change(p, &rm.hash.to_le_bytes(), name.clone(), &rm.holder),
+                            RemovalReason::Cleared,
+                        )
+                    });
+                }
+            }
         }
         {
             let mut stats = write(&self.stats);

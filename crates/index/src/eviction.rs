@@ -39,8 +39,8 @@ impl Index {
                 .map_or(EvictionAlgorithm::Lru, |x| x.1)
         };
 
-        for si in 0..self.store.shards.len() {
-            let mut shard = self.store.shards.write(si);
+        for si in 0..self.store.entries.slots.len() {
+            let mut shard = self.store.entries.slots.write(si);
             let mut removed: Vec<Removed> = Vec::new();
             shard.retain(|pid, hash, holders| {
                 let Some(p) = parts.get(pid as usize) else {
@@ -97,6 +97,30 @@ impl Index {
                         Note::Removed(Index::change(p, &hash, name, &h), RemovalReason::Ttl)
                     });
                 }
+            }
+        }
+
+        let removed = self.store.entries.sweep_arena(|part, _, last_seen| {
+            parts
+                .get(part as usize)
+                .is_some_and(|p| now.saturating_sub(last_seen) >= ttl_of(p))
+        });
+        self.count_arena_removals(&parts, &removed, |p| {
+            out.evictions.add_ttl(algo_of(p), 1);
+        });
+        let observed = notes.enabled;
+        for rm in removed.into_iter().filter(|_| observed) {
+            if let Some(p) = parts.get(rm.part as usize) {
+                let name = names
+                    .get(rm.holder.replica() as usize)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(""));
+                notes.push(|| {
+                    Note::Removed(
+                        Index::change(p, &rm.hash.to_le_bytes(), name, &rm.holder),
+                        RemovalReason::Ttl,
+                    )
+                });
             }
         }
 

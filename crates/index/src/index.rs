@@ -8,7 +8,7 @@ use crate::hashing::FoldBuild;
 use crate::holder::Holder;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
-use crate::shard::{Held, Shards, read, write};
+use crate::shard::{Held, read, write};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,8 +83,8 @@ pub(crate) struct Env {
 pub(crate) struct Store {
     /// Interned names: partitions, (tenant, model), scopes, replicas.
     pub(crate) catalog: RwLock<Catalog>,
-    /// The (key, holders) tables.
-    pub(crate) shards: Shards,
+    /// The (key, holders) stores (`entries/`).
+    pub(crate) entries: crate::entries::Entries,
     /// Entry and key counts, serving scopes (lock order: shard → counters).
     pub(crate) counters: RwLock<Counters>,
     /// Model ids reported non-zero by the last `entry_counts_by_model`.
@@ -165,7 +165,7 @@ impl Index {
             },
             store: Store {
                 catalog: RwLock::new(Catalog::default()),
-                shards: Shards::new(),
+                entries: crate::entries::Entries::new(cfg.chain_arena),
                 counters: RwLock::new(Counters::default()),
                 gauge: Mutex::new(Vec::new()),
                 gate: RwLock::new(()),
@@ -313,14 +313,11 @@ impl Index {
     /// partition is not in the snapshot taken at the start are skipped.
     pub(crate) fn scan_keys(&self, mut visit: impl FnMut(&Arc<Partition>, &[u8], &Held<'_>)) {
         let parts = self.partitions();
-        for si in 0..self.store.shards.len() {
-            let shard = self.store.shards.read(si);
-            for (pid, hash, holders) in shard.iter() {
-                if let Some(p) = parts.get(pid as usize) {
-                    visit(p, hash, &holders);
-                }
+        self.store.entries.scan(|pid, hash, holders| {
+            if let Some(p) = parts.get(pid as usize) {
+                visit(p, hash, holders);
             }
-        }
+        });
     }
 
     pub(crate) fn replica_names(&self) -> Vec<Arc<str>> {

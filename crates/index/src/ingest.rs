@@ -1,5 +1,6 @@
 //! Ingest (§2.3): additive upserts, stats, quota, cap.
 
+use crate::arena::BlockStored;
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::counters::Adds;
@@ -9,6 +10,7 @@ use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
 use crate::shard::{Upsert, read, write};
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
+use std::cell::RefCell;
 use std::sync::Arc;
 
 /// Non-finite → 0.
@@ -22,6 +24,28 @@ pub(crate) struct Writer<'a> {
     pub(crate) ts: i64,
     /// LFU access count to restore (0 from ingest: a refresh keeps the count).
     pub(crate) access: u64,
+}
+
+/// A chain's blocks as the arena takes them, reused per thread.
+#[derive(Default)]
+struct ChainScratch {
+    hashes: Vec<u64>,
+    tokens: Vec<i32>,
+    outcomes: Vec<BlockStored>,
+}
+
+thread_local! {
+    static CHAIN: RefCell<ChainScratch> = RefCell::new(ChainScratch::default());
+}
+
+/// An arena block's outcome as the slot table's.
+fn blocked(o: BlockStored) -> Upsert {
+    match o {
+        BlockStored::Refreshed => Upsert::Refreshed,
+        BlockStored::Added => Upsert::Added,
+        BlockStored::NewKey => Upsert::NewKey,
+        BlockStored::Lost => Upsert::Full,
+    }
 }
 
 /// Keys whose memory a writer loads ahead, per pass (`Shards::prefetch`).
@@ -41,7 +65,12 @@ impl Index {
         for (k, h) in keys.iter_mut().zip(&hashes[..n]) {
             *k = key_hash(part, h.as_ref());
         }
-        self.store.shards.prefetch(&keys[..n]);
+        // Arena keys are not in the slot table: nothing of theirs to load.
+        let arena = self.store.entries.arena().is_some()
+            && hashes.first().is_some_and(|h| h.as_ref().len() == 8);
+        if !arena {
+            self.store.entries.slots.prefetch(&keys[..n]);
+        }
     }
 
     /// Ingest one `CacheStateUpdate` (§2.3). Never fails: bad input is dropped
@@ -147,7 +176,15 @@ impl Index {
                 };
                 let tier = e.tier.normalized();
                 let mut adds = Adds::default();
-                if chain {
+                if chain && self.store_chain_in_arena(&part, e, tier, &w, &mut adds, out, notes) {
+                    if track {
+                        confirmed.extend(
+                            e.block_hashes
+                                .iter()
+                                .map(|h| (part.id, key_hash(part.id, h))),
+                        );
+                    }
+                } else if chain {
                     let mut cumulative: i32 = 0;
                     let mut keys = [0u64; PREFETCH];
                     for (i, (h, c)) in e.block_hashes.iter().zip(&e.block_token_counts).enumerate()
@@ -224,6 +261,112 @@ impl Index {
         }
     }
 
+    /// A chain entry whose blocks are all 8 bytes stored in the arena with
+    /// one call (its blocks stay one run as the chain grows turn by turn);
+    /// false, storing nothing, when the arena is off or a block is not 8
+    /// bytes (the caller then upserts block by block).
+    #[allow(clippy::too_many_arguments)]
+    fn store_chain_in_arena(
+        &self,
+        part: &Arc<Partition>,
+        e: &crate::types::PrefixEntry,
+        tier: Tier,
+        w: &Writer<'_>,
+        adds: &mut Adds,
+        out: &mut IngestOutcome,
+        notes: &mut Notes,
+    ) -> bool {
+        let Some(arena) = self.store.entries.arena() else {
+            return false;
+        };
+        if e.block_hashes.iter().any(|h| h.len() != 8) {
+            return false;
+        }
+        CHAIN.with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return false;
+            };
+            let ChainScratch {
+                hashes,
+                tokens,
+                outcomes,
+            } = &mut *c;
+            hashes.clear();
+            tokens.clear();
+            let mut cumulative: i32 = 0;
+            for (h, n) in e.block_hashes.iter().zip(&e.block_token_counts) {
+                cumulative = cumulative.wrapping_add(*n);
+                let b: [u8; 8] = h.as_slice().try_into().unwrap_or_default();
+                hashes.push(u64::from_le_bytes(b));
+                tokens.push(cumulative);
+            }
+            arena.store_each(part.id, w.replica, hashes, tokens, w.ts, tier, outcomes);
+            for ((h, &t), &o) in e
+                .block_hashes
+                .iter()
+                .zip(tokens.iter())
+                .zip(outcomes.iter())
+            {
+                let hash = u64::from_le_bytes(h.as_slice().try_into().unwrap_or_default());
+                self.after_upsert(part, h, hash, blocked(o), t, tier, w, adds, out, notes);
+            }
+            true
+        })
+    }
+
+    /// The bookkeeping of one arena block's store: counts, the LFU count
+    /// to restore, the cap and quota reserves, the observer's note.
+    #[allow(clippy::too_many_arguments)]
+    fn after_upsert(
+        &self,
+        part: &Arc<Partition>,
+        bytes: &[u8],
+        hash: u64,
+        done: Upsert,
+        tokens: i32,
+        tier: Tier,
+        w: &Writer<'_>,
+        adds: &mut Adds,
+        out: &mut IngestOutcome,
+        notes: &mut Notes,
+    ) {
+        let (new_key, added) = match done {
+            Upsert::Refreshed => (false, false),
+            Upsert::Added => (false, true),
+            Upsert::NewKey => (true, true),
+            Upsert::Full => {
+                out.dropped_shard_full += 1;
+                return;
+            }
+        };
+        out.entries_upserted += 1;
+        if w.access > 0 {
+            self.store
+                .entries
+                .credits
+                .set(part.id, hash, w.replica, w.access);
+        }
+        self.enforcement
+            .cap
+            .on_upsert(part, bytes, w.replica, w.replica_id, w.ts);
+        if self.enforcement.quota.active() {
+            self.store
+                .entries
+                .holders(&KeyRef::new(part.id, bytes), |hs| {
+                    self.enforcement.quota.on_key_changed(part, bytes, hs)
+                });
+        }
+        if added {
+            adds.holders += 1;
+            adds.keys += u64::from(new_key);
+            out.entries_added += 1;
+            notes.push(|| {
+                let h = Holder::new(w.replica, tokens, tier, w.ts);
+                Note::Added(Index::change(part, bytes, w.replica_id.clone(), &h))
+            });
+        }
+    }
+
     /// Insert or refresh one (key, replica) entry. The counters are not
     /// updated here: new holders are added to `adds`, which the caller
     /// applies with [`Index::count_adds`] after its run of upserts.
@@ -240,7 +383,21 @@ impl Index {
         notes: &mut Notes,
     ) {
         let hash = key.bytes;
-        let mut shard = self.store.shards.write(key.shard());
+        if let Some((arena, h)) = self.store.entries.arena_block(hash) {
+            let done = CHAIN.with(|c| {
+                let mut scratch = ChainScratch::default();
+                let mut c = c.try_borrow_mut();
+                let outcomes = match c.as_mut() {
+                    Ok(c) => &mut c.outcomes,
+                    Err(_) => &mut scratch.outcomes,
+                };
+                arena.store_each(key.part, w.replica, &[h], &[tokens], w.ts, tier, outcomes);
+                outcomes.first().copied().map_or(Upsert::Full, blocked)
+            });
+            self.after_upsert(part, hash, h, done, tokens, tier, w, adds, out, notes);
+            return;
+        }
+        let mut shard = self.store.entries.slots.write(key.shard());
         out.entries_upserted += 1;
         let h = Holder::new(w.replica, tokens, tier, w.ts);
         let (new_key, added) = match shard.upsert(key, h, w.access) {

@@ -170,6 +170,7 @@ mod classify;
 mod clock;
 mod config;
 mod counters;
+mod entries;
 mod events;
 mod eviction;
 mod export;

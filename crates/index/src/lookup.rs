@@ -199,23 +199,24 @@ impl Index {
     /// The fresh holders of one exact key.
     pub(crate) fn exact_raws(&self, part: u32, hash: &[u8], now: i64, ttl: i64) -> Vec<Raw> {
         let key = KeyRef::new(part, hash);
-        let shard = self.store.shards.read(key.shard());
-        let Some(holders) = shard.get(&key) else {
-            return Vec::new();
-        };
-        holders
-            .iter()
-            .filter_map(|h| {
-                let fresh = freshness(now, h.last_seen, ttl);
-                (fresh > 0.0).then_some(Raw {
-                    replica: h.replica(),
-                    tokens: h.tokens,
-                    fresh,
-                    tier: h.tier(),
-                    blocks: 1,
-                })
+        self.store
+            .entries
+            .holders(&key, |holders| {
+                holders
+                    .iter()
+                    .filter_map(|h| {
+                        let fresh = freshness(now, h.last_seen, ttl);
+                        (fresh > 0.0).then_some(Raw {
+                            replica: h.replica(),
+                            tokens: h.tokens,
+                            fresh,
+                            tier: h.tier(),
+                            blocks: 1,
+                        })
+                    })
+                    .collect()
             })
-            .collect()
+            .unwrap_or_default()
     }
 
     /// Every replica's leading run over the request's chain (weakest-link
@@ -229,7 +230,7 @@ impl Index {
         keep: impl Fn(&Run) -> bool,
     ) -> Vec<Raw> {
         walk(
-            &self.store.shards,
+            &self.store.entries,
             part,
             req.block_hashes,
             req.block_token_counts,
@@ -393,9 +394,7 @@ impl Index {
     pub fn credit(&self, hits: &LfuHits) {
         for h in &hits.runs {
             for key in hits.keys.iter().take(h.blocks as usize) {
-                let key = key.as_ref();
-                let shard = self.store.shards.read(key.shard());
-                shard.credit(&key, h.replica);
+                self.store.entries.credit(&key.as_ref(), h.replica);
             }
         }
     }
@@ -423,8 +422,8 @@ impl Index {
         let part = self.find_partition(tenant, model, scheme, adapter)?;
         let replica = read(&self.store.catalog).find_replica(replica_id)?;
         let key = KeyRef::new(part.id, hash);
-        let shard = self.store.shards.read(key.shard());
-        let held = shard.held(&key)?;
-        Some(held.access(holder::find(&held, replica)?))
+        self.store
+            .entries
+            .holders(&key, |held| Some(held.access(holder::find(held, replica)?)))?
     }
 }

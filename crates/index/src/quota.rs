@@ -10,6 +10,7 @@
 //! cap) calls [`QuotaReserves::on_key_changed`] under the shard write lock.
 
 use crate::catalog::Partition;
+use crate::entries::KeyTaken;
 use crate::holder::Holder;
 use crate::index::Index;
 use crate::key::KeyRef;
@@ -234,15 +235,20 @@ impl Index {
         notes: &mut Notes,
     ) -> Result<bool, QuotaVictim> {
         let key = KeyRef::new(v.part.id, &v.hash);
-        let mut shard = self.store.shards.write(key.shard());
-        let Some(age) = shard.get(&key).map(key_age) else {
-            return Ok(false);
-        };
-        if age != v.age {
-            return Err(QuotaVictim { age, ..v });
-        }
-        let Some(holders) = shard.remove(&key) else {
-            return Ok(false);
+        let mut now_age = None;
+        let holders = match self.store.entries.take_key(&key, |hs| {
+            let age = key_age(hs);
+            now_age = Some(age);
+            age == v.age
+        }) {
+            KeyTaken::Absent => return Ok(false),
+            KeyTaken::Refused => {
+                return match now_age {
+                    Some(age) => Err(QuotaVictim { age, ..v }),
+                    None => Ok(false),
+                };
+            }
+            KeyTaken::Removed(hs) => hs,
         };
         {
             let mut c = write(&self.store.counters);
@@ -251,7 +257,6 @@ impl Index {
                 c.on_remove(&v.part, h.replica(), i + 1 == n);
             }
         }
-        drop(shard);
         for h in holders.iter() {
             let name = names
                 .get(h.replica() as usize)

@@ -69,17 +69,53 @@ pub(crate) enum Upsert {
     Full,
 }
 
-/// The holders of one slot with what reading their LFU counts needs.
+/// The holders of one key with what reading their LFU counts needs: the
+/// slot table's per-shard credit table or the arena's side table.
 pub(crate) struct Held<'a> {
-    map: &'a ShardMap,
-    pos: usize,
+    counts: Counts<'a>,
     holders: &'a [Holder],
 }
 
-impl Held<'_> {
+enum Counts<'a> {
+    Slot {
+        map: &'a ShardMap,
+        pos: usize,
+    },
+    Arena {
+        credits: &'a crate::entries::Credits,
+        part: u32,
+        hash: u64,
+    },
+}
+
+impl<'a> Held<'a> {
+    /// The holders of arena block (`part`, `hash`), counted in `credits`.
+    pub(crate) fn arena(
+        holders: &'a [Holder],
+        credits: &'a crate::entries::Credits,
+        part: u32,
+        hash: u64,
+    ) -> Self {
+        Self {
+            counts: Counts::Arena {
+                credits,
+                part,
+                hash,
+            },
+            holders,
+        }
+    }
+
     /// The LFU count of `h`, one of these holders.
     pub(crate) fn access(&self, h: &Holder) -> u64 {
-        self.map.access_at(self.pos, h)
+        match self.counts {
+            Counts::Slot { map, pos } => map.access_at(pos, h),
+            Counts::Arena {
+                credits,
+                part,
+                hash,
+            } => credits.get(part, hash, h.replica()),
+        }
     }
 }
 
@@ -122,8 +158,7 @@ impl ShardMap {
     pub(crate) fn held(&self, k: &KeyRef<'_>) -> Option<Held<'_>> {
         let pos = self.find(k)?;
         self.slots.get(pos).map(|s| Held {
-            map: self,
-            pos,
+            counts: Counts::Slot { map: self, pos },
             holders: self.pool.slice(&s.first),
         })
     }
@@ -348,8 +383,7 @@ impl ShardMap {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &[u8], Held<'_>)> {
         self.slots.iter().enumerate().map(move |(pos, s)| {
             let held = Held {
-                map: self,
-                pos,
+                counts: Counts::Slot { map: self, pos },
                 holders: self.pool.slice(&s.first),
             };
             (s.key.part(), s.key.hash_bytes(), held)
