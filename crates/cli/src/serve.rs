@@ -110,6 +110,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             sweep_interval: args.index_sweep_interval,
             ranking: args.ranking,
             max_replicas: args.index_max_replicas,
+            slot_table: args.index_slot_table,
         },
         stream_metrics_interval: args.stream_metrics_interval,
         limits: inferencecache_server::limits::Limits {

@@ -72,11 +72,11 @@ pub struct IndexConfig {
     /// ([`crate::IngestOutcome::refused_replica_limit`]). Replicas holding
     /// nothing and without stats are released by the sweep.
     pub max_replicas: usize,
-    /// Keep 8-byte keys (chain blocks) in the chain-run arena (`arena/`,
-    /// issue 14) instead of the slot table. Off by default until the
-    /// arena-backed index passes the whole suite (the crate feature
-    /// `chain-arena` turns it on by default, so `cargo test --features
-    /// chain-arena` runs every test on it).
+    /// Keep 8-byte keys (chain blocks) in the chain-run arena (`arena/`)
+    /// instead of the slot table; the other keys always live in the slot
+    /// table. On by default; the crate feature `slot-table` turns it off by
+    /// default (`cargo test --features slot-table` runs every test on the
+    /// slot table alone).
     pub chain_arena: bool,
 }
 
@@ -92,7 +92,7 @@ impl Default for IndexConfig {
             observer: None,
             cap_reserve: DEFAULT_CAP_RESERVE,
             max_replicas: DEFAULT_MAX_REPLICAS,
-            chain_arena: cfg!(feature = "chain-arena"),
+            chain_arena: !cfg!(feature = "slot-table"),
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::shard::{read, write};
 use crate::types::{CacheEvent, EventKind, EventOutcome};
+use arrayvec::ArrayVec;
 use std::sync::Arc;
 
 /// The resolved (partitions, replica) of a `PrefixEvicted`.
@@ -111,27 +112,32 @@ impl Index {
         t: &EvictTarget,
         evs: impl Iterator<Item = &'e CacheEvent>,
     ) -> usize {
-        let mut keys = [0u64; PREFETCH];
-        let (mut n, mut covered) = (0, 0);
+        // Slot-table keys, and arena blocks as (partition, key hash).
+        let mut slots: ArrayVec<u64, PREFETCH> = ArrayVec::new();
+        let mut blocks: ArrayVec<(u32, u64), PREFETCH> = ArrayVec::new();
+        let mut covered = 0;
         'fill: for ev in evs {
             for p in t
                 .parts
                 .iter()
                 .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id)
             {
-                let Some(k) = keys.get_mut(n) else {
+                if slots.len() + blocks.len() == PREFETCH {
                     break 'fill;
-                };
-                // Arena keys are not in the slot table.
-                if self.store.entries.arena_block(&ev.prefix_hash).is_some() {
-                    continue;
                 }
-                *k = key_hash(p.id, &ev.prefix_hash);
-                n += 1;
+                let kh = key_hash(p.id, &ev.prefix_hash);
+                if self.store.entries.arena_block(&ev.prefix_hash).is_some() {
+                    blocks.push((p.id, kh));
+                } else {
+                    slots.push(kh);
+                }
             }
             covered += 1;
         }
-        self.store.entries.slots.prefetch(&keys[..n]);
+        self.store.entries.slots.prefetch(&slots);
+        if let Some(arena) = self.store.entries.arena() {
+            arena.prefetch_keys(&blocks);
+        }
         covered.max(1)
     }
 

@@ -183,6 +183,7 @@ impl Index {
             replicas: Vec::new(),
             out: ImportOutcome::default(),
             scratch: IngestOutcome::default(),
+            last: None,
         }
     }
 }
@@ -197,6 +198,9 @@ pub struct Importer<'a> {
     replicas: Vec<Option<(u32, Arc<str>)>>,
     out: ImportOutcome,
     scratch: IngestOutcome,
+    /// The last arena block imported, with its partition: the next key
+    /// follows it in its run when the export walked one (`Writer::follows`).
+    last: Option<(u32, u64)>,
 }
 
 impl std::fmt::Debug for Importer<'_> {
@@ -243,6 +247,7 @@ impl Importer<'_> {
                 replica_id,
                 ts: e.last_seen_ns,
                 access: e.access_count,
+                follows: self.last.filter(|(p, _)| *p == part.id).map(|(_, h)| h),
             };
             let mut adds = Adds::default();
             self.index.upsert(
@@ -260,6 +265,12 @@ impl Importer<'_> {
             imported = true;
         }
         self.out.keys += u64::from(imported);
+        self.last = self
+            .index
+            .store
+            .entries
+            .arena_block(hash)
+            .map(|(_, h)| (part.id, h));
     }
 
     /// Imports one replica's stats.
@@ -296,5 +307,77 @@ impl Importer<'_> {
         let mut notes = Notes::new(false);
         self.index.enforce_cap(&mut self.out.evictions, &mut notes);
         self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use crate::{CacheUpdate, Index, IndexConfig, LookupRequest, ManualClock, PrefixEntry};
+    use std::sync::Arc;
+
+    const NOW: i64 = 1_700_000_000_000_000_000;
+
+    fn index() -> Index {
+        IndexConfig::new()
+            .chain_arena(true)
+            .clock(Arc::new(ManualClock::new(NOW)))
+            .build()
+    }
+
+    fn store(idx: &Index, replica: &str, chain: &[[u8; 8]]) {
+        idx.ingest(&CacheUpdate {
+            replica_id: replica.into(),
+            model_id: "m".into(),
+            tenant_id: "t".into(),
+            hash_scheme: "s".into(),
+            prefixes: vec![PrefixEntry {
+                block_hashes: chain.iter().map(|h| h.to_vec()).collect(),
+                block_token_counts: vec![16; chain.len()],
+                ..PrefixEntry::default()
+            }],
+            ..CacheUpdate::default()
+        });
+    }
+
+    fn lookup(idx: &Index, chain: &[[u8; 8]]) -> Vec<(String, i32)> {
+        let counts = vec![16; chain.len()];
+        let req = LookupRequest::new("t", "m", "s").chain(chain, &counts);
+        let r = idx.lookup(&req);
+        r.scores
+            .iter()
+            .map(|s| (s.replica_id.to_string(), s.matched_tokens))
+            .collect()
+    }
+
+    /// A chain exported and imported key by key comes back as runs (the
+    /// import appends each block to the one before it), not one run per
+    /// block, with every holding as it was.
+    #[test]
+    fn an_imported_chain_is_one_run_again() {
+        let a: Vec<[u8; 8]> = (0..40u64).map(|i| (1000 + i).to_le_bytes()).collect();
+        let b: Vec<[u8; 8]> = (0..10u64).map(|i| (5000 + i).to_le_bytes()).collect();
+        let src = index();
+        store(&src, "r0", &a);
+        store(&src, "r1", &a[..20]);
+        store(&src, "r2", &b);
+        let runs = |idx: &Index| idx.store.entries.arena().map(|a| a.runs());
+        assert_eq!(runs(&src), Some(2));
+
+        let mut keys: Vec<(u32, Vec<u8>, Vec<crate::EntryState>)> = Vec::new();
+        let tables = src.export_keys(|p, h, e| keys.push((p, h.to_vec(), e.to_vec())));
+        let dst = index();
+        let mut imp = dst.importer();
+        imp.tables(&tables.partitions, &tables.replicas);
+        for (p, h, e) in &keys {
+            imp.key(*p, h, e);
+        }
+        assert_eq!(imp.finish().entries, 70);
+        // One run per chain at most (consecutive runs of the export may join).
+        assert!(runs(&dst).is_some_and(|n| n <= 2), "runs {:?}", runs(&dst));
+        for chain in [&a[..], &a[..25], &b[..], &b[..3]] {
+            assert_eq!(lookup(&dst, chain), lookup(&src, chain));
+        }
+        assert_eq!(lookup(&dst, &a)[0], ("r0".to_string(), 40 * 16));
     }
 }

@@ -24,6 +24,10 @@ pub(crate) struct Writer<'a> {
     pub(crate) ts: i64,
     /// LFU access count to restore (0 from ingest: a refresh keeps the count).
     pub(crate) access: u64,
+    /// The arena block the written key follows in its chain, when the
+    /// writer knows it (an import: the export walks runs in order), so a
+    /// chain restored key by key is one run again (`ChainArena::store_after`).
+    pub(crate) follows: Option<u64>,
 }
 
 /// A chain's blocks as the arena takes them, reused per thread.
@@ -140,6 +144,7 @@ impl Index {
                 replica_id: &replica_id,
                 ts,
                 access: 0,
+                follows: None,
             };
             // Partition cache: entries of one update almost always share an adapter.
             let mut cached: Option<Arc<Partition>> = None;
@@ -391,7 +396,13 @@ impl Index {
                     Ok(c) => &mut c.outcomes,
                     Err(_) => &mut scratch.outcomes,
                 };
-                arena.store_each(key.part, w.replica, &[h], &[tokens], w.ts, tier, outcomes);
+                let (r, ts) = (w.replica, w.ts);
+                match w.follows {
+                    Some(p) => {
+                        arena.store_after(key.part, p, r, &[h], &[tokens], ts, tier, outcomes)
+                    }
+                    None => arena.store_each(key.part, r, &[h], &[tokens], ts, tier, outcomes),
+                };
                 outcomes.first().copied().map_or(Upsert::Full, blocked)
             });
             self.after_upsert(part, hash, h, done, tokens, tier, w, adds, out, notes);

@@ -179,36 +179,67 @@ impl<V: Ord + Clone> Reserve<V> {
     }
 }
 
-/// Keeps the `k` smallest offered candidates (a max-heap of `k`).
+/// Keeps the `k` smallest offered candidates: kept ones are appended to a
+/// buffer, and when it holds half as many again as `k` a selection
+/// (`select_nth_unstable`, linear) keeps the `k` smallest, the largest of
+/// which then turns away every later candidate not below it without
+/// building it. A scan's gather costs about a comparison per candidate,
+/// not the max-heap's pop and push (log `k` comparisons each) per kept
+/// one: with the heap, gathering was 40 % of an ingest at the cap
+/// (BENCHMARKS.md, "Index at its cap").
 pub(crate) struct Gather<V> {
     k: usize,
-    heap: BinaryHeap<V>,
+    buf: Vec<V>,
+    /// `buf[k - 1]` is the largest of the last selection (the bound).
+    bounded: bool,
 }
 
 impl<V: Ord> Gather<V> {
     pub(crate) fn new(k: usize) -> Self {
         Self {
             k,
-            heap: BinaryHeap::with_capacity(k.saturating_add(1).min(1 << 20)),
+            buf: Vec::with_capacity(Self::room(k).min(1 << 20)),
+            bounded: false,
         }
     }
 
-    /// Offer a candidate: `cmp` compares it with the current largest kept;
-    /// `make` builds it only when it is kept.
+    /// Buffer length that triggers a selection.
+    fn room(k: usize) -> usize {
+        k.saturating_add(k / 2).max(k.saturating_add(16))
+    }
+
+    /// Offer a candidate: `cmp` compares it with the current bound; `make`
+    /// builds it only when it is kept.
     #[inline]
     pub(crate) fn offer(&mut self, cmp: impl FnOnce(&V) -> Ordering, make: impl FnOnce() -> V) {
-        if self.heap.len() >= self.k {
-            match self.heap.peek() {
-                Some(top) if cmp(top) != Ordering::Less => return,
-                _ => {}
-            }
-            self.heap.pop();
+        if self.k == 0 {
+            return;
         }
-        self.heap.push(make());
+        if self.bounded {
+            if let Some(b) = self.buf.get(self.k - 1) {
+                if cmp(b) != Ordering::Less {
+                    return;
+                }
+            }
+        }
+        self.buf.push(make());
+        if self.buf.len() >= Self::room(self.k) {
+            self.select();
+        }
     }
 
-    pub(crate) fn into_vec(self) -> Vec<V> {
-        self.heap.into_vec()
+    /// Keep the `k` smallest, the largest of them at `k - 1`.
+    fn select(&mut self) {
+        if self.buf.len() > self.k {
+            self.buf.select_nth_unstable(self.k - 1);
+            self.buf.truncate(self.k);
+            self.bounded = true;
+        }
+    }
+
+    pub(crate) fn into_vec(mut self) -> Vec<V> {
+        self.select();
+        self.buf
     }
 }
 

@@ -1,8 +1,7 @@
-//! A chain-run arena: the storage issue 14 plans for 8-byte chain keys,
-//! built and tested on its own before the index moves onto it (crate
-//! README, "The chain-run arena"). Nothing in [`crate::Index`] uses it
-//! yet; it is public (hidden) so that `benches/arena.rs` and `bench/peers`
-//! can measure it against the slot table and the peers.
+//! The chain-run arena: where the index keeps 8-byte keys (chain blocks),
+//! behind the entry facade (`entries/`, crate README "Storage"). It is
+//! also public (hidden) so that `benches/arena.rs` and `bench/peers` can
+//! measure it on its own against the slot table and the peers.
 //!
 //! ```text
 //!  256 shards, each two locks on lines of their own:
@@ -37,8 +36,8 @@
 //! Every holding keeps what the slot table keeps for it: its token count
 //! (a span holds an offset to the run's per-block counts, so a suffix
 //! stored on its own and the whole chain stored later share blocks), its
-//! last-seen time and its tier. LFU counts and long (non 8-byte) hashes
-//! stay with the slot table until the index moves onto the arena.
+//! last-seen time and its tier. LFU counts live in the facade's side table
+//! (`entries/credits.rs`), keys of other lengths in the slot table.
 //!
 //! # Concurrency
 //!
@@ -64,6 +63,7 @@
 //! `for_each_block`'s under its read lock. They may take the caller's own
 //! locks if the caller never holds those while calling into the arena.
 
+mod prefetch;
 mod spans;
 mod store;
 mod toks;

@@ -1,6 +1,7 @@
 //! Writes: a chain stored by one replica, one holding removed, run tails
 //! trimmed and runs nobody holds retired.
 
+use super::prefetch::WINDOW;
 use super::toks::Toks;
 use super::views::Holding;
 use super::{Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of};
@@ -92,7 +93,8 @@ struct Writer<'a, 'o> {
 impl Writer<'_, '_> {
     /// Edits the held run with the pending stretch, if any.
     fn flush(&mut self) {
-        if let Some(s) = self.pending.take() {
+        // An empty stretch (`ChainArena::follow`'s, nothing appended) edits nothing.
+        if let Some(s) = self.pending.take().filter(|s| s.to > s.from) {
             self.hold(s);
         }
     }
@@ -142,7 +144,7 @@ impl ChainArena {
         last_seen: i64,
         tier: Tier,
     ) -> Stored {
-        self.store_with(part, replica, hashes, tokens, last_seen, tier, None)
+        self.store_with(part, replica, hashes, tokens, last_seen, tier, None, None)
     }
 
     /// [`ChainArena::store`] that also reports what it did with each block:
@@ -164,7 +166,49 @@ impl ChainArena {
     ) -> Stored {
         out.clear();
         out.resize(hashes.len().min(tokens.len()), BlockStored::Lost);
-        self.store_with(part, replica, hashes, tokens, last_seen, tier, Some(out))
+        self.store_with(
+            part,
+            replica,
+            hashes,
+            tokens,
+            last_seen,
+            tier,
+            Some(out),
+            None,
+        )
+    }
+
+    /// [`ChainArena::store_each`] of a chain that continues block
+    /// `parent`: a new first block is appended to `parent`'s run when
+    /// `parent` ends it, as if both had been stored together. For a caller
+    /// that learns a chain block by block in chain order (a snapshot
+    /// import: the export walks runs in order), so the chain comes back one
+    /// run, not one run per block. Nothing of `parent` changes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_after(
+        &self,
+        part: u32,
+        parent: u64,
+        replica: u32,
+        hashes: &[u64],
+        tokens: &[i32],
+        last_seen: i64,
+        tier: Tier,
+        out: &mut Vec<BlockStored>,
+    ) -> Stored {
+        out.clear();
+        out.resize(hashes.len().min(tokens.len()), BlockStored::Lost);
+        let each = Some(out.as_mut_slice());
+        self.store_with(
+            part,
+            replica,
+            hashes,
+            tokens,
+            last_seen,
+            tier,
+            each,
+            Some(parent),
+        )
     }
 
     /// The store, with per-block outcomes into `each` (one slot per block,
@@ -180,6 +224,7 @@ impl ChainArena {
         last_seen: i64,
         tier: Tier,
         each: Option<&mut [BlockStored]>,
+        parent: Option<u64>,
     ) -> Stored {
         let mut w = Writer {
             held: None,
@@ -191,14 +236,30 @@ impl ChainArena {
             each,
             busy: None,
         };
+        if let Some(p) = parent {
+            self.follow(&mut w, part, p);
+        }
+        // Blocks before this one had their table lines loaded.
+        let mut prefetched = 0;
         'blocks: for (i, (&h, &t)) in hashes.iter().zip(tokens).enumerate() {
             let kh = hash_of(part, h);
             for _ in 0..RETRIES {
                 let pos = match self
                     .next_in_stretch(&w, part, h)
                     .or_else(|| self.probe(&mut w, part, kh, h))
-                    .or_else(|| self.place(&mut w, part, kh, h, t))
-                {
+                    .or_else(|| {
+                        // A new block: the chain's following blocks are
+                        // most likely new too (a suffix the engine just
+                        // computed), so their probes' lines are loaded
+                        // now, together (`prefetch.rs`). Not before: a
+                        // known block is usually found in the stretch, with
+                        // no probe to speed up.
+                        if i + 1 >= prefetched && i + 1 < hashes.len() {
+                            self.prefetch(part, &hashes[i + 1..]);
+                            prefetched = i + 1 + WINDOW;
+                        }
+                        self.place(&mut w, part, kh, h, t)
+                    }) {
                     Some(pos) => pos,
                     None => {
                         if let Some(i) = w.busy.take() {
@@ -246,6 +307,29 @@ impl ChainArena {
         }
         w.flush();
         w.out
+    }
+
+    /// Starts the store with an empty stretch just past `parent` when
+    /// `parent` ends its run (that run's shard then held), so that a new
+    /// first block is appended there ([`ChainArena::store_after`]).
+    fn follow<'a>(&'a self, w: &mut Writer<'a, '_>, part: u32, parent: u64) {
+        for c in self.candidates(part, hash_of(part, parent)) {
+            self.hold_shard(w, c.shard());
+            let Some((_, g)) = w.held.as_ref() else {
+                return;
+            };
+            let ends = |r: &Run| r.is(c.off, part, parent) && r.hashes.len() == c.off as usize + 1;
+            if g.get(c).is_some_and(ends) {
+                w.pending = Some(Stretch {
+                    run: c.run,
+                    from: c.off + 1,
+                    to: c.off + 1,
+                    delta: 0,
+                    first: 0,
+                });
+                return;
+            }
+        }
     }
 
     /// The block that follows the pending stretch in its run, if it is
