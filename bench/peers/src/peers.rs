@@ -12,8 +12,9 @@ use std::time::Instant;
 pub const OURS: &str = "ours (inferencecache-index)";
 pub const KVI: &str = "kv-index 2.0.0 ChainIndex";
 pub const DYN: &str = "dynamo-kv-router 1.6.1 RadixTree";
-pub const ARENA: &str = "arena prototype (ours, src/arena, walk only)";
-pub const OURS_ARENA: &str = "ours on the arena (inferencecache-index, chain_arena)";
+pub const ARENA: &str = "arena alone (ours, src/arena, no index around it)";
+/// Our index on its former default storage (`--features slot-table`).
+pub const OURS_SLOTS: &str = "ours on the slot table (inferencecache-index, chain_arena off)";
 
 pub trait Writer {
     fn apply(&mut self, i: usize, op: &Op);
@@ -179,7 +180,7 @@ impl Reader for OursReader<'_> {
 
 impl Engine for Ours {
     fn name(&self) -> &'static str {
-        if self.arena { OURS_ARENA } else { OURS }
+        if self.arena { OURS } else { OURS_SLOTS }
     }
     fn prepare(&mut self, w: &Workload) {
         self.ups.clear();

@@ -34,11 +34,7 @@ const RATE_INTERVAL: &str = "15s";
 const NOT_HERE: [&str; 1] = ["inferencecache_operator_"];
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    inferencecache_testkit::free_port()
 }
 
 fn encode(s: &str) -> String {

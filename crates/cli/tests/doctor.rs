@@ -23,11 +23,7 @@ fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    inferencecache_testkit::free_port()
 }
 
 fn server_flags(server: &engine::Proc) -> Vec<String> {

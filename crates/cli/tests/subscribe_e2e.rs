@@ -25,11 +25,7 @@ use serde_json::json;
 const REPLICA: &str = "engine-0";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    inferencecache_testkit::free_port()
 }
 
 /// `inferencecache serve` on a fixed gRPC port (so a restart comes back there).

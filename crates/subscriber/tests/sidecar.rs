@@ -67,10 +67,7 @@ struct Srv {
 }
 
 fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::from(([127, 0, 0, 1], inferencecache_testkit::free_port()))
 }
 
 impl Srv {

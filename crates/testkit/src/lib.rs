@@ -39,11 +39,29 @@ pub fn which(program: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// A free loopback port.
+/// A free loopback port, below the kernel's ephemeral range (Linux:
+/// 32768-60999). A port from `bind(":0")` is an ephemeral one, which any
+/// outgoing connection may take as its source port before the test's
+/// server binds it: another test's client, or a client already retrying
+/// against this very port (a TCP self-connect), so "Address already in
+/// use" came back now and then. Ports below the range are only ever
+/// bound on purpose; each pick is checked free and spread by process id,
+/// a counter and the clock so parallel tests and processes differ.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..2000 {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let mix = (u64::from(std::process::id()) << 32 | u64::from(n))
+            .wrapping_add(u64::from(nanos))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let port = 10_000 + ((mix >> 40) % 22_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in 10000-31999")
 }

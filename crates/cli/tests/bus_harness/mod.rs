@@ -37,11 +37,7 @@ pub(crate) fn nats_bin() -> Option<PathBuf> {
 
 /// A free loopback port (bound then released).
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    inferencecache_testkit::free_port()
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
