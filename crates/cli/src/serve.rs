@@ -183,6 +183,7 @@ async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         http_addr = %config.http_addr,
         snapshot_addr = %config.control_addr,
         engine_block_size = config.engine_block_size,
+        index_storage = if config.index.slot_table { "slot_table" } else { "chain_arena" },
         "startup"
     );
     let server = Server::bind(&config).await?;

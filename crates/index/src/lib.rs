@@ -99,7 +99,14 @@
 //!
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
 //! sweeps. There is no global lock:
-//! - entries live in 64 shards (each on 128-byte lines of its own), each a
+//! - entries live behind one facade (the `entries` module) that routes a key
+//!   by its length: 8-byte keys (chain blocks) go to the chain-run arena
+//!   (the `arena` module: 256 shards, each a block-table lock and a runs
+//!   lock; a stored chain's blocks are one contiguous run and a replica's
+//!   holding of a stretch one span, so a chain lookup probes once per run;
+//!   its own docs state its lock order), every other length (all keys with
+//!   [`IndexConfig::chain_arena`] off) to the slot table below;
+//! - the slot table's entries live in 64 shards (each on 128-byte lines of its own), each a
 //!   `RwLock` over a table of 4-byte buckets (a 7-bit tag and a slot
 //!   position; the `table` module) into a dense array of (key, holders)
 //!   slots, key = (partition id, hash bytes) with partition = interned
@@ -146,7 +153,11 @@
 //!
 //! # Memory
 //!
-//! A (prefix, replica) entry is a 16-byte holder: last seen, tokens, and one
+//! In the arena, a block is 8 bytes of hash in its run plus a 12-byte table
+//! entry behind a 4-byte bucket, and a replica's holding of a stretch of a
+//! run is one 24-byte span, whatever the stretch's length (LFU counts in a
+//! side table, credited holdings only). In the slot table,
+//! a (prefix, replica) entry is a 16-byte holder: last seen, tokens, and one
 //! word packing the replica id (24 bits), the tier (7 bits) and a "has an
 //! LFU count" flag. LFU counts live in a per-shard side table that only
 //! credited holders use. A key is one 32-byte slot in its shard's dense slot
