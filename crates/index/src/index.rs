@@ -311,13 +311,31 @@ impl Index {
     /// Visits every key with its partition, hash and holders, one shard read
     /// lock at a time (writers wait for at most one shard's walk). Keys whose
     /// partition is not in the snapshot taken at the start are skipped.
-    pub(crate) fn scan_keys(&self, mut visit: impl FnMut(&Arc<Partition>, &[u8], &Held<'_>)) {
+    pub(crate) fn scan_keys(&self, visit: impl FnMut(&Arc<Partition>, &[u8], &Held<'_>)) {
+        self.scan_keys_where(|_, _| true, visit);
+    }
+
+    /// [`Index::scan_keys`] that may skip the arena holdings `span_ok(partition,
+    /// last_seen)` turns away (a span at a time; slot-table keys are all
+    /// visited, so `visit` still filters what it needs).
+    pub(crate) fn scan_keys_where(
+        &self,
+        mut span_ok: impl FnMut(&Partition, i64) -> bool,
+        mut visit: impl FnMut(&Arc<Partition>, &[u8], &Held<'_>),
+    ) {
         let parts = self.partitions();
-        self.store.entries.scan(|pid, hash, holders| {
-            if let Some(p) = parts.get(pid as usize) {
-                visit(p, hash, holders);
-            }
-        });
+        self.store.entries.scan_where(
+            |pid, last_seen| {
+                parts
+                    .get(pid as usize)
+                    .is_some_and(|p| span_ok(p, last_seen))
+            },
+            |pid, hash, holders| {
+                if let Some(p) = parts.get(pid as usize) {
+                    visit(p, hash, holders);
+                }
+            },
+        );
     }
 
     pub(crate) fn replica_names(&self) -> Vec<Arc<str>> {

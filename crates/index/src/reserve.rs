@@ -237,6 +237,14 @@ impl<V: Ord> Gather<V> {
         }
     }
 
+    /// The largest kept candidate once a selection has run (every later
+    /// candidate not below it is turned away), else `None` (all are kept).
+    pub(crate) fn bound(&self) -> Option<&V> {
+        self.buf
+            .get(self.k.wrapping_sub(1))
+            .filter(|_| self.bounded)
+    }
+
     pub(crate) fn into_vec(mut self) -> Vec<V> {
         self.select();
         self.buf

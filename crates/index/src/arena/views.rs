@@ -87,7 +87,20 @@ impl ChainArena {
     /// read lock, which `f` runs under: it must take no arena lock) and
     /// run by run, a run's blocks in order. Blocks kept in a run that no
     /// replica holds are skipped.
-    pub fn for_each_block(&self, mut f: impl FnMut(u32, u64, &[Holding])) {
+    pub fn for_each_block(&self, f: impl FnMut(u32, u64, &[Holding])) {
+        self.for_each_block_where(|_, _| true, f);
+    }
+
+    /// [`ChainArena::for_each_block`] over the spans `span_ok(partition,
+    /// last_seen)` accepts, asked once per span as the sweep reaches it: a
+    /// scan that wants only holdings older than a bound (the cap's victim
+    /// gather) skips a span's blocks unread. A block none of whose
+    /// accepted spans covers it is not visited.
+    pub fn for_each_block_where(
+        &self,
+        mut span_ok: impl FnMut(u32, i64) -> bool,
+        mut f: impl FnMut(u32, u64, &[Holding]),
+    ) {
         // Reused across runs: a run's spans by start, the spans over the
         // current block by replica (a replica's spans never overlap, so
         // one each), and the holders handed to `f`.
@@ -117,7 +130,7 @@ impl ChainArena {
                         }
                     }
                     while let Some(&i) = order.get(next).filter(|&&i| spans[i].from <= off) {
-                        if spans[i].to > off {
+                        if spans[i].to > off && span_ok(run.part, spans[i].last_seen) {
                             let r = spans[i].replica();
                             let at = active.partition_point(|&j| spans[j].replica() < r);
                             active.insert(at, i);

@@ -277,10 +277,15 @@ impl Entries {
         removed
     }
 
-    /// Every key with its partition id, hash bytes and holders: the slot
-    /// table's shard by shard, then the arena's run shard by run shard
-    /// (each under its read lock).
-    pub(crate) fn scan(&self, mut visit: impl FnMut(u32, &[u8], &Held<'_>)) {
+    /// Every key with its partition id, hash and holders (both stores, one
+    /// lock at a time), skipping the arena holdings `span_ok(partition,
+    /// last_seen)` turns away, a span at a time
+    /// ([`ChainArena::for_each_block_where`]); slot-table keys are all visited.
+    pub(crate) fn scan_where(
+        &self,
+        span_ok: impl FnMut(u32, i64) -> bool,
+        mut visit: impl FnMut(u32, &[u8], &Held<'_>),
+    ) {
         for si in 0..self.slots.len() {
             let shard = self.slots.read(si);
             for (pid, hash, holders) in shard.iter() {
@@ -289,7 +294,7 @@ impl Entries {
         }
         if let Some(a) = &self.arena {
             let mut hs: Vec<Holder> = Vec::new();
-            a.for_each_block(|part, hash, held| {
+            a.for_each_block_where(span_ok, |part, hash, held| {
                 hs.clear();
                 hs.extend(held.iter().map(holder_of));
                 visit(
