@@ -167,7 +167,7 @@ async fn bad_bus_input_is_counted_and_skipped() {
     assert_eq!(rep.metric("inferencecache_bus_applied_total"), Some(1.0));
 }
 
-/// The reserved tenant of `/probe` (the index's `PROBE_TENANT`).
+/// The reserved tenant of `/probe` (`inferencecache_control_api::PROBE_TENANT`).
 fn inferencecache_server_probe_tenant() -> String {
     "inferencecache.io/probe".to_owned()
 }

@@ -18,6 +18,13 @@
 //! - [`templates`] and [`pd`]: the `/templates` and `/pd-topologies` push
 //!   bodies (ours; the reference has no such endpoints).
 
+/// The tenant the server reserves for its functional self-test (`/probe`):
+/// the index keeps its entries out of every count, snapshot and quota, no
+/// policy or CacheTenant may name it, and the live event stream never shows
+/// it. Shared here because the server and the operator's webhook both
+/// enforce it.
+pub const PROBE_TENANT: &str = "inferencecache.io/probe";
+
 pub mod pd;
 pub mod policy;
 pub mod snapshot;

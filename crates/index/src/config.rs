@@ -16,8 +16,6 @@ pub const DEFAULT_MAX_ENTRIES: i64 = 1_000_000;
 pub const DEFAULT_MAX_REPLICAS: usize = 65_536;
 /// Cap victims gathered per full scan.
 pub const DEFAULT_CAP_RESERVE: usize = 4096;
-/// The server's reserved (probe) tenant.
-pub const PROBE_TENANT: &str = "inferencecache.io/probe";
 
 /// Ranking knobs (§2.1). The defaults are the production values.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -73,7 +73,9 @@
 //! ```
 //! use inferencecache_index::*;
 //!
-//! let idx = IndexConfig::new().reserved_tenants([PROBE_TENANT]).build();
+//! // A reserved tenant's entries stay out of counts, snapshots and quotas
+//! // (the server reserves its self-test tenant this way).
+//! let idx = IndexConfig::new().reserved_tenants(["probe"]).build();
 //! let hashes = vec![vec![1u8; 8], vec![2u8; 8]];
 //! idx.ingest(&CacheUpdate {
 //!     replica_id: "r1".into(),
@@ -216,7 +218,7 @@ pub use batch::{BatchOutcome, BatchWrite};
 pub use clock::{Clock, ManualClock, SystemClock, duration_ns, wire_us_to_ns};
 pub use config::{
     DEFAULT_CAP_RESERVE, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_REPLICAS, DEFAULT_SWEEP_INTERVAL,
-    DEFAULT_TTL, IndexConfig, PROBE_TENANT, RankingConfig,
+    DEFAULT_TTL, IndexConfig, RankingConfig,
 };
 pub use export::{EntryState, ExportTables, ImportOutcome, Importer, PartitionName, StatsState};
 pub use index::Index;

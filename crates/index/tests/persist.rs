@@ -4,15 +4,14 @@
 
 mod common;
 
-use common::{Env, MIN, T0};
+use common::{Env, MIN, PROBE_TENANT, T0};
 use inferencecache_index::persist::{
     FORMAT_VERSION, KeyRecord, PersistError, SnapshotData, SnapshotMeta, decode, decode_into,
     decode_meta, encode, encode_index,
 };
 use inferencecache_index::{
     CacheEvent, CacheUpdate, Clock, EntryState, EventKind, ExportTables, Index, LookupRequest,
-    PROBE_TENANT, PartitionName, PrefixEntry, ReplicaStatsReport, ReplicaStatsView, StatsState,
-    Tier,
+    PartitionName, PrefixEntry, ReplicaStatsReport, ReplicaStatsView, StatsState, Tier,
 };
 use proptest::prelude::*;
 use std::collections::BTreeSet;

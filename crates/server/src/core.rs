@@ -6,10 +6,10 @@ use crate::events::EventHub;
 use crate::metrics::Metrics;
 use crate::policy::PolicyStore;
 use crate::route::LookupPipeline;
+use inferencecache_control_api::PROBE_TENANT;
 pub use inferencecache_index::RankingMode;
 use inferencecache_index::{
-    CacheEvent, CacheUpdate, Clock, EventKind, EvictionCounts, Index, IndexConfig, PROBE_TENANT,
-    SystemClock,
+    CacheEvent, CacheUpdate, Clock, EventKind, EvictionCounts, Index, IndexConfig, SystemClock,
 };
 use std::sync::Arc;
 use std::time::Duration;

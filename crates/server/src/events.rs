@@ -8,7 +8,8 @@
 //! removes its own entries) are never published: no watcher, filtered or
 //! not, sees them.
 
-use inferencecache_index::{EventKind, IndexObserver, PROBE_TENANT, PrefixChange, RemovalReason};
+use inferencecache_control_api::PROBE_TENANT;
+use inferencecache_index::{EventKind, IndexObserver, PrefixChange, RemovalReason};
 use std::sync::Arc;
 use tokio::sync::broadcast;
 

@@ -3,9 +3,10 @@
 //! the low-level lookup and the routing lookup both find it, then clear it.
 //! Runs in process, bypassing the gRPC guards that hide the probe tenant.
 
+use inferencecache_control_api::PROBE_TENANT;
 use inferencecache_index::{
-    CacheEvent, CacheUpdate, EventKind, Index, LookupRequest, PROBE_TENANT, PrefixEntry,
-    ReplicaStatsReport, Strategy, Tier,
+    CacheEvent, CacheUpdate, EventKind, Index, LookupRequest, PrefixEntry, ReplicaStatsReport,
+    Strategy, Tier,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

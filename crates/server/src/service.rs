@@ -7,7 +7,7 @@ use crate::events::EventFilter;
 use crate::metrics::Metrics;
 use crate::route::parse_grpc_timeout;
 use futures::{FutureExt, Stream, StreamExt};
-use inferencecache_index::PROBE_TENANT;
+use inferencecache_control_api::PROBE_TENANT;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCache;
 use inferencecache_proto::v1alpha1::{
     Ack, CacheEvent, CacheStateUpdate, CacheSummary, GetCacheStateRequest, GetCacheStateResponse,

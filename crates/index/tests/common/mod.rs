@@ -6,6 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+/// The server's self-test tenant (`inferencecache_control_api::PROBE_TENANT`),
+/// which the tests reserve as the server does.
+pub(crate) const PROBE_TENANT: &str = "inferencecache.io/probe";
+
 /// Base time: 2023-11-14T22:13:20Z in ns.
 pub(crate) const T0: i64 = 1_700_000_000_000_000_000;
 pub(crate) const MIN: Duration = Duration::from_secs(60);

@@ -37,7 +37,7 @@ use kube::CustomResourceExt;
 /// The API group of every kind.
 pub const GROUP: &str = "inferencecache.io";
 /// The tenant the server reserves for its functional self-test.
-pub const PROBE_TENANT: &str = "inferencecache.io/probe";
+pub use inferencecache_control_api::PROBE_TENANT;
 
 /// Every CRD, in the order `inferencecache crds` prints them.
 pub fn all() -> Vec<CustomResourceDefinition> {

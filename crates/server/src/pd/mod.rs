@@ -36,7 +36,8 @@ pub use source::{PD_TOPOLOGY_FILE, decode_pd_topologies_json, load_pd_topology_f
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
 use crate::policy::PolicyStore;
-use inferencecache_index::{Index, LookupRequest, PROBE_TENANT, affinity_index};
+use inferencecache_control_api::PROBE_TENANT;
+use inferencecache_index::{Index, LookupRequest, affinity_index};
 use inferencecache_proto::Reason;
 use inferencecache_proto::v1alpha1::{LookupPdRouteRequest, LookupPdRouteResponse};
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Tenant reserved for the `/probe` self-test: never quota'd.
-use inferencecache_index::PROBE_TENANT;
+use inferencecache_control_api::PROBE_TENANT;
 
 /// Holds the current policy set. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]

@@ -34,7 +34,7 @@ use inferencecache_bus::{
     Applied, Bus, BusConfig, BusMessage, ConsumerStatus, Delivery, Producer, ProducerLimits,
     SkipReason, SnapshotBucket,
 };
-use inferencecache_index::PROBE_TENANT;
+use inferencecache_control_api::PROBE_TENANT;
 use inferencecache_proto::v1alpha1::{Ack, CacheEvent, CacheStateUpdate};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

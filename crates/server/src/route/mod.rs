@@ -22,9 +22,8 @@ pub use resolve::{MAX_LOOKUP_TOKENS, MAX_PROMPT_TEXT_BYTES};
 use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, TenantPolicy};
 use crate::tokenize::Tokenizers;
-use inferencecache_index::{
-    Index, LookupRequest, LookupRouteResult, PROBE_TENANT, RankingMode, Strategy,
-};
+use inferencecache_control_api::PROBE_TENANT;
+use inferencecache_index::{Index, LookupRequest, LookupRouteResult, RankingMode, Strategy};
 use inferencecache_proto::Reason;
 use resolve::{ChainHashes, Input, Resolved};
 use std::sync::Arc;
