@@ -117,6 +117,7 @@ impl Index {
         let mut blocks: ArrayVec<(u32, u64), PREFETCH> = ArrayVec::new();
         let mut covered = 0;
         'fill: for ev in evs {
+            let in_arena = self.store.entries.arena_block(&ev.prefix_hash).is_some();
             for p in t
                 .parts
                 .iter()
@@ -126,7 +127,7 @@ impl Index {
                     break 'fill;
                 }
                 let kh = key_hash(p.id, &ev.prefix_hash);
-                if self.store.entries.arena_block(&ev.prefix_hash).is_some() {
+                if in_arena {
                     blocks.push((p.id, kh));
                 } else {
                     slots.push(kh);

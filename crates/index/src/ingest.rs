@@ -397,12 +397,7 @@ impl Index {
                     Err(_) => &mut scratch.outcomes,
                 };
                 let (r, ts) = (w.replica, w.ts);
-                match w.follows {
-                    Some(p) => {
-                        arena.store_after(key.part, p, r, &[h], &[tokens], ts, tier, outcomes)
-                    }
-                    None => arena.store_each(key.part, r, &[h], &[tokens], ts, tier, outcomes),
-                };
+                arena.store_after(key.part, w.follows, r, &[h], &[tokens], ts, tier, outcomes);
                 outcomes.first().copied().map_or(Upsert::Full, blocked)
             });
             self.after_upsert(part, hash, h, done, tokens, tier, w, adds, out, notes);

@@ -28,7 +28,7 @@ pub(crate) const WINDOW: usize = 32;
 impl ChainArena {
     /// Load the block-table lines of (`part`, `hash`) for the first
     /// [`WINDOW`] of `hashes`. Nothing changes; the lines are only read.
-    pub fn prefetch(&self, part: u32, hashes: &[u64]) {
+    pub(crate) fn prefetch(&self, part: u32, hashes: &[u64]) {
         let mut keys = [(0u32, 0u64); WINDOW];
         let n = hashes.len().min(WINDOW);
         for (k, &h) in keys.iter_mut().zip(hashes) {

@@ -164,31 +164,20 @@ impl ChainArena {
         tier: Tier,
         out: &mut Vec<BlockStored>,
     ) -> Stored {
-        out.clear();
-        out.resize(hashes.len().min(tokens.len()), BlockStored::Lost);
-        self.store_with(
-            part,
-            replica,
-            hashes,
-            tokens,
-            last_seen,
-            tier,
-            Some(out),
-            None,
-        )
+        self.store_after(part, None, replica, hashes, tokens, last_seen, tier, out)
     }
 
     /// [`ChainArena::store_each`] of a chain that continues block
-    /// `parent`: a new first block is appended to `parent`'s run when
-    /// `parent` ends it, as if both had been stored together. For a caller
-    /// that learns a chain block by block in chain order (a snapshot
+    /// `parent`, if given: a new first block is appended to `parent`'s run
+    /// when `parent` ends it, as if both had been stored together. For a
+    /// caller that learns a chain block by block in chain order (a snapshot
     /// import: the export walks runs in order), so the chain comes back one
     /// run, not one run per block. Nothing of `parent` changes.
     #[allow(clippy::too_many_arguments)]
     pub fn store_after(
         &self,
         part: u32,
-        parent: u64,
+        parent: Option<u64>,
         replica: u32,
         hashes: &[u64],
         tokens: &[i32],
@@ -199,16 +188,7 @@ impl ChainArena {
         out.clear();
         out.resize(hashes.len().min(tokens.len()), BlockStored::Lost);
         let each = Some(out.as_mut_slice());
-        self.store_with(
-            part,
-            replica,
-            hashes,
-            tokens,
-            last_seen,
-            tier,
-            each,
-            Some(parent),
-        )
+        self.store_with(part, replica, hashes, tokens, last_seen, tier, each, parent)
     }
 
     /// The store, with per-block outcomes into `each` (one slot per block,
