@@ -451,4 +451,6 @@ fn hash_of(part: u32, hash: u64) -> u64 {
 }
 
 #[cfg(test)]
+mod stress;
+#[cfg(test)]
 mod tests;

@@ -669,7 +669,7 @@ fn conditional_writers_and_sweeps_keep_tables_and_runs_in_step() {
     assert_eq!(n, a.holdings());
 }
 
-struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+pub(super) struct Stop<'a>(pub(super) &'a std::sync::atomic::AtomicBool);
 
 impl Drop for Stop<'_> {
     fn drop(&mut self) {
