@@ -25,7 +25,7 @@ impl Index {
             0
         };
         let mut replicas: Vec<ReplicaStatsView> = {
-            let stats = read(&self.stats);
+            let stats = self.stats.read();
             let catalog = read(&self.store.catalog);
             stats
                 .get(&tm)

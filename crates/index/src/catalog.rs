@@ -11,9 +11,10 @@
 use crate::hashing::{FoldBuild, hash_strs};
 use crate::holder::MAX_REPLICA_IDS;
 use crate::name_order::NameOrder;
+use crate::replica_table::{Epoch, MAX_TABLE, ReplicaTable};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One (tenant, model, scheme, adapter) partition.
 #[derive(Debug)]
@@ -158,6 +159,10 @@ pub(crate) struct Catalog {
     replicas: NameMap,
     /// Byte-order labels of the live replica names (ranking tie-breaks).
     replica_order: NameOrder,
+    /// Names and labels as lookups read them without this catalog's lock
+    /// (`None` past [`MAX_TABLE`] ids), and its epoch.
+    replica_table: Option<Arc<ReplicaTable>>,
+    table_epoch: Epoch,
 }
 
 impl Catalog {
@@ -332,6 +337,7 @@ impl Catalog {
         }
         let (id, name) = self.replicas.intern(r);
         self.replica_order.insert(name.clone(), id);
+        self.publish_replicas();
         Some((id, name))
     }
 
@@ -363,7 +369,37 @@ impl Catalog {
 
     /// Makes the replica ids released by the previous sweep reusable.
     pub(crate) fn recycle_replicas(&mut self) {
+        let recycled = !self.replicas.quarantine.is_empty();
         self.replicas.recycle();
+        if recycled {
+            self.publish_replicas();
+        }
+    }
+
+    /// Republishes the lookups' [`ReplicaTable`] after a change of names
+    /// or labels (a release changes neither: the id keeps both until
+    /// recycled).
+    fn publish_replicas(&mut self) {
+        let names = &self.replicas.names;
+        self.replica_table = (names.len() <= MAX_TABLE).then(|| {
+            let labels = (0..names.len() as u32)
+                .map(|id| self.replica_order.label(id))
+                .collect();
+            Arc::new(ReplicaTable::new(names.as_slice().into(), labels))
+        });
+        self.table_epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// The published table and the epoch it was published at (`None` past
+    /// [`MAX_TABLE`] ids: read names through the catalog).
+    pub(crate) fn replica_table(&self) -> Option<(u64, Arc<ReplicaTable>)> {
+        let t = self.replica_table.clone()?;
+        Some((self.table_epoch.load(Ordering::Relaxed), t))
+    }
+
+    /// The epoch lookups compare against their thread's table.
+    pub(crate) fn table_epoch(&self) -> Epoch {
+        self.table_epoch.clone()
     }
 
     pub(crate) fn replica_name(&self, id: u32) -> Arc<str> {

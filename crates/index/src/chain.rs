@@ -20,19 +20,9 @@ use crate::types::Tier;
 use arrayvec::ArrayVec;
 use std::cell::RefCell;
 
-/// One replica's leading run.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Run {
-    pub(crate) replica: u32,
-    /// Cumulative token count of the run's blocks (wrapping like the spec's int32).
-    pub(crate) matched: i32,
-    /// Oldest `last_seen` over the run (weakest link).
-    pub(crate) oldest: i64,
-    /// Coldest tier over the run.
-    pub(crate) tier: Tier,
-    /// Number of leading blocks in the run.
-    pub(crate) blocks: u32,
-}
+/// One replica's leading run: the arena's own answer type, so the arena's
+/// walk hands its result to the ranking without a copy.
+pub(crate) type Run = RunMatch;
 
 /// The first window is short because most lookups end in it: the median
 /// `bench/peers` lookup matches its first block and misses its second, so
@@ -102,18 +92,16 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
                     Err(_) => false,
                 });
                 if whole {
+                    // Already in replica order.
                     arena.walk(part, &s.blocks, counts, cutoff, &mut s.matches);
-                    s.ended.extend(s.matches.iter().map(|m| Run {
-                        replica: m.replica,
-                        matched: m.matched,
-                        oldest: m.oldest,
-                        tier: m.tier,
-                        blocks: m.blocks,
-                    }));
-                } else {
-                    walk_mixed(entries, part, hashes, counts, cutoff, s);
+                    return out(&s.matches);
                 }
+                walk_mixed(entries, part, hashes, counts, cutoff, s);
             }
+        }
+        if s.ended.is_empty() {
+            // Every run went on to the end: `live` kept its replica order.
+            return out(&s.live);
         }
         s.ended.append(&mut s.live);
         s.ended.sort_unstable_by_key(|r| r.replica);

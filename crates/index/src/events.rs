@@ -70,7 +70,7 @@ impl Index {
                         })
                 };
                 if let Some((tm, r, tenant, model, name)) = ids {
-                    let mut stats = write(&self.stats);
+                    let mut stats = self.stats.write();
                     if let Some(s) = stats.get_mut(&tm).and_then(|m| m.get_mut(&r)) {
                         s.last_seen = ts;
                         out.stats_touched += 1;
@@ -331,7 +331,7 @@ impl Index {
             }
         }
         {
-            let mut stats = write(&self.stats);
+            let mut stats = self.stats.write();
             if let Some(m) = stats.get_mut(&tm) {
                 if m.remove(&replica).is_some() {
                     out.stats_touched += 1;

@@ -131,7 +131,7 @@ impl Index {
             .map(|t| t.tenant_id)
             .collect();
         {
-            let mut stats = write(&self.stats);
+            let mut stats = self.stats.write();
             stats.retain(|tm, m| {
                 let ttl = tm_tenants
                     .get(*tm as usize)

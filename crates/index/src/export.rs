@@ -22,11 +22,12 @@
 
 use crate::catalog::Partition;
 use crate::counters::Adds;
-use crate::index::{Index, StatsEntry};
+use crate::index::Index;
 use crate::ingest::Writer;
 use crate::key::KeyRef;
 use crate::observer::Notes;
-use crate::shard::{read, write};
+use crate::shard::read;
+use crate::stats::StatsEntry;
 use crate::types::{EvictionCounts, IngestOutcome, ReplicaStatsView, Tier};
 use std::sync::Arc;
 
@@ -148,7 +149,7 @@ impl Index {
                 .collect();
             (tms, c.replica_names().to_vec())
         };
-        let stats = read(&self.stats);
+        let stats = self.stats.read();
         let mut out = Vec::new();
         for (&tm, by_replica) in stats.iter() {
             let Some((tenant, model, false)) = tms.get(tm as usize) else {
@@ -295,7 +296,8 @@ impl Importer<'_> {
             last_seen: v.last_seen_ns,
             stats_reported: v.stats_reported_ns,
         };
-        write(&idx.stats)
+        idx.stats
+            .write()
             .entry(tm)
             .or_default()
             .insert(replica, entry);

@@ -4,49 +4,15 @@ use crate::catalog::{Catalog, Partition};
 use crate::clock::{Clock, duration_ns};
 use crate::config::{DEFAULT_TTL, IndexConfig, RankingConfig};
 use crate::counters::Counters;
-use crate::hashing::FoldBuild;
 use crate::holder::Holder;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
 use crate::shard::{Held, read, write};
+use crate::stats::Stats;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-
-/// Stored replica stats.
-#[derive(Debug, Clone)]
-pub(crate) struct StatsEntry {
-    pub(crate) cache_memory_bytes: i64,
-    pub(crate) hit_rate: f32,
-    pub(crate) pressure: f32,
-    pub(crate) client_version: Arc<str>,
-    pub(crate) t2_hit_tokens: i64,
-    pub(crate) t2_query_tokens: i64,
-    pub(crate) last_seen: i64,
-    pub(crate) stats_reported: i64,
-}
-
-impl StatsEntry {
-    /// The public view of these stats under `replica_id` (aggregates and
-    /// the export share it).
-    pub(crate) fn view(&self, replica_id: Arc<str>) -> crate::types::ReplicaStatsView {
-        crate::types::ReplicaStatsView {
-            replica_id,
-            cache_memory_bytes: self.cache_memory_bytes,
-            hit_rate: self.hit_rate,
-            pressure: self.pressure,
-            client_version: self.client_version.clone(),
-            t2_hit_tokens: self.t2_hit_tokens,
-            t2_query_tokens: self.t2_query_tokens,
-            last_seen_ns: self.last_seen,
-            stats_reported_ns: self.stats_reported,
-        }
-    }
-}
-
-/// (tenant, model) id → replica id → stats.
-pub(crate) type StatsMap = HashMap<u32, HashMap<u32, StatsEntry, FoldBuild>, FoldBuild>;
 
 /// Limits and defaults fixed at construction.
 pub(crate) struct Settings {
@@ -83,6 +49,8 @@ pub(crate) struct Env {
 pub(crate) struct Store {
     /// Interned names: partitions, (tenant, model), scopes, replicas.
     pub(crate) catalog: RwLock<Catalog>,
+    /// The catalog's [`crate::replica_table`] epoch, read without its lock.
+    pub(crate) table_epoch: crate::replica_table::Epoch,
     /// The (key, holders) stores (`entries/`).
     pub(crate) entries: crate::entries::Entries,
     /// Entry and key counts, serving scopes (lock order: shard → counters).
@@ -119,7 +87,7 @@ pub struct Index {
     pub(crate) env: Env,
     pub(crate) store: Store,
     /// Replica stats: (tenant, model) → replica → stats.
-    pub(crate) stats: RwLock<StatsMap>,
+    pub(crate) stats: Stats,
     pub(crate) enforcement: Enforcement,
     pub(crate) routing: Routing,
 }
@@ -143,6 +111,7 @@ impl Default for Index {
 impl Index {
     /// Build an index from its configuration.
     pub fn new(cfg: IndexConfig) -> Self {
+        let catalog = Catalog::default();
         let ttl = if cfg.default_ttl.is_zero() {
             DEFAULT_TTL
         } else {
@@ -164,13 +133,14 @@ impl Index {
                 observer: cfg.observer,
             },
             store: Store {
-                catalog: RwLock::new(Catalog::default()),
+                table_epoch: catalog.table_epoch(),
+                catalog: RwLock::new(catalog),
                 entries: crate::entries::Entries::new(cfg.chain_arena),
                 counters: RwLock::new(Counters::default()),
                 gauge: Mutex::new(Vec::new()),
                 gate: RwLock::new(()),
             },
-            stats: RwLock::new(StatsMap::default()),
+            stats: Stats::default(),
             enforcement: Enforcement {
                 evict_lock: Mutex::new(()),
                 cap: crate::cap::CapReserve::new(),
@@ -249,31 +219,50 @@ impl Index {
         s: &str,
         a: &str,
     ) -> Option<Arc<Partition>> {
+        self.with_partition(t, m, s, a, Arc::clone)
+    }
+
+    /// Runs `f` on the partition of (t, m, s, a), `None` when it does not
+    /// exist. The partition comes from the thread's cache when it is the one
+    /// the thread resolved last (no lock, no reference count: a lookup's
+    /// usual case), else from the catalog, which then becomes the cached one.
+    pub(crate) fn with_partition<T>(
+        &self,
+        t: &str,
+        m: &str,
+        s: &str,
+        a: &str,
+        f: impl FnOnce(&Arc<Partition>) -> T,
+    ) -> Option<T> {
         let uid = self.settings.uid;
-        let cached = LAST_PARTITION.with(|c| {
+        let mut f = Some(f);
+        let hit = LAST_PARTITION.with(|c| {
             let c = c.try_borrow().ok()?;
             let (owner, p) = c.as_ref()?;
             let same = *owner == uid
-                && *p.tenant == *t
-                && *p.model == *m
-                && *p.scheme == *s
-                && *p.adapter == *a;
-            same.then(|| p.clone())
+                && same_str(&p.tenant, t)
+                && same_str(&p.model, m)
+                && same_str(&p.scheme, s)
+                && same_str(&p.adapter, a);
+            if !same {
+                return None;
+            }
+            let f = f.take()?;
+            Some(f(p))
         });
-        if cached.is_some() {
-            return cached;
+        if hit.is_some() {
+            return hit;
         }
         let found = read(&self.store.catalog)
             .find_partition(t, m, s, a)
-            .cloned();
-        if let Some(p) = &found {
-            LAST_PARTITION.with(|c| {
-                if let Ok(mut c) = c.try_borrow_mut() {
-                    *c = Some((uid, p.clone()));
-                }
-            });
-        }
-        found
+            .cloned()?;
+        LAST_PARTITION.with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                *c = Some((uid, found.clone()));
+            }
+        });
+        let f = f.take()?;
+        Some(f(&found))
     }
 
     pub(crate) fn intern_partition(&self, t: &str, m: &str, s: &str, a: &str) -> Arc<Partition> {
@@ -377,5 +366,27 @@ impl Index {
 
     pub(crate) fn now(&self) -> i64 {
         self.env.clock.now_ns()
+    }
+}
+
+/// String equality for the partition cache's check: names are short, and
+/// an inline byte loop beats a call to `memcmp` four times per lookup.
+#[inline]
+fn same_str(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+impl Index {
+    /// Runs `f` on the replica names and labels, without the catalog's
+    /// lock while the thread's published table is current
+    /// ([`crate::replica_table`]).
+    #[inline]
+    pub(crate) fn with_names<T>(&self, f: impl FnOnce(crate::replica_table::Names<'_>) -> T) -> T {
+        crate::replica_table::with_names(
+            self.settings.uid,
+            &self.store.table_epoch,
+            &self.store.catalog,
+            f,
+        )
     }
 }

@@ -5,10 +5,11 @@ use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::counters::Adds;
 use crate::holder::Holder;
-use crate::index::{Index, StatsEntry};
+use crate::index::Index;
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
 use crate::shard::{Upsert, read, write};
+use crate::stats::StatsEntry;
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -248,7 +249,8 @@ impl Index {
                 last_seen: ts,
                 stats_reported: ts,
             };
-            write(&self.stats)
+            self.stats
+                .write()
                 .entry(tm)
                 .or_default()
                 .insert(replica, entry);

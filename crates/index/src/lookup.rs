@@ -9,6 +9,7 @@ use crate::key::KeyRef;
 use crate::ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
+use crate::replica_table::Names;
 use crate::shard::read;
 use crate::types::{
     HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
@@ -28,11 +29,11 @@ pub(crate) struct Raw {
     pub(crate) blocks: u32,
 }
 
-struct Ctx {
+struct Ctx<'a> {
     now: i64,
     ttl: i64,
     c: f32,
-    part: Arc<Partition>,
+    part: &'a Partition,
 }
 
 /// How a lookup scales its scores by distinguishing power (§2.6.4).
@@ -57,6 +58,43 @@ fn by_rank(a: &Key, b: &Key) -> Ordering {
         .then(a.1.cmp(&b.1))
 }
 
+/// Multiplies every score of `keys` by the distinguishing power `dp`.
+fn scale(keys: &mut [Key], dp: f32) {
+    if dp != 1.0 {
+        keys.iter_mut().for_each(|k| k.0 *= dp);
+    }
+}
+
+/// Scales the scores of `keys` (made from `raws`) by `power`.
+fn apply_power(keys: &mut [Key], raws: &[Raw], power: Power) {
+    match power {
+        Power::Uniform(dp) => scale(keys, dp),
+        Power::ByDepth { serving }
+            if serving > 1 && raws.iter().all(|r| r.tokens == raws[0].tokens) =>
+        {
+            // One depth (every run stopped at the same block, the usual
+            // short lookup): one factor, no sort.
+            let dp = distinguishing_power(keys.len() as i64, serving) as f32;
+            scale(keys, dp);
+        }
+        Power::ByDepth { serving } if serving > 1 => {
+            // Deepest first; a group's factor counts every replica at
+            // least that deep.
+            let depth = |k: &Key| raws[k.2 as usize].tokens;
+            keys.sort_unstable_by_key(|k| std::cmp::Reverse(depth(k)));
+            let mut at = 0;
+            while at < keys.len() {
+                let d = depth(&keys[at]);
+                let end = at + keys[at..].iter().take_while(|k| depth(k) == d).count();
+                let dp = distinguishing_power(end as i64, serving) as f32;
+                scale(&mut keys[at..end], dp);
+                at = end;
+            }
+        }
+        Power::ByDepth { .. } => {}
+    }
+}
+
 /// Order `keys` by [`by_rank`] and make each one's score with `make`
 /// (given the score and the key's position), names attached last so the
 /// sort reads none.
@@ -70,6 +108,8 @@ fn ranked(keys: &mut [Key], mut make: impl FnMut(f32, usize) -> ReplicaScore) ->
 thread_local! {
     /// Per-thread ranking buffer, reused by every lookup on the thread.
     static RANK: RefCell<Vec<Key>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread matched replicas of a lookup, reused likewise.
+    static RAWS: RefCell<Vec<Raw>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Index {
@@ -137,86 +177,117 @@ impl Index {
         self.exact_lookup(req)
     }
 
-    fn ctx<H>(&self, req: &LookupRequest<'_, H>) -> Option<Ctx> {
-        let part = self.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter)?;
-        Some(Ctx {
-            now: self.now(),
-            ttl: self.request_ttl_ns(req),
-            c: slo_coefficient(&self.settings.ranking, req.slo_ttft_ms),
-            part,
-        })
+    /// The partition-bound part of a lookup: `None` (an empty answer) when
+    /// the partition does not exist. The partition is borrowed from the
+    /// thread's cache: no reference count is taken.
+    fn in_partition<H>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        f: impl FnOnce(&Ctx<'_>) -> LookupRouteResult,
+    ) -> LookupRouteResult {
+        self.with_partition(
+            req.tenant,
+            req.model,
+            req.hash_scheme,
+            req.adapter,
+            |part| {
+                f(&Ctx {
+                    now: self.now(),
+                    ttl: self.request_ttl_ns(req),
+                    c: slo_coefficient(&self.settings.ranking, req.slo_ttft_ms),
+                    part,
+                })
+            },
+        )
+        .unwrap_or_default()
     }
 
     fn exact_lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
-        let Some(ctx) = self.ctx(req) else {
-            return LookupRouteResult::default();
-        };
-        let raws = self.exact_raws(ctx.part.id, req.prefix_hash, ctx.now, ctx.ttl);
-        if raws.is_empty() {
-            return LookupRouteResult::default();
-        }
-        let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
-        let dp = distinguishing_power(raws.len() as i64, total) as f32;
-        let scores = self.score_raws(&ctx, &raws, Power::Uniform(dp));
-        // Hits are captured for every tenant: delivered hits count towards
-        // hot_prefixes everywhere, and only LFU tenants' eviction reads them.
-        let runs = raws.iter().filter(|r| r.tokens > 0).map(|r| HitRun {
-            replica: r.replica,
-            blocks: 1,
-            matched_tokens: r.tokens,
-        });
-        let hits = LfuHits::capture(ctx.part.id, req, runs.collect());
-        LookupRouteResult {
-            strategy: Strategy::PrefixMatch,
-            scores,
-            hits,
-        }
+        self.in_partition(req, |ctx| {
+            let ranked = |raws: &mut Vec<Raw>| {
+                self.exact_raws(ctx.part.id, req.prefix_hash, ctx.now, ctx.ttl, raws);
+                if raws.is_empty() {
+                    return LookupRouteResult::default();
+                }
+                let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
+                let dp = distinguishing_power(raws.len() as i64, total) as f32;
+                let scores = self.score_raws(ctx, raws, Power::Uniform(dp));
+                // Hits are captured for every tenant: delivered hits count
+                // towards hot_prefixes everywhere, and only LFU tenants'
+                // eviction reads them.
+                let mut runs = Vec::with_capacity(raws.len());
+                runs.extend(raws.iter().filter(|r| r.tokens > 0).map(|r| HitRun {
+                    replica: r.replica,
+                    blocks: 1,
+                    matched_tokens: r.tokens,
+                }));
+                LookupRouteResult {
+                    strategy: Strategy::PrefixMatch,
+                    scores,
+                    hits: LfuHits::capture(ctx.part.id, req, runs),
+                }
+            };
+            crate::scratch::with(&RAWS, ranked)
+        })
     }
 
     fn chain_lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
-        let Some(ctx) = self.ctx(req) else {
-            return LookupRouteResult::default();
-        };
-        let raws = self.chain_raws(ctx.part.id, req, ctx.now, ctx.ttl, |r| r.matched > 0);
-        if raws.is_empty() {
-            return LookupRouteResult::default();
-        }
-        let serving = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
-        let scores = self.score_raws(&ctx, &raws, Power::ByDepth { serving });
-        let runs = raws.iter().map(|r| HitRun {
-            replica: r.replica,
-            blocks: r.blocks,
-            matched_tokens: r.tokens,
-        });
-        let hits = LfuHits::capture(ctx.part.id, req, runs.collect());
-        LookupRouteResult {
-            strategy: Strategy::PrefixMatch,
-            scores,
-            hits,
-        }
+        self.in_partition(req, |ctx| {
+            let (now, ttl) = (ctx.now, ctx.ttl);
+            let ranked = |raws: &mut Vec<Raw>| {
+                walk(
+                    &self.store.entries,
+                    ctx.part.id,
+                    req.block_hashes,
+                    req.block_token_counts,
+                    now,
+                    ttl,
+                    |runs: &[Run]| fresh_raws(runs, now, ttl, |r| r.matched > 0, raws),
+                );
+                if raws.is_empty() {
+                    return LookupRouteResult::default();
+                }
+                let serving = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
+                let scores = self.score_raws(ctx, raws, Power::ByDepth { serving });
+                let runs = raws.iter().map(|r| HitRun {
+                    replica: r.replica,
+                    blocks: r.blocks,
+                    matched_tokens: r.tokens,
+                });
+                let hits = LfuHits::capture(ctx.part.id, req, runs.collect());
+                LookupRouteResult {
+                    strategy: Strategy::PrefixMatch,
+                    scores,
+                    hits,
+                }
+            };
+            crate::scratch::with(&RAWS, ranked)
+        })
     }
 
-    /// The fresh holders of one exact key.
-    pub(crate) fn exact_raws(&self, part: u32, hash: &[u8], now: i64, ttl: i64) -> Vec<Raw> {
+    /// The fresh holders of one exact key, into `raws` (cleared first).
+    pub(crate) fn exact_raws(
+        &self,
+        part: u32,
+        hash: &[u8],
+        now: i64,
+        ttl: i64,
+        raws: &mut Vec<Raw>,
+    ) {
+        raws.clear();
         let key = KeyRef::new(part, hash);
-        self.store
-            .entries
-            .holders(&key, |holders| {
-                holders
-                    .iter()
-                    .filter_map(|h| {
-                        let fresh = freshness(now, h.last_seen, ttl);
-                        (fresh > 0.0).then_some(Raw {
-                            replica: h.replica(),
-                            tokens: h.tokens,
-                            fresh,
-                            tier: h.tier(),
-                            blocks: 1,
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.store.entries.holders(&key, |holders| {
+            raws.extend(holders.iter().filter_map(|h| {
+                let fresh = freshness(now, h.last_seen, ttl);
+                (fresh > 0.0).then_some(Raw {
+                    replica: h.replica(),
+                    tokens: h.tokens,
+                    fresh,
+                    tier: h.tier(),
+                    blocks: 1,
+                })
+            }))
+        });
     }
 
     /// Every replica's leading run over the request's chain (weakest-link
@@ -229,6 +300,7 @@ impl Index {
         ttl: i64,
         keep: impl Fn(&Run) -> bool,
     ) -> Vec<Raw> {
+        let mut raws = Vec::new();
         walk(
             &self.store.entries,
             part,
@@ -236,35 +308,21 @@ impl Index {
             req.block_token_counts,
             now,
             ttl,
-            |runs: &[Run]| {
-                let mut raws = Vec::with_capacity(runs.len());
-                for r in runs.iter().filter(|r| keep(r)) {
-                    let fresh = freshness(now, r.oldest, ttl);
-                    if fresh > 0.0 {
-                        raws.push(Raw {
-                            replica: r.replica,
-                            tokens: r.matched,
-                            fresh,
-                            tier: r.tier,
-                            blocks: r.blocks,
-                        });
-                    }
-                }
-                raws
-            },
-        )
+            |runs: &[Run]| fresh_raws(runs, now, ttl, keep, &mut raws),
+        );
+        raws
     }
 
     /// Rank `raws`: stats pressure (gated by stats freshness under the
     /// tenant TTL), the SLO bias and the distinguishing power make each
     /// score; the scores come back ordered by score descending, then
     /// replica name ascending, with their names attached.
-    fn score_raws(&self, ctx: &Ctx, raws: &[Raw], power: Power) -> Vec<ReplicaScore> {
-        let rank = |keys: &mut Vec<Key>| {
+    fn score_raws(&self, ctx: &Ctx<'_>, raws: &[Raw], power: Power) -> Vec<ReplicaScore> {
+        // No lock at all when no replica reports stats.
+        let stats = self.stats.read_any();
+        let per_replica = stats.as_ref().and_then(|s| s.get(&ctx.part.tm_id));
+        let rank = |keys: &mut Vec<Key>, names: Names<'_>| {
             keys.clear();
-            let stats = read(&self.stats);
-            let per_replica = stats.get(&ctx.part.tm_id);
-            let catalog = read(&self.store.catalog);
             keys.extend(raws.iter().enumerate().map(|(i, r)| {
                 let pressure = per_replica
                     .and_then(|m| m.get(&r.replica))
@@ -272,37 +330,13 @@ impl Index {
                     .map_or(0.0, |s| s.pressure);
                 let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
                 let score = prefix_score(r.tokens, r.fresh, pf, ctx.c);
-                (score, catalog.replica_label(r.replica), i as u32)
+                (score, names.label(r.replica), i as u32)
             }));
-            drop(stats);
-            match power {
-                Power::Uniform(dp) => {
-                    if dp != 1.0 {
-                        keys.iter_mut().for_each(|k| k.0 *= dp);
-                    }
-                }
-                Power::ByDepth { serving } if serving > 1 => {
-                    // Deepest first; a group's factor counts every replica
-                    // at least that deep.
-                    let depth = |k: &Key| raws[k.2 as usize].tokens;
-                    keys.sort_unstable_by_key(|k| std::cmp::Reverse(depth(k)));
-                    let mut at = 0;
-                    while at < keys.len() {
-                        let d = depth(&keys[at]);
-                        let end = at + keys[at..].iter().take_while(|k| depth(k) == d).count();
-                        let dp = distinguishing_power(end as i64, serving) as f32;
-                        if dp != 1.0 {
-                            keys[at..end].iter_mut().for_each(|k| k.0 *= dp);
-                        }
-                        at = end;
-                    }
-                }
-                Power::ByDepth { .. } => {}
-            }
+            apply_power(keys, raws, power);
             ranked(keys, |score, i| {
                 let r = &raws[i];
                 ReplicaScore {
-                    replica_id: catalog.replica_name(r.replica),
+                    replica_id: names.name(r.replica),
                     score,
                     matched_tokens: r.tokens,
                     estimated_cache_hit_prob: r.fresh,
@@ -310,7 +344,7 @@ impl Index {
                 }
             })
         };
-        crate::scratch::with(&RANK, rank)
+        self.with_names(|names| crate::scratch::with(&RANK, |keys| rank(keys, names)))
     }
 
     /// TENANT_HOT candidates (§2.6.5) for (tenant, model, scheme).
@@ -335,7 +369,7 @@ impl Index {
         };
         let now = self.now();
         let mut cands: Vec<(u32, f32, f32, i64)> = {
-            let stats = read(&self.stats);
+            let stats = self.stats.read();
             let Some(m) = stats.get(&tm) else {
                 return Vec::new();
             };
@@ -362,30 +396,27 @@ impl Index {
             return Vec::new();
         }
         let c = slo_coefficient(&self.settings.ranking, slo_ttft_ms);
-        let catalog = read(&self.store.catalog);
-        let mut keys: Vec<Key> = cands
-            .iter()
-            .enumerate()
-            .map(|(i, &(r, hit_rate, pressure, age))| {
-                let rec = recency(age, max_age);
-                let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
-                let slo = 1.0 + rec * c;
-                (
-                    hit_rate * rec * pf * slo,
-                    catalog.replica_label(r),
-                    i as u32,
-                )
+        self.with_names(|names| {
+            let mut keys: Vec<Key> = cands
+                .iter()
+                .enumerate()
+                .map(|(i, &(r, hit_rate, pressure, age))| {
+                    let rec = recency(age, max_age);
+                    let pf = pressure_factor(self.settings.ranking.pressure_weight, pressure);
+                    let slo = 1.0 + rec * c;
+                    (hit_rate * rec * pf * slo, names.label(r), i as u32)
+                })
+                .collect();
+            ranked(&mut keys, |score, i| {
+                let (r, hit_rate, ..) = cands[i];
+                ReplicaScore {
+                    replica_id: names.name(r),
+                    score,
+                    matched_tokens: 0,
+                    estimated_cache_hit_prob: hit_rate,
+                    tier: Tier::UNSPECIFIED,
+                }
             })
-            .collect();
-        ranked(&mut keys, |score, i| {
-            let (r, hit_rate, ..) = cands[i];
-            ReplicaScore {
-                replica_id: catalog.replica_name(r),
-                score,
-                matched_tokens: 0,
-                estimated_cache_hit_prob: hit_rate,
-                tier: Tier::UNSPECIFIED,
-            }
         })
     }
 
@@ -425,5 +456,23 @@ impl Index {
         self.store
             .entries
             .holders(&key, |held| Some(held.access(holder::find(held, replica)?)))?
+    }
+}
+
+/// The runs `keep` accepts that are still fresh, as raws, into `raws`
+/// (cleared first).
+fn fresh_raws(runs: &[Run], now: i64, ttl: i64, keep: impl Fn(&Run) -> bool, raws: &mut Vec<Raw>) {
+    raws.clear();
+    for r in runs.iter().filter(|r| keep(r)) {
+        let fresh = freshness(now, r.oldest, ttl);
+        if fresh > 0.0 {
+            raws.push(Raw {
+                replica: r.replica,
+                tokens: r.matched,
+                fresh,
+                tier: r.tier,
+                blocks: r.blocks,
+            });
+        }
     }
 }

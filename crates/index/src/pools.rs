@@ -63,7 +63,7 @@ impl Index {
         };
         let now = self.now();
         let ttl = self.tenant_ttl_ns(tenant);
-        let stats = read(&self.stats);
+        let stats = self.stats.read();
         let per_replica = stats.get(&tm);
         ids.iter()
             .map(|id| {

@@ -23,7 +23,7 @@ impl Index {
         let _gate = write(&self.store.gate);
         let held = read(&self.store.counters).held_by_replica.clone();
         let mut reporting = vec![false; held.len()];
-        for m in read(&self.stats).values() {
+        for m in self.stats.read().values() {
             for &r in m.keys() {
                 let r = r as usize;
                 if reporting.len() <= r {

@@ -309,11 +309,11 @@ impl Index {
         let mut raws: Vec<Raw> = Vec::new();
         let mut tentative: Vec<(u32, i32)> = Vec::new();
         if let (Some(pt), false) = (&part, p.ignore_matches) {
-            raws = if chain {
-                self.chain_raws(pt.id, req, now, ttl, |_| true)
+            if chain {
+                raws = self.chain_raws(pt.id, req, now, ttl, |_| true);
             } else {
-                self.exact_raws(pt.id, req.prefix_hash, now, ttl)
-            };
+                self.exact_raws(pt.id, req.prefix_hash, now, ttl, &mut raws);
+            }
             if chain && self.routing.tentative.active() {
                 tentative = self.tentative_runs(pt.id, req, &raws, now);
             }
@@ -322,7 +322,7 @@ impl Index {
         // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
         let mut fleet: Vec<(u32, f32)> = Vec::new();
         {
-            let stats = read(&self.stats);
+            let stats = self.stats.read();
             if let Some(m) = stats.get(&tm) {
                 for (&r, s) in m {
                     if freshness(now, s.last_seen, ttl) > 0.0 {

@@ -1,8 +1,9 @@
 //! `/snapshot` rows (§2.7), reserved tenants excluded everywhere.
 
 use crate::aggregate::HOT_PREFIX_MIN_HITS;
-use crate::index::{Index, StatsEntry};
+use crate::index::Index;
 use crate::shard::read;
+use crate::stats::StatsEntry;
 use crate::types::{Snapshot, SnapshotReplica, SnapshotTenant};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -54,7 +55,7 @@ impl Index {
         // Stats side: (tenant id, replica) → latest stats across models.
         let mut stats_side: HashMap<(u32, u32), (StatsEntry, Arc<str>)> = HashMap::new();
         {
-            let stats = read(&self.stats);
+            let stats = self.stats.read();
             for (&tm, m) in stats.iter() {
                 let Some((tid, model)) = tm_info.get(tm as usize) else {
                     continue;

@@ -142,3 +142,38 @@ fn freshness_is_positive_exactly_when_younger_than_ttl() {
         assert_eq!(freshness(ttl, ttl - age, ttl) > 0.0, age < ttl, "age {age}");
     }
 }
+
+#[test]
+fn names_and_their_order_follow_replicas_joining_between_lookups() {
+    // Every lookup between the joins reads names on this thread: a name
+    // that joined since its last lookup must appear, in byte order. Names
+    // "ra", "raa", "raaa", ... each fall into the same gap between the
+    // last one and "s", so the order labels are rewritten on the way.
+    let e = Env::new();
+    e.put("t", "m", "vllm", "s", &[(1, 100)]);
+    let mut expected = vec!["s".to_string()];
+    for k in 1..=45 {
+        let name = format!("r{}", "a".repeat(k));
+        e.put("t", "m", "vllm", &name, &[(1, 100)]);
+        expected.push(name);
+        expected.sort();
+        let r = e.exact("t", "m", "vllm", 1);
+        assert_eq!(ids(&r), expected, "after {k} joins");
+    }
+}
+
+#[test]
+fn names_past_the_published_table_are_read_through_the_catalog() {
+    // Lookups read names from a table the catalog republishes on each new
+    // replica, up to 4,096 ids; past that they read the catalog itself.
+    let e = Env::new();
+    for r in 0..4100 {
+        e.put("t", "m", "vllm", &format!("r{r:05}"), &[(r, 100)]);
+    }
+    assert_eq!(ids(&e.exact("t", "m", "vllm", 4099)), ["r04099"]);
+    e.put("t", "m", "vllm", "a-last-joiner", &[(4099, 100)]);
+    assert_eq!(
+        ids(&e.exact("t", "m", "vllm", 4099)),
+        ["a-last-joiner", "r04099"]
+    );
+}

@@ -43,6 +43,9 @@ fn idle_replicas_are_released_and_their_ids_reused_without_aliasing() {
     let env = Env::with(|c| c.max_replicas(2));
     env.put("t", "m", "vllm", "r1", &[(1, 64)]);
     env.stats("t", "m", "r2", 0.5, 0.0);
+    // A lookup on this thread before the ids change hands (its names are
+    // then re-read, not the ones it saw here).
+    assert_eq!(names(&env.exact("t", "m", "vllm", 1)), ["r1"]);
     // Holding an entry or a stats record keeps a replica.
     assert_eq!(env.idx.sweep().replicas_released, 0);
     env.advance(31 * MIN);

@@ -129,8 +129,14 @@ impl ChainArena {
             }
             pos += seg.len();
         }
-        out.append(live);
-        out.sort_unstable_by_key(|r| r.replica);
+        if out.is_empty() {
+            // Every stretch went on to the end: `live` kept the spans'
+            // replica order.
+            std::mem::swap(out, live);
+        } else {
+            out.append(live);
+            out.sort_unstable_by_key(|r| r.replica);
+        }
     }
 }
 
