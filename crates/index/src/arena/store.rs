@@ -221,12 +221,24 @@ impl ChainArena {
         }
         // Blocks before this one had their table lines loaded.
         let mut prefetched = 0;
+        // The previous block was new: this one almost surely is too (a
+        // block's hash chains its parent's), so the optimistic probe is
+        // skipped; `place` checks again under the write lock anyway and
+        // settles on the block's place if it exists after all.
+        let mut after_new = false;
         'blocks: for (i, (&h, &t)) in hashes.iter().zip(tokens).enumerate() {
             let kh = hash_of(part, h);
+            let new_before = w.out.new_blocks;
             for _ in 0..RETRIES {
                 let pos = match self
                     .next_in_stretch(&w, part, h)
-                    .or_else(|| self.probe(&mut w, part, kh, h))
+                    .or_else(|| {
+                        if after_new {
+                            None
+                        } else {
+                            self.probe(&mut w, part, kh, h)
+                        }
+                    })
                     .or_else(|| {
                         // A new block: the chain's following blocks are
                         // most likely new too (a suffix the engine just
@@ -238,7 +250,7 @@ impl ChainArena {
                             self.prefetch(part, &hashes[i + 1..]);
                             prefetched = i + 1 + WINDOW;
                         }
-                        self.place(&mut w, part, kh, h, t)
+                        self.place(&mut w, part, kh, h, t, hashes.len() - i)
                     }) {
                     Some(pos) => pos,
                     None => {
@@ -281,9 +293,11 @@ impl ChainArena {
                         });
                     }
                 }
+                after_new = w.out.new_blocks > new_before;
                 continue 'blocks;
             }
             w.out.lost += 1;
+            after_new = false;
         }
         w.flush();
         w.out
@@ -365,6 +379,11 @@ impl ChainArena {
     /// block's own shard. Checked again and inserted under the block
     /// shard's write lock, inside the run shard's, so two writers of one
     /// new block agree. `None` when no place could be made this attempt.
+    /// `rest` counts this block and the store's blocks after it: the run's
+    /// hashes get room for all of them at once, since a new block's
+    /// successors in one store are almost always new too (one allocation
+    /// per store, not one per few blocks).
+    #[allow(clippy::too_many_arguments)]
     fn place<'a>(
         &'a self,
         w: &mut Writer<'a, '_>,
@@ -372,6 +391,7 @@ impl ChainArena {
         kh: u64,
         h: u64,
         t: i32,
+        rest: usize,
     ) -> Option<RunPos> {
         let bs = shard_of(kh);
         // Appending: the pending stretch ends its run (its shard is held).
@@ -389,7 +409,7 @@ impl ChainArena {
                 }
                 let run = g.get_mut(tail)?;
                 run.toks.push(t.wrapping_sub(s.delta), run.hashes.len());
-                super::grow(&mut run.hashes, 1, 4);
+                super::grow(&mut run.hashes, rest, 4);
                 run.hashes.push(h);
                 blocks.insert(part, kh, tail);
                 w.out.new_blocks += 1;
@@ -415,9 +435,11 @@ impl ChainArena {
             run: ((local as u32) << SHARD_BITS) | bs as u32,
             off: 0,
         };
+        let mut hashes = Vec::with_capacity(rest.max(1));
+        hashes.push(h);
         *g.get_mut(pos)? = Run {
             part,
-            hashes: vec![h],
+            hashes,
             toks: Toks::one(t),
             spans: Vec::new(),
         };

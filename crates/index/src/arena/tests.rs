@@ -404,6 +404,36 @@ fn chains_grow_their_runs_and_the_walk_crosses_runs() {
     assert_eq!((a.runs(), a.blocks(), a.holdings()), (0, 0, 0));
 }
 
+/// A store skips the optimistic probe of a block that follows a new one
+/// (it is almost always new too): a block that exists all the same must
+/// still be found under the write lock, held once, not stored twice.
+#[test]
+fn a_known_block_right_after_a_new_one_is_joined_not_stored_again() {
+    let a = ChainArena::new();
+    a.store(0, 1, &[10, 11, 12], &toks(0, 3), 5, Tier::T1);
+    let out = a.store(0, 2, &[99, 11, 12, 13], &toks(0, 4), 6, Tier::T1);
+    assert_eq!((out.new_blocks, out.added, out.lost), (2, 4, 0));
+    assert_eq!((a.blocks(), a.holdings()), (5, 7));
+    let mut got = Vec::new();
+    a.walk(0, &[10, 11, 12, 13], &[1; 4], 0, &mut got);
+    assert_eq!(
+        got.iter()
+            .map(|r| (r.replica, r.blocks))
+            .collect::<Vec<_>>(),
+        [(1, 3)]
+    );
+    a.walk(0, &[99, 11, 12, 13], &[1; 4], 0, &mut got);
+    assert_eq!(
+        got.iter()
+            .map(|r| (r.replica, r.blocks))
+            .collect::<Vec<_>>(),
+        [(2, 4)]
+    );
+    let mut hs = Vec::new();
+    a.holders(0, 12, &mut hs);
+    assert_eq!(hs.len(), 2);
+}
+
 #[test]
 fn a_span_is_24_bytes_and_keeps_replica_and_tier() {
     assert_eq!(std::mem::size_of::<Span>(), 24);
