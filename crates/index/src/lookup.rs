@@ -424,9 +424,9 @@ impl Index {
     /// removed are ignored.
     pub fn credit(&self, hits: &LfuHits) {
         for h in &hits.runs {
-            for key in hits.keys.iter().take(h.blocks as usize) {
-                self.store.entries.credit(&key.as_ref(), h.replica);
-            }
+            hits.keys.each_first(h.blocks as usize, |key| {
+                self.store.entries.credit(key, h.replica);
+            });
         }
     }
 

@@ -165,8 +165,70 @@ pub struct ReplicaScore {
 /// diagnostic [`crate::Index::hit_replicas`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LfuHits {
-    pub(crate) keys: Vec<crate::key::EntryKey>,
+    pub(crate) keys: HitKeys,
     pub(crate) runs: Vec<HitRun>,
+}
+
+/// The captured keys of [`LfuHits`], in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HitKeys {
+    /// Every key 8 bytes long (the fingerprint's wire form, so nearly
+    /// every lookup): 8 bytes a key, half an [`crate::key::EntryKey`], and
+    /// nothing to drop key by key (a 128-block hit was 7 % of its lookup).
+    Short { part: u32, hashes: Vec<[u8; 8]> },
+    /// Keys of other lengths.
+    Any(Vec<crate::key::EntryKey>),
+}
+
+impl Default for HitKeys {
+    fn default() -> Self {
+        HitKeys::Any(Vec::new())
+    }
+}
+
+impl HitKeys {
+    /// The keys of `hashes` in partition `part`.
+    fn of<H: AsRef<[u8]>>(part: u32, hashes: &[H]) -> Self {
+        let mut short = Vec::with_capacity(hashes.len());
+        for h in hashes {
+            match <[u8; 8]>::try_from(h.as_ref()) {
+                Ok(b) => short.push(b),
+                Err(_) => {
+                    let keys = hashes
+                        .iter()
+                        .map(|h| crate::key::EntryKey::new(part, h.as_ref()));
+                    return HitKeys::Any(keys.collect());
+                }
+            }
+        }
+        HitKeys::Short {
+            part,
+            hashes: short,
+        }
+    }
+
+    /// `f` of each of the first `n` keys.
+    pub(crate) fn each_first(&self, n: usize, mut f: impl FnMut(&crate::key::KeyRef<'_>)) {
+        match self {
+            HitKeys::Short { part, hashes } => {
+                for h in hashes.iter().take(n) {
+                    f(&crate::key::KeyRef::new(*part, h));
+                }
+            }
+            HitKeys::Any(keys) => {
+                for k in keys.iter().take(n) {
+                    f(&k.as_ref());
+                }
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            HitKeys::Short { hashes, .. } => hashes.clear(),
+            HitKeys::Any(keys) => keys.clear(),
+        }
+    }
 }
 
 /// One replica's captured run.
@@ -203,19 +265,14 @@ impl LfuHits {
         req: &LookupRequest<'_, H>,
         runs: Vec<HitRun>,
     ) -> Self {
-        use crate::key::EntryKey;
         if runs.is_empty() {
             return Self::default();
         }
         let keys = if req.is_chain_bearing() {
             let depth = runs.iter().map(|r| r.blocks as usize).max().unwrap_or(0);
-            req.block_hashes
-                .iter()
-                .take(depth)
-                .map(|h| EntryKey::new(part, h.as_ref()))
-                .collect()
+            HitKeys::of(part, &req.block_hashes[..depth.min(req.block_hashes.len())])
         } else {
-            vec![EntryKey::new(part, req.prefix_hash)]
+            HitKeys::of(part, &[req.prefix_hash])
         };
         Self { keys, runs }
     }
