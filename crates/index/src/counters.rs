@@ -110,7 +110,7 @@ impl Counters {
         }
         let scope = slot(&mut self.serving, p.scope_id);
         scope.add(replica, a.holders);
-        p.serving.store(scope.len(), Ordering::Relaxed);
+        publish_serving(p, scope.len());
         if a.keys > 0 {
             self.total_keys += a.keys;
             *slot(&mut self.keys_by_tenant, p.tenant_id) += a.keys;
@@ -129,7 +129,7 @@ impl Counters {
         }
         let scope = slot(&mut self.serving, p.scope_id);
         scope.remove(replica);
-        p.serving.store(scope.len(), Ordering::Relaxed);
+        publish_serving(p, scope.len());
         if key_removed {
             dec(&mut self.total_keys);
             dec(slot(&mut self.keys_by_tenant, p.tenant_id));
@@ -158,5 +158,16 @@ impl Counters {
 
     pub(crate) fn serves(&self, scope: u32, replica: u32) -> bool {
         self.scope(scope).is_some_and(|s| s.held(replica) > 0)
+    }
+}
+
+/// Mirrors a scope's serving count into its partitions' shared atomic,
+/// written only when it changed: every lookup reads that line, and an
+/// unchanged store would still take it from the reader's cache on each
+/// write batch (the count changes only when a replica joins or leaves).
+#[inline]
+fn publish_serving(p: &Partition, n: usize) {
+    if p.serving.load(Ordering::Relaxed) != n {
+        p.serving.store(n, Ordering::Relaxed);
     }
 }

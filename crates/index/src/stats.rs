@@ -96,7 +96,11 @@ impl DerefMut for StatsWrite<'_> {
 impl Drop for StatsWrite<'_> {
     fn drop(&mut self) {
         // Still under the lock: a reader that sees `false` saw a map that
-        // was empty at some point after its last writer.
-        self.any.store(!self.guard.is_empty(), Ordering::Release);
+        // was empty at some point after its last writer. Written only when
+        // it changes: every lookup reads this line.
+        let any = !self.guard.is_empty();
+        if self.any.load(Ordering::Relaxed) != any {
+            self.any.store(any, Ordering::Release);
+        }
     }
 }

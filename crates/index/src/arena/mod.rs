@@ -63,6 +63,7 @@
 //! `for_each_block`'s under its read lock. They may take the caller's own
 //! locks if the caller never holds those while calling into the arena.
 
+mod block_table;
 mod prefetch;
 mod spans;
 mod store;
@@ -72,7 +73,8 @@ mod walk;
 
 use crate::key::key_hash;
 use crate::shard::read_spinning as read;
-use crate::table::{MAX_SLOTS, Table};
+use crate::table::MAX_SLOTS;
+use block_table::{BlockTable, Entry};
 use spans::Span;
 use std::sync::{RwLock, RwLockReadGuard};
 pub use store::{BlockStored, Stored, Take};
@@ -109,29 +111,6 @@ impl RunPos {
 
     fn local(self) -> usize {
         (self.run >> SHARD_BITS) as usize
-    }
-}
-
-/// One distinct block of a partition: the low 32 bits of its key hash and
-/// its place, 12 bytes. The table hashes an entry by those 32 bits alone,
-/// so it grows without reading runs (which live under other locks); a
-/// probe's candidates are confirmed in the run (`Run::is`), which holds the
-/// block's full hash. Two blocks of one shard and partition share 32 key
-/// hash bits about once in 4 billion probes per stored block: the
-/// confirmation then picks the right one.
-#[derive(Clone, Copy)]
-struct Entry {
-    tag: u32,
-    run: u32,
-    off: u32,
-}
-
-impl Entry {
-    fn pos(&self) -> RunPos {
-        RunPos {
-            run: self.run,
-            off: self.off,
-        }
     }
 }
 
@@ -178,61 +157,6 @@ impl IntoIterator for Candidates {
     }
 }
 
-/// One partition's blocks in one shard: the slot table's bucket table
-/// (`table.rs`: 4-byte buckets, a 7-bit tag and a position) over a dense
-/// array of entries. A new block's entry goes at the array's end and its
-/// bucket is the one the probe before it just read, so an insert touches
-/// two lines already in cache: the block lock's release (which waits for
-/// every earlier store) does not wait for a miss (with a hashbrown table
-/// it did, 37 % of a store's samples, BENCHMARKS.md).
-#[derive(Default)]
-struct BlockTable {
-    table: Table,
-    entries: Vec<Entry>,
-}
-
-impl BlockTable {
-    fn candidates(&self, tag: u32, out: &mut Candidates) {
-        let entries = &self.entries;
-        // Every tag-matching entry: the closure collects and never stops
-        // the probe early.
-        self.table.find(table_hash(tag), |p| {
-            if let Some(e) = entries.get(p).filter(|e| e.tag == tag) {
-                out.push(e.pos());
-            }
-            false
-        });
-    }
-
-    /// Inserts an entry the caller checked room for
-    /// ([`Blocks::has_room`]).
-    fn insert(&mut self, e: Entry) {
-        let n = self.entries.len();
-        let entries = &self.entries;
-        self.table
-            .reserve_one(n, |j| entries.get(j).map_or(0, |e| table_hash(e.tag)));
-        grow(&mut self.entries, 1, 16);
-        self.entries.push(e);
-        self.table.insert(table_hash(e.tag), n);
-    }
-
-    fn remove(&mut self, tag: u32, pos: RunPos) {
-        let entries = &self.entries;
-        let Some(i) = self.table.remove(table_hash(tag), |p| {
-            entries
-                .get(p)
-                .is_some_and(|e| e.tag == tag && e.pos() == pos)
-        }) else {
-            return;
-        };
-        let last = self.entries.len() - 1;
-        self.entries.swap_remove(i);
-        if let Some(moved) = self.entries.get(i).filter(|_| i != last) {
-            self.table.repoint(table_hash(moved.tag), last, i);
-        }
-    }
-}
-
 /// A shard's blocks: one table per partition (few per index, so a short
 /// list).
 #[derive(Default)]
@@ -258,7 +182,7 @@ impl Blocks {
 
     /// Whether a block of `part` can still be inserted here.
     fn has_room(&self, part: u32) -> bool {
-        self.table(part).is_none_or(|t| t.entries.len() < MAX_SLOTS)
+        self.table(part).is_none_or(|t| t.len() < MAX_SLOTS)
     }
 
     /// Inserts a block the caller has just seen absent and checked room
@@ -285,13 +209,13 @@ impl Blocks {
         };
         let t = &mut self.parts[i].1;
         t.remove(tag_of(kh), pos);
-        if t.entries.is_empty() {
+        if t.len() == 0 {
             self.parts.swap_remove(i);
         }
     }
 
     fn len(&self) -> usize {
-        self.parts.iter().map(|(_, t)| t.entries.len()).sum()
+        self.parts.iter().map(|(_, t)| t.len()).sum()
     }
 }
 

@@ -1,23 +1,22 @@
 //! Loading a run of blocks' table lines before a writer needs them.
 //!
 //! A store of new blocks and a burst of removals probe one block table per
-//! block, each probe a lock line, a bucket line and an entry line that are
-//! almost never in cache (a profile of the index's stores at scale 16 put
+//! block, each probe a lock line and a bucket line (the bucket is the
+//! block's entry, `block_table.rs`) that are almost never in cache (a profile of the index's stores at scale 16 put
 //! 46 % of `store_with` on the bucket load and 15 % on the lock word,
 //! BENCHMARKS.md). One by one, each miss waits for the one before: a lock
 //! is an atomic read-modify-write, which on x86 waits for every earlier
 //! load. So, as the slot table's writers do (`Shards::prefetch`), the
 //! locks of every block shard a window touches are taken first, once each,
-//! in ascending order; then every block's home bucket is loaded; then
-//! every tag-matching entry: those misses overlap, and the writer's own
-//! probes find the lines in cache.
+//! in ascending order; then every block's home bucket is loaded: those
+//! misses overlap, and the writer's own probes find the lines in cache.
 //!
 //! Lock order: a caller may hold a run shard (level 1), as a store does
 //! between two windows; the block shard read locks taken here are level 2
 //! and taken in ascending shard order, and nobody waits for a level-1 lock
 //! while holding a level-2 one, so no cycle can form.
 
-use super::{Blocks, ChainArena, SHARDS, hash_of, shard_of, table_hash, tag_of};
+use super::{Blocks, ChainArena, SHARDS, hash_of, shard_of, tag_of};
 use crate::shard::read_spinning as read;
 use arrayvec::ArrayVec;
 use std::sync::RwLockReadGuard;
@@ -62,19 +61,7 @@ impl ChainArena {
         let mut touched = 0u64;
         for &(part, kh) in keys {
             if let Some(t) = blocks(kh).and_then(|b| b.table(part)) {
-                touched ^= u64::from(t.table.home(table_hash(tag_of(kh))));
-            }
-        }
-        for &(part, kh) in keys {
-            if let Some(t) = blocks(kh).and_then(|b| b.table(part)) {
-                let tag = tag_of(kh);
-                if let Some(e) = t
-                    .table
-                    .candidate(table_hash(tag))
-                    .and_then(|p| t.entries.get(p))
-                {
-                    touched ^= u64::from(e.run);
-                }
+                touched ^= u64::from(t.touch(tag_of(kh)));
             }
         }
         std::hint::black_box(touched);
