@@ -155,8 +155,9 @@
 //!
 //! # Memory
 //!
-//! In the arena, a block is 8 bytes of hash in its run plus a 12-byte table
-//! entry behind a 4-byte bucket, and a replica's holding of a stretch of a
+//! In the arena, a block is 8 bytes of hash in its run plus a 12-byte bucket
+//! of its shard's block table (the bucket is the entry: tag, run, offset;
+//! load at most 4/5), and a replica's holding of a stretch of a
 //! run is one 24-byte span, whatever the stretch's length (LFU counts in a
 //! side table, credited holdings only). In the slot table,
 //! a (prefix, replica) entry is a 16-byte holder: last seen, tokens, and one
