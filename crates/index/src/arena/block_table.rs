@@ -90,25 +90,38 @@ impl BlockTable {
         self.buckets.get(self.home(tag)).map_or(0, |e| e.run)
     }
 
-    /// Every place whose tag is `tag`, in probe order (unconfirmed).
+    /// The first `Some` of `f` over the places whose tag is `tag`, in
+    /// probe order.
     #[inline]
-    pub(super) fn candidates(&self, tag: u32, out: &mut Candidates) {
+    pub(super) fn find_map<R>(
+        &self,
+        tag: u32,
+        mut f: impl FnMut(RunPos) -> Option<R>,
+    ) -> Option<R> {
         let mask = self.buckets.len().wrapping_sub(1);
         let mut i = self.home(tag);
-        // At most every bucket once: the load limit keeps an empty bucket
-        // in every table, the bound only guards against a broken invariant.
         for _ in 0..self.buckets.len() {
-            let Some(e) = self.buckets.get(i) else {
-                return;
-            };
+            let e = self.buckets.get(i)?;
             if e.off == EMPTY {
-                return;
+                return None;
             }
             if e.live() && e.tag == tag {
-                out.push(e.pos());
+                if let Some(r) = f(e.pos()) {
+                    return Some(r);
+                }
             }
             i = (i + 1) & mask;
         }
+        None
+    }
+
+    /// Every place whose tag is `tag`, in probe order (unconfirmed).
+    #[inline]
+    pub(super) fn candidates(&self, tag: u32, out: &mut Candidates) {
+        self.find_map(tag, |p| {
+            out.push(p);
+            None::<()>
+        });
     }
 
     /// Inserts a block the caller has just seen absent (under this

@@ -73,7 +73,6 @@ mod walk;
 
 use crate::key::key_hash;
 use crate::shard::read_spinning as read;
-use crate::table::MAX_SLOTS;
 use block_table::{BlockTable, Entry};
 use spans::Span;
 use std::sync::{RwLock, RwLockReadGuard};
@@ -178,11 +177,6 @@ impl Blocks {
             t.candidates(tag_of(kh), &mut out);
         }
         out
-    }
-
-    /// Whether a block of `part` can still be inserted here.
-    fn has_room(&self, part: u32) -> bool {
-        self.table(part).is_none_or(|t| t.len() < MAX_SLOTS)
     }
 
     /// Inserts a block the caller has just seen absent and checked room

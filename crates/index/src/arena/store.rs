@@ -4,8 +4,11 @@
 use super::prefetch::WINDOW;
 use super::toks::Toks;
 use super::views::Holding;
-use super::{Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of};
+use super::{
+    Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of, tag_of,
+};
 use crate::shard::{read_spinning as read, try_read_now, write_spinning as write};
+use crate::table::MAX_SLOTS;
 use crate::types::Tier;
 use std::sync::RwLockWriteGuard;
 
@@ -466,7 +469,12 @@ impl ChainArena {
         h: u64,
         busy: &mut Option<usize>,
     ) -> Result<(), Option<RunPos>> {
-        for c in blocks.candidates(part, kh) {
+        let Some(t) = blocks.table(part) else {
+            return Ok(());
+        };
+        // Each candidate is confirmed in place, under this lock: no list
+        // of candidates is built (a new block usually has none).
+        let settled = t.find_map(tag_of(kh), |c| {
             let is = |r: &Runs| r.get(c).is_some_and(|r| r.is(c.off, part, h));
             let here = if c.shard() == mine {
                 is(g)
@@ -475,18 +483,16 @@ impl ChainArena {
                     Some(other) => is(&other),
                     None => {
                         *busy = Some(c.shard());
-                        return Err(None);
+                        return Some(None);
                     }
                 }
             };
-            if here {
-                return Err(Some(c));
-            }
-        }
-        if blocks.has_room(part) {
-            Ok(())
-        } else {
-            Err(None)
+            here.then_some(Some(c))
+        });
+        match settled {
+            Some(place) => Err(place),
+            None if t.len() < MAX_SLOTS => Ok(()),
+            None => Err(None),
         }
     }
 
