@@ -17,7 +17,7 @@
 //! while holding a level-2 one, so no cycle can form.
 
 use super::{Blocks, ChainArena, SHARDS, hash_of, shard_of, tag_of};
-use crate::shard::read_spinning as read;
+use crate::shard::{read_spinning as read, try_read_now};
 use arrayvec::ArrayVec;
 use std::sync::RwLockReadGuard;
 
@@ -65,5 +65,16 @@ impl ChainArena {
             }
         }
         std::hint::black_box(touched);
+    }
+
+    /// Loads block (`part`, `hash`)'s home bucket if its block shard is
+    /// free to read right now (never waits: the caller may hold a run
+    /// shard's read lock).
+    #[inline]
+    pub(crate) fn touch(&self, part: u32, hash: u64) {
+        let kh = hash_of(part, hash);
+        if let Some(b) = try_read_now(&self.shard(shard_of(kh)).blocks.0) {
+            std::hint::black_box(b.table(part).map_or(0, |t| t.touch(tag_of(kh))));
+        }
     }
 }

@@ -86,6 +86,13 @@ impl ChainArena {
                 break;
             };
             let off = at.off as usize;
+            if pos + 1 < n {
+                // Most lookups end one block later, at a block this run
+                // does not hold: that block's table line is asked for now
+                // (if its shard is free), so that its miss overlaps the
+                // run's own instead of following it.
+                self.touch(part, hashes[pos + 1]);
+            }
             // The request and the run agree on `m` blocks from here.
             let stored = run.hashes.get(off..).unwrap_or(&[]);
             let m = stored
