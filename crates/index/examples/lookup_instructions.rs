@@ -14,14 +14,16 @@
 //! reports stats, as in `bench/peers`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// The benches' random hashes (their criterion settings go unused here).
+#[path = "../benches/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
 use inferencecache_index::{CacheUpdate, Index, IndexConfig, LookupRequest, PrefixEntry};
 use std::hint::black_box;
 
 fn hash(seed: u64, i: u64) -> Vec<u8> {
-    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)).to_be_bytes().to_vec()
+    common::splitmix(seed, i).to_be_bytes().to_vec()
 }
 
 fn store(idx: &Index, replica: usize, hashes: &[Vec<u8>]) {

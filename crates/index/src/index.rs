@@ -235,24 +235,26 @@ impl Index {
         f: impl FnOnce(&Arc<Partition>) -> T,
     ) -> Option<T> {
         let uid = self.settings.uid;
-        let mut f = Some(f);
-        let hit = LAST_PARTITION.with(|c| {
-            let c = c.try_borrow().ok()?;
-            let (owner, p) = c.as_ref()?;
-            let same = *owner == uid
-                && same_str(&p.tenant, t)
-                && same_str(&p.model, m)
-                && same_str(&p.scheme, s)
-                && same_str(&p.adapter, a);
-            if !same {
-                return None;
-            }
-            let f = f.take()?;
-            Some(f(p))
+        // `Err(f)` hands `f` back when the cached partition is not this one.
+        let cached = LAST_PARTITION.with(|c| match c.try_borrow() {
+            Ok(c) => match c.as_ref() {
+                Some((owner, p))
+                    if *owner == uid
+                        && *p.tenant == *t
+                        && *p.model == *m
+                        && *p.scheme == *s
+                        && *p.adapter == *a =>
+                {
+                    Ok(f(p))
+                }
+                _ => Err(f),
+            },
+            Err(_) => Err(f),
         });
-        if hit.is_some() {
-            return hit;
-        }
+        let f = match cached {
+            Ok(out) => return Some(out),
+            Err(f) => f,
+        };
         let found = read(&self.store.catalog)
             .find_partition(t, m, s, a)
             .cloned()?;
@@ -261,8 +263,20 @@ impl Index {
                 *c = Some((uid, found.clone()));
             }
         });
-        let f = f.take()?;
         Some(f(&found))
+    }
+
+    /// Runs `f` on the replica names and labels, without the catalog's
+    /// lock while the thread's published table is current
+    /// ([`crate::replica_table`]).
+    #[inline]
+    pub(crate) fn with_names<T>(&self, f: impl FnOnce(crate::replica_table::Names<'_>) -> T) -> T {
+        crate::replica_table::with_names(
+            self.settings.uid,
+            &self.store.table_epoch,
+            &self.store.catalog,
+            f,
+        )
     }
 
     pub(crate) fn intern_partition(&self, t: &str, m: &str, s: &str, a: &str) -> Arc<Partition> {
@@ -366,27 +380,5 @@ impl Index {
 
     pub(crate) fn now(&self) -> i64 {
         self.env.clock.now_ns()
-    }
-}
-
-/// String equality for the partition cache's check: names are short, and
-/// an inline byte loop beats a call to `memcmp` four times per lookup.
-#[inline]
-fn same_str(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
-}
-
-impl Index {
-    /// Runs `f` on the replica names and labels, without the catalog's
-    /// lock while the thread's published table is current
-    /// ([`crate::replica_table`]).
-    #[inline]
-    pub(crate) fn with_names<T>(&self, f: impl FnOnce(crate::replica_table::Names<'_>) -> T) -> T {
-        crate::replica_table::with_names(
-            self.settings.uid,
-            &self.store.table_epoch,
-            &self.store.catalog,
-            f,
-        )
     }
 }

@@ -47,7 +47,7 @@ fn pos_of(b: u32) -> usize {
 }
 
 /// Buckets needed to hold `n` keys under the load limit.
-fn buckets_for(n: usize) -> usize {
+pub(crate) fn buckets_for(n: usize) -> usize {
     if n == 0 {
         return 0;
     }

@@ -17,14 +17,13 @@
 //! grows without reading runs (which live under other locks).
 
 use super::{Candidates, RunPos, table_hash};
+use crate::table::{MAX_SLOTS, buckets_for};
 
 /// `off` of a bucket never used since the last rebuild: a probe stops here.
 const EMPTY: u32 = u32::MAX;
 /// `off` of a bucket whose block was removed: a probe goes on past it.
 /// (No run reaches 4 billion blocks: its hashes alone would be 32 GiB.)
 const TOMB: u32 = u32::MAX - 1;
-/// Smallest non-empty table.
-const MIN_BUCKETS: usize = 16;
 
 /// One distinct block of a partition: the low 32 bits of its key hash and
 /// its place, 12 bytes. Two blocks of one shard and partition share 32 key
@@ -58,13 +57,6 @@ impl Entry {
     }
 }
 
-/// Buckets needed to hold `n` blocks under the load limit.
-fn buckets_for(n: usize) -> usize {
-    (n.saturating_mul(5) / 4 + 1)
-        .next_power_of_two()
-        .max(MIN_BUCKETS)
-}
-
 #[derive(Default)]
 pub(super) struct BlockTable {
     buckets: Box<[Entry]>,
@@ -83,11 +75,39 @@ impl BlockTable {
         self.live
     }
 
+    /// Whether another block may be inserted (the slot table's limit).
+    pub(super) fn has_room(&self) -> bool {
+        self.live < MAX_SLOTS
+    }
+
     /// The run id in the bucket a probe for `tag` reads first, for a
     /// writer to load the line ahead of its probe (0 when empty).
     #[inline]
     pub(super) fn touch(&self, tag: u32) -> u32 {
         self.buckets.get(self.home(tag)).map_or(0, |e| e.run)
+    }
+
+    /// The first `Some` of `f` over the live buckets whose tag is `tag`
+    /// (given their index), in probe order, up to the first empty bucket.
+    #[inline]
+    fn probe<R>(&self, tag: u32, mut f: impl FnMut(usize, &Entry) -> Option<R>) -> Option<R> {
+        let mask = self.buckets.len().wrapping_sub(1);
+        let mut i = self.home(tag);
+        // At most every bucket once: the load limit keeps an empty bucket
+        // in every table, the bound only guards against a broken invariant.
+        for _ in 0..self.buckets.len() {
+            let e = self.buckets.get(i)?;
+            if e.off == EMPTY {
+                return None;
+            }
+            if e.live() && e.tag == tag {
+                if let Some(r) = f(i, e) {
+                    return Some(r);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        None
     }
 
     /// The first `Some` of `f` over the places whose tag is `tag`, in
@@ -98,21 +118,7 @@ impl BlockTable {
         tag: u32,
         mut f: impl FnMut(RunPos) -> Option<R>,
     ) -> Option<R> {
-        let mask = self.buckets.len().wrapping_sub(1);
-        let mut i = self.home(tag);
-        for _ in 0..self.buckets.len() {
-            let e = self.buckets.get(i)?;
-            if e.off == EMPTY {
-                return None;
-            }
-            if e.live() && e.tag == tag {
-                if let Some(r) = f(e.pos()) {
-                    return Some(r);
-                }
-            }
-            i = (i + 1) & mask;
-        }
-        None
+        self.probe(tag, |_, e| f(e.pos()))
     }
 
     /// Every place whose tag is `tag`, in probe order (unconfirmed).
@@ -171,19 +177,7 @@ impl BlockTable {
 
     /// The bucket holding `tag` at `pos`.
     fn find(&self, tag: u32, pos: RunPos) -> Option<usize> {
-        let mask = self.buckets.len().wrapping_sub(1);
-        let mut i = self.home(tag);
-        for _ in 0..self.buckets.len() {
-            let e = self.buckets.get(i)?;
-            if e.off == EMPTY {
-                return None;
-            }
-            if e.live() && e.tag == tag && e.pos() == pos {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
-        }
-        None
+        self.probe(tag, |i, e| (e.pos() == pos).then_some(i))
     }
 
     /// Removes the block's entry if it still points at `pos`.

@@ -2,9 +2,9 @@
 //!
 //! A store of new blocks and a burst of removals probe one block table per
 //! block, each probe a lock line and a bucket line (the bucket is the
-//! block's entry, `block_table.rs`) that are almost never in cache (a profile of the index's stores at scale 16 put
-//! 46 % of `store_with` on the bucket load and 15 % on the lock word,
-//! BENCHMARKS.md). One by one, each miss waits for the one before: a lock
+//! block's entry, `block_table.rs`) that are almost never in cache (a
+//! profile of the index's stores at scale 16 put 46 % of `store_with` on
+//! the bucket load and 15 % on the lock word, BENCHMARKS.md). One by one, each miss waits for the one before: a lock
 //! is an atomic read-modify-write, which on x86 waits for every earlier
 //! load. So, as the slot table's writers do (`Shards::prefetch`), the
 //! locks of every block shard a window touches are taken first, once each,

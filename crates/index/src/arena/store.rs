@@ -8,7 +8,6 @@ use super::{
     Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of, tag_of,
 };
 use crate::shard::{read_spinning as read, try_read_now, write_spinning as write};
-use crate::table::MAX_SLOTS;
 use crate::types::Tier;
 use std::sync::RwLockWriteGuard;
 
@@ -491,7 +490,7 @@ impl ChainArena {
         });
         match settled {
             Some(place) => Err(place),
-            None if t.len() < MAX_SLOTS => Ok(()),
+            None if t.has_room() => Ok(()),
             None => Err(None),
         }
     }

@@ -414,21 +414,15 @@ fn a_known_block_right_after_a_new_one_is_joined_not_stored_again() {
     let out = a.store(0, 2, &[99, 11, 12, 13], &toks(0, 4), 6, Tier::T1);
     assert_eq!((out.new_blocks, out.added, out.lost), (2, 4, 0));
     assert_eq!((a.blocks(), a.holdings()), (5, 7));
-    let mut got = Vec::new();
-    a.walk(0, &[10, 11, 12, 13], &[1; 4], 0, &mut got);
-    assert_eq!(
+    let matched = |hashes: &[u64]| {
+        let mut got = Vec::new();
+        a.walk(0, hashes, &[1; 4], 0, &mut got);
         got.iter()
             .map(|r| (r.replica, r.blocks))
-            .collect::<Vec<_>>(),
-        [(1, 3)]
-    );
-    a.walk(0, &[99, 11, 12, 13], &[1; 4], 0, &mut got);
-    assert_eq!(
-        got.iter()
-            .map(|r| (r.replica, r.blocks))
-            .collect::<Vec<_>>(),
-        [(2, 4)]
-    );
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(matched(&[10, 11, 12, 13]), [(1, 3)]);
+    assert_eq!(matched(&[99, 11, 12, 13]), [(2, 4)]);
     let mut hs = Vec::new();
     a.holders(0, 12, &mut hs);
     assert_eq!(hs.len(), 2);
