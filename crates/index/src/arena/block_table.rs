@@ -57,6 +57,9 @@ impl Entry {
     }
 }
 
+/// `repr(C)` with the buckets first: the shard's first table sits on its
+/// lock's line (`Blocks`), and a probe needs only the buckets' address.
+#[repr(C)]
 #[derive(Default)]
 pub(super) struct BlockTable {
     buckets: Box<[Entry]>,

@@ -700,3 +700,36 @@ impl Drop for Stop<'_> {
         self.0.store(true, std::sync::atomic::Ordering::Release);
     }
 }
+
+/// A shard's partition tables: the first one inline, the others listed;
+/// when the first empties another takes its place, and every partition's
+/// blocks stay found through it.
+#[test]
+fn a_shard_keeps_every_partition_through_its_first_table_emptying() {
+    let mut b = Blocks::default();
+    let pos = |run: u32| RunPos { run, off: 0 };
+    let found =
+        |b: &Blocks, part: u32, kh: u64| b.candidates(part, kh).into_iter().collect::<Vec<_>>();
+    b.insert(7, 1, pos(1));
+    b.insert(8, 2, pos(2));
+    b.insert(9, 3, pos(3));
+    assert_eq!((b.first_part, b.rest.len(), b.len()), (7, 2, 3));
+    b.remove(7, 1, pos(1));
+    // Partition 9 (the last listed) moved into the first table.
+    assert_eq!((b.first_part, b.rest.len(), b.len()), (9, 1, 2));
+    assert!(found(&b, 7, 1).is_empty());
+    assert_eq!(found(&b, 8, 2), vec![pos(2)]);
+    assert_eq!(found(&b, 9, 3), vec![pos(3)]);
+    // A partition that comes back is listed, not inlined over another.
+    b.insert(7, 1, pos(4));
+    assert_eq!(found(&b, 7, 1), vec![pos(4)]);
+    assert_eq!(found(&b, 9, 3), vec![pos(3)]);
+    for (part, kh, p) in [(8, 2, pos(2)), (9, 3, pos(3)), (7, 1, pos(4))] {
+        b.remove(part, kh, p);
+    }
+    assert_eq!((b.len(), b.rest.len(), b.first.len()), (0, 0, 0));
+    // Empty: the next partition takes the first table.
+    b.insert(5, 6, pos(5));
+    assert_eq!((b.first_part, b.rest.len()), (5, 0));
+    assert_eq!(found(&b, 5, 6), vec![pos(5)]);
+}
