@@ -40,8 +40,7 @@ const MAX_WINDOW: usize = 64;
 struct Scratch {
     live: Vec<Run>,
     ended: Vec<Run>,
-    /// The request's blocks as arena hashes, and the arena's answer.
-    blocks: Vec<u64>,
+    /// The arena's answer.
     matches: Vec<RunMatch>,
     holders: Vec<Holder>,
 }
@@ -83,17 +82,11 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
                 &mut s.live,
             ),
             Some(arena) => {
-                s.blocks.clear();
-                let whole = hashes.iter().all(|h| match h.as_ref().try_into() {
-                    Ok(b) => {
-                        s.blocks.push(u64::from_le_bytes(b));
-                        true
-                    }
-                    Err(_) => false,
-                });
-                if whole {
+                if hashes.iter().all(|h| h.as_ref().len() == 8) {
                     // Already in replica order.
-                    arena.walk(part, &s.blocks, counts, cutoff, &mut s.matches);
+                    let key =
+                        |i: usize| hashes[i].as_ref().try_into().map_or(0, u64::from_le_bytes);
+                    arena.walk_by(part, hashes.len(), key, counts, cutoff, &mut s.matches);
                     return out(&s.matches);
                 }
                 walk_mixed(entries, part, hashes, counts, cutoff, s);

@@ -9,6 +9,7 @@ mod common;
 use common::{Running, report};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::*;
+use inferencecache_server::ServerConfig;
 use tonic::transport::Channel;
 
 type Client = InferenceCacheClient<Channel>;
@@ -601,15 +602,21 @@ async fn lookup_metrics_carry_reason_and_hint_used() {
 
 #[tokio::test]
 async fn policy_budget_breached_during_resolution_is_timeout() {
-    let s = Running::start_contract().await;
+    // One-token blocks: the largest accepted token list (1 Mi tokens) is
+    // 1 Mi blocks to fingerprint, about 10 ms in a release build and far
+    // more in a debug one, so the 1 ms budget is gone before the index
+    // whatever the build (at 16-token blocks a release build fingerprints
+    // the same list in under 1 ms).
+    let mut config = ServerConfig::ephemeral();
+    config.index.ranking = inferencecache_server::core::RankingMode::Contract;
+    config.engine_block_size = 1;
+    let s = Running::start_with(config).await;
     let mut c = s.client().await;
     policy(
         &s,
         r#"{"version":7,"policies":[{"namespace":"t","lookupTimeoutMs":1}]}"#,
     )
     .await;
-    // Fingerprinting the largest accepted token list (1 Mi tokens, 65,536
-    // blocks) takes well over 1 ms, so the budget is gone before the index.
     let r = lookup(
         &mut c,
         LookupRouteRequest {

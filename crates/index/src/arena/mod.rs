@@ -247,24 +247,73 @@ impl Blocks {
     }
 }
 
-/// A stored stretch of one chain.
+/// A stored stretch of one chain: 64 bytes on a line of its own, so a
+/// walk reads a run's header in one miss (at 88 bytes most headers
+/// straddled two lines). The hashes are a boxed slice with the length
+/// beside it, the token list a thin box: a `Vec` each would not fit.
+#[repr(align(64))]
 #[derive(Default)]
 struct Run {
-    part: u32,
-    hashes: Vec<u64>,
+    /// Room for the blocks' hashes; the first `n` are the run's.
+    room: Box<[u64]>,
+    spans: Vec<Span>,
     /// Token count per block as the run's first writer reported it; a
     /// span's holder reported `toks.get(off) + span.delta` (stores of one
     /// chain agree up to the offset of the block they started from).
     toks: toks::Toks,
-    spans: Vec<Span>,
+    n: u32,
+    part: u32,
 }
 
+// The header is one line: a field more and it takes two.
+const _: () = assert!(std::mem::size_of::<Run>() == 64);
+
 impl Run {
+    /// A run of one block.
+    fn one(part: u32, h: u64, t: i32, room: usize) -> Self {
+        let mut r = Run {
+            room: vec![0; room.max(1)].into_boxed_slice(),
+            part,
+            toks: toks::Toks::one(t),
+            ..Run::default()
+        };
+        r.room[0] = h;
+        r.n = 1;
+        r
+    }
+
+    /// The run's blocks' hashes, in chain order.
+    #[inline]
+    fn hashes(&self) -> &[u64] {
+        self.room.get(..self.n as usize).unwrap_or(&[])
+    }
+
+    /// Appends block `h`, with room for `more` blocks at least (this one
+    /// included) when the run has to grow: a store's new blocks after this
+    /// one are almost always appended too. Growth is by a quarter, at
+    /// least 4 ([`grow`]).
+    fn push_hash(&mut self, h: u64, more: usize) {
+        let n = self.n as usize;
+        if n == self.room.len() {
+            let cap = n + more.max(n / 4).max(4);
+            let mut room = vec![0; cap].into_boxed_slice();
+            room[..n].copy_from_slice(&self.room[..n]);
+            self.room = room;
+        }
+        self.room[n] = h;
+        self.n += 1;
+    }
+
+    /// Keeps the first `end` blocks (fewer than the run's).
+    fn truncate_hashes(&mut self, end: usize) {
+        self.n = self.n.min(end as u32);
+    }
+
     /// Whether block `off` of this run is (`part`, `hash`): a reader's or
     /// writer's check that the run it reached is still the block's.
     #[inline]
     fn is(&self, off: u32, part: u32, hash: u64) -> bool {
-        self.part == part && self.hashes.get(off as usize) == Some(&hash)
+        self.part == part && self.hashes().get(off as usize) == Some(&hash)
     }
 }
 

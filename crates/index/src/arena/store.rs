@@ -2,7 +2,6 @@
 //! trimmed and runs nobody holds retired.
 
 use super::prefetch::WINDOW;
-use super::toks::Toks;
 use super::views::Holding;
 use super::{
     Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of, tag_of,
@@ -314,7 +313,8 @@ impl ChainArena {
             let Some((_, g)) = w.held.as_ref() else {
                 return;
             };
-            let ends = |r: &Run| r.is(c.off, part, parent) && r.hashes.len() == c.off as usize + 1;
+            let ends =
+                |r: &Run| r.is(c.off, part, parent) && r.hashes().len() == c.off as usize + 1;
             if g.get(c).is_some_and(ends) {
                 w.pending = Some(Stretch {
                     run: c.run,
@@ -403,16 +403,15 @@ impl ChainArena {
                 off: s.to,
             };
             if g.get(tail)
-                .is_some_and(|r| r.hashes.len() == s.to as usize && r.part == part)
+                .is_some_and(|r| r.hashes().len() == s.to as usize && r.part == part)
             {
                 let mut blocks = write(&self.shard(bs).blocks.0);
                 if let Err(settled) = self.absent(&blocks, g, *gi, part, kh, h, &mut w.busy) {
                     return settled;
                 }
                 let run = g.get_mut(tail)?;
-                run.toks.push(t.wrapping_sub(s.delta), run.hashes.len());
-                super::grow(&mut run.hashes, rest, 4);
-                run.hashes.push(h);
+                run.toks.push(t.wrapping_sub(s.delta), run.hashes().len());
+                run.push_hash(h, rest);
                 blocks.insert(part, kh, tail);
                 w.out.new_blocks += 1;
                 return Some(tail);
@@ -437,14 +436,7 @@ impl ChainArena {
             run: ((local as u32) << SHARD_BITS) | bs as u32,
             off: 0,
         };
-        let mut hashes = Vec::with_capacity(rest.max(1));
-        hashes.push(h);
-        *g.get_mut(pos)? = Run {
-            part,
-            hashes,
-            toks: Toks::one(t),
-            spans: Vec::new(),
-        };
+        *g.get_mut(pos)? = Run::one(part, h, t, rest);
         blocks.insert(part, kh, pos);
         w.out.new_blocks += 1;
         Some(pos)
@@ -551,7 +543,7 @@ impl ChainArena {
             if let Some(rest) = rest {
                 run.holders_at(pos.off, rest);
             }
-            if pos.off as usize + 1 == run.hashes.len() || run.spans.is_empty() {
+            if pos.off as usize + 1 == run.hashes().len() || run.spans.is_empty() {
                 self.tidy(&mut g, pos.run);
             }
             return Take::Removed(held);
@@ -589,7 +581,7 @@ impl ChainArena {
             for h in out.iter() {
                 run.clear(h.replica, pos.off, pos.off + 1);
             }
-            if pos.off as usize + 1 == run.hashes.len() || run.spans.is_empty() {
+            if pos.off as usize + 1 == run.hashes().len() || run.spans.is_empty() {
                 self.tidy(&mut g, pos.run);
             }
             return true;
@@ -607,11 +599,11 @@ impl ChainArena {
             return;
         };
         let end = run.spans.iter().map(|s| s.to).max().unwrap_or(0) as usize;
-        if end >= run.hashes.len() {
+        if end >= run.hashes().len() {
             return;
         }
         let part = run.part;
-        for (k, h) in run.hashes.drain(end..).enumerate() {
+        for (k, &h) in run.hashes().get(end..).unwrap_or(&[]).iter().enumerate() {
             let kh = hash_of(part, h);
             let me = RunPos {
                 run: id,
@@ -619,6 +611,7 @@ impl ChainArena {
             };
             write(&self.shard(shard_of(kh)).blocks.0).remove(part, kh, me);
         }
+        run.truncate_hashes(end);
         run.toks.truncate(end);
         if end == 0 {
             *run = Run::default();

@@ -112,7 +112,7 @@ fn readers_see_each_run_whole_and_in_order_under_churn() {
     });
     // The churn left every table entry pointing at a run that has it.
     let mut placed = Vec::new();
-    a.each_run(|r| placed.extend(r.hashes.iter().map(|&h| (r.part, h))));
+    a.each_run(|r| placed.extend(r.hashes().iter().map(|&h| (r.part, h))));
     placed.sort_unstable();
     assert!(placed.windows(2).all(|w| w[0] != w[1]));
     assert_eq!(a.blocks(), placed.len());

@@ -342,8 +342,8 @@ proptest! {
         prop_assert_eq!(all, want);
         let mut trimmed = true;
         a.each_run(|run| {
-            if !run.hashes.is_empty() {
-                trimmed &= run.spans.iter().map(|s| s.to as usize).max() == Some(run.hashes.len());
+            if !run.hashes().is_empty() {
+                trimmed &= run.spans.iter().map(|s| s.to as usize).max() == Some(run.hashes().len());
             }
         });
         prop_assert!(trimmed);
@@ -539,7 +539,7 @@ fn writers_and_a_reader_never_see_a_torn_run() {
     // Every table entry is a block some run holds a place for, and back,
     // and no block has two places.
     let mut placed = Vec::new();
-    a.each_run(|r| placed.extend(r.hashes.iter().map(|&h| (r.part, h))));
+    a.each_run(|r| placed.extend(r.hashes().iter().map(|&h| (r.part, h))));
     assert_eq!(a.blocks(), placed.len());
     placed.sort_unstable();
     assert!(placed.windows(2).all(|w| w[0] != w[1]));
@@ -684,7 +684,7 @@ fn conditional_writers_and_sweeps_keep_tables_and_runs_in_step() {
         });
     });
     let mut placed = Vec::new();
-    a.each_run(|r| placed.extend(r.hashes.iter().map(|&h| (r.part, h))));
+    a.each_run(|r| placed.extend(r.hashes().iter().map(|&h| (r.part, h))));
     assert_eq!(a.blocks(), placed.len());
     placed.sort_unstable();
     assert!(placed.windows(2).all(|w| w[0] != w[1]));

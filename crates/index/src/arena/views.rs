@@ -139,7 +139,7 @@ impl ChainArena {
                     }
                     buf.clear();
                     buf.extend(active.iter().map(|&i| run.holding(&spans[i], off)));
-                    if let (Some(&h), false) = (run.hashes.get(off as usize), buf.is_empty()) {
+                    if let (Some(&h), false) = (run.hashes().get(off as usize), buf.is_empty()) {
                         f(run.part, h, &buf);
                     }
                     off += 1;
@@ -156,7 +156,7 @@ impl ChainArena {
             for run in &g.runs {
                 for s in &run.spans {
                     for off in s.from..s.to {
-                        if let Some(&h) = run.hashes.get(off as usize) {
+                        if let Some(&h) = run.hashes().get(off as usize) {
                             f(run.part, h, run.holding(s, off));
                         }
                     }
@@ -229,7 +229,7 @@ impl ChainArena {
                         gone(
                             Swept {
                                 part,
-                                hash: run.hashes.get(off as usize).copied().unwrap_or(0),
+                                hash: run.hashes().get(off as usize).copied().unwrap_or(0),
                                 holding: run.holding(s, off),
                             },
                             !held,

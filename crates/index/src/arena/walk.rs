@@ -51,35 +51,53 @@ impl ChainArena {
         cutoff: i64,
         out: &mut Vec<RunMatch>,
     ) {
+        self.walk_by(part, hashes.len(), |i| hashes[i], counts, cutoff, out);
+    }
+
+    /// [`ChainArena::walk`] over `n` request blocks whose hashes `key`
+    /// gives (`key(i)` for `i < n`): read only as far as the walk goes, so
+    /// a caller whose hashes are bytes converts no more than that (a
+    /// lookup usually stops within its first two runs, and converting a
+    /// long request up front wrote a buffer line per eight blocks).
+    pub fn walk_by(
+        &self,
+        part: u32,
+        n: usize,
+        key: impl Fn(usize) -> u64 + Copy,
+        counts: &[i32],
+        cutoff: i64,
+        out: &mut Vec<RunMatch>,
+    ) {
         out.clear();
-        let n = hashes.len().min(counts.len());
-        let (hashes, counts) = (&hashes[..n], &counts[..n]);
+        let n = n.min(counts.len());
+        let counts = &counts[..n];
         crate::scratch::with(&SCRATCH, |s| {
             s.sums.clear();
             s.sums.push(0);
-            self.walk_with(part, hashes, counts, cutoff, out, s)
+            self.walk_with(part, n, key, counts, cutoff, out, s)
         });
     }
 
     /// [`ChainArena::walk`] with the thread's buffers (`out` holds the
     /// ended stretches).
+    #[allow(clippy::too_many_arguments)]
     fn walk_with(
         &self,
         part: u32,
-        hashes: &[u64],
+        n: usize,
+        key: impl Fn(usize) -> u64 + Copy,
         counts: &[i32],
         cutoff: i64,
         out: &mut Vec<RunMatch>,
         s: &mut Scratch,
     ) {
-        let n = hashes.len();
         let Scratch { live, sums } = s;
         live.clear();
         let mut pos = 0;
         while pos < n {
             // A block whose run changed since the probe (a concurrent
             // removal retired or trimmed it) is gone: the match ends there.
-            let Some((at, g)) = self.locate(part, hashes[pos]) else {
+            let Some((at, g)) = self.locate(part, key(pos)) else {
                 break;
             };
             let Some(run) = g.get(at) else {
@@ -91,14 +109,14 @@ impl ChainArena {
                 // does not hold: that block's table line is asked for now
                 // (if its shard is free), so that its miss overlaps the
                 // run's own instead of following it.
-                self.touch(part, hashes[pos + 1]);
+                self.touch(part, key(pos + 1));
             }
             // The request and the run agree on `m` blocks from here.
-            let stored = run.hashes.get(off..).unwrap_or(&[]);
+            let stored = run.hashes().get(off..).unwrap_or(&[]);
             let m = stored
                 .iter()
-                .zip(&hashes[pos..])
-                .take_while(|(a, b)| a == b)
+                .zip(pos..n)
+                .take_while(|&(&a, i)| a == key(i))
                 .count()
                 .max(1);
             let seg = &counts[pos..pos + m.min(n - pos)];
