@@ -4,19 +4,25 @@
 //! measure it on its own against the slot table and the peers.
 //!
 //! ```text
-//!  256 shards, each two locks on lines of their own:
+//!  256 shards, each two locks on 128-byte lines of their own:
 //!
-//!  blocks  RwLock (level 2)    per partition: 4-byte buckets over dense 12-byte entries
-//!    (part, hash) ──► { 32 key hash bits, run id, offset }   confirmed in the run
-//!                        │ probed only where a run ends
+//!  blocks  RwLock (level 2)    per partition, the first inline on the lock's line:
+//!    (part, hash) ──► 12-byte bucket { 32 key hash bits, run id, offset }
+//!                        │ probed only where a run ends; confirmed in the run
 //!                        ▼
-//!  runs    RwLock (level 1)    the runs whose first block hashed to this shard
+//!  runs    RwLock (level 1)    the runs whose first block hashed to this shard,
+//!                              a 64-byte header each, one line:
 //!    run: hashes [h0 h1 h2 h3 ...]     one u64 per block, contiguous
 //!         toks   first + step * off    (a list once blocks differ)
 //!         spans  [(replica·tier, from..to, token offset, last_seen) ...]
 //!                 sorted by (replica, from); a replica's spans never overlap;
 //!                 adjacent spans of one replica in the same state are one
 //! ```
+//!
+//! A probe is two dependent misses (the lock's line, which holds the
+//! table's address, then the bucket) and a run two more (its header, then
+//! its hashes; the spans' address is on the same header line, so their
+//! load overlaps the hashes').
 //!
 //! A store of a chain by one replica walks its blocks: a block already
 //! known keeps its place; a new one is appended to its parent's run when
