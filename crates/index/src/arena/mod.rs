@@ -236,12 +236,11 @@ impl Blocks {
             return;
         }
         if self.first_part == part {
-            // The first table emptied: another partition's moves in.
+            // The first table emptied (and freed its buckets): another
+            // partition's moves in.
             if let Some((p, t)) = self.rest.pop() {
                 self.first_part = p;
                 self.first = t;
-            } else {
-                self.first = BlockTable::default();
             }
         } else if let Some(i) = self.rest.iter().position(|(p, _)| *p == part) {
             self.rest.swap_remove(i);
@@ -296,17 +295,15 @@ impl Run {
 
     /// Appends block `h`, with room for `more` blocks at least (this one
     /// included) when the run has to grow: a store's new blocks after this
-    /// one are almost always appended too. Growth is by a quarter, at
-    /// least 4, as [`grow`]'s.
+    /// one are almost always appended too ([`grow`], at least 4).
     fn push_hash(&mut self, h: u64, more: usize) {
         let n = self.n as usize;
         if n == self.room.len() {
-            // Grown in place where the allocator can (a reallocation, not
-            // a new slice and a copy), to exactly the room asked for.
-            let more = more.max(n / 4).max(4);
+            // Grown by `grow`'s rule, in place where the allocator can (a
+            // reallocation, not a new slice and a copy).
             let mut room = std::mem::take(&mut self.room).into_vec();
-            room.reserve_exact(more);
-            room.resize(n + more, 0);
+            grow(&mut room, more, 4);
+            room.resize(room.capacity(), 0);
             self.room = room.into_boxed_slice();
         }
         self.room[n] = h;
