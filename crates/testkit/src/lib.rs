@@ -7,12 +7,16 @@
 //! The server's TokenReview tests and the operator's and CLI's Kubernetes
 //! tests all start their cluster here, so there is one way to do it.
 //!
+//! [`vllm`]: real vLLM engines (CPU build) with a tiny model made at test
+//! time, for suites that judge hints by what the engine reuses.
+//!
 //! Tests that need a real part call its probe first ([`kube::apiserver_binary`],
 //! [`require`]): `None`/`false` with a printed SKIPPED reason when it is
 //! missing, a panic instead under `INFERENCECACHE_REQUIRE_REAL_PARTS=1` (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod kube;
+pub mod vllm;
 
 use std::process::Command;
 
