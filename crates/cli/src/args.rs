@@ -222,13 +222,6 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_INDEX_MAX_REPLICAS", default_value_t = limits::DEFAULT_MAX_REPLICAS)]
     pub index_max_replicas: usize,
 
-    /// Keep chain blocks in the per-key slot table instead of the chain-run
-    /// arena (the index layout before the arena). Lookups answer the same;
-    /// the arena keeps a stored chain contiguous, so it is smaller and its
-    /// chain lookups are faster. An escape hatch, not a tuning knob.
-    #[arg(long, env = "INFERENCECACHE_INDEX_SLOT_TABLE")]
-    pub index_slot_table: bool,
-
     /// Longest replica, tenant, model, hash-scheme, adapter id or client
     /// version a producer may send (bytes); longer gets INVALID_ARGUMENT.
     /// 0 = unlimited (the reference).

@@ -27,10 +27,6 @@ pub struct IndexSettings {
     pub ranking: RankingMode,
     /// Limit on distinct replica ids (0 = unbounded).
     pub max_replicas: usize,
-    /// `--index-slot-table`: keep chain blocks in the per-key slot table,
-    /// not the chain-run arena (same answers; the arena is smaller and its
-    /// chain lookups faster, BENCHMARKS.md).
-    pub slot_table: bool,
 }
 
 impl Default for IndexSettings {
@@ -41,7 +37,6 @@ impl Default for IndexSettings {
             sweep_interval: inferencecache_index::DEFAULT_SWEEP_INTERVAL,
             ranking: RankingMode::default(),
             max_replicas: inferencecache_index::DEFAULT_MAX_REPLICAS,
-            slot_table: false,
         }
     }
 }
@@ -115,7 +110,6 @@ impl Core {
             IndexConfig::new()
                 .max_entries(settings.max_entries)
                 .max_replicas(settings.max_replicas)
-                .chain_arena(!settings.slot_table)
                 .default_ttl(settings.default_ttl)
                 .reserved_tenants([PROBE_TENANT])
                 .clock(clock)
