@@ -209,13 +209,6 @@ fn nonempty(s: &str) -> Option<String> {
 }
 
 /// `:PORT` means every interface, like `serve`.
-fn listen_addr(s: &str) -> String {
-    match s.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => s.to_owned(),
-    }
-}
-
 fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
     let replica_id = nonempty(&a.replica_id).ok_or_else(|| {
         usage("--replica-id is required: the index key of this replica, e.g. $POD_NAME")
@@ -341,7 +334,8 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
             ..ForwardConfig::default()
         },
         stats,
-        http_bind: nonempty(&a.http_bind_address).map(|s| listen_addr(&s)),
+        // Parsed (`:PORT` and the other shared forms) where it is bound.
+        http_bind: nonempty(&a.http_bind_address),
     })
 }
 

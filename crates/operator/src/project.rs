@@ -240,6 +240,26 @@ fn owner(pod: &Pod, backends: &[&CacheBackend]) -> Option<String> {
         .map(|n| format!("{ns}/{n}"))
 }
 
+/// How many running or pending pods of `pods` (the backend's namespace) its
+/// engine selector matches (`status.matchedEnginePods`).
+pub fn matched_pods(backend: &CacheBackend, pods: &[Pod]) -> i32 {
+    let Some(sel) = backend.spec.engine_selector.as_ref() else {
+        return 0;
+    };
+    let n = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .filter(|p| sel.selects(p.labels()))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// `indexParticipation` for each CacheBackend, keyed by `namespace/name`.
 /// `pods` maps namespace → its pods, for the namespaces that could be read;
 /// backends of other namespaces are left out (their status is kept).
