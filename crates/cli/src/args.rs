@@ -42,9 +42,6 @@ pub(crate) enum Command {
     /// `curl localhost:8080/metrics`.
     Serve(ServeArgs),
 
-    /// Measure a running system (e.g. `bench grpc`: LookupRoute under load).
-    Bench(crate::bench::BenchArgs),
-
     /// Run the kvevent-subscriber sidecar next to one engine replica: read
     /// its ZMQ KV events and report them to the server.
     Subscribe(crate::subscribe::SubscribeArgs),
