@@ -70,6 +70,14 @@ pub(crate) enum Command {
     /// Print the CRDs as YAML: `inferencecache crds | kubectl apply -f -`.
     Crds(crate::operator::CrdsArgs),
 
+    /// Route OpenAI traffic to vLLM/SGLang engines by where each prompt is
+    /// cached: an OpenAI-compatible gateway with the index and KV-event
+    /// subscribers in-process (or `--server` for a remote index).
+    ///
+    /// Try it: `inferencecache gateway --engine http://127.0.0.1:8001
+    /// --engine http://127.0.0.1:8002`, then send OpenAI requests to :8100.
+    Gateway(crate::gateway::GatewayArgs),
+
     /// Check a deployment end to end (server, TLS, health, probe, policy,
     /// sidecars, one lookup) and say how to fix what is broken.
     Doctor(crate::doctor::DoctorArgs),
