@@ -13,11 +13,14 @@
 //! a CachePolicy changes LookupRoute's answer; the validating webhook
 //! rejects a second CachePolicy.
 //!
-//! Needs root, `.ci/build-kube-apiserver`, `.ci/build-kube-node`, and both
-//! image archives (`.ci/build-image`, `.ci/build-image standin-engine`;
-//! override with INFERENCECACHE_IMAGE_ARCHIVE /
-//! INFERENCECACHE_STANDIN_ENGINE_ARCHIVE). Skips without them, fails under
-//! INFERENCECACHE_REQUIRE_REAL_PARTS=1.
+//! The product image is built by `.ci/build-image` from the binary this test
+//! build made (so it is never stale; about 20 s with the base cached), or
+//! taken from INFERENCECACHE_IMAGE_ARCHIVE (e.g. the release image:
+//! `INFERENCECACHE_IMAGE_ARCHIVE=$(.ci/build-image | tail -n 1)`). The
+//! stand-in engine image comes from `.ci/build-image standin-engine`
+//! (INFERENCECACHE_STANDIN_ENGINE_ARCHIVE overrides). Needs root,
+//! `.ci/build-kube-apiserver` and `.ci/build-kube-node`; skips without
+//! them, fails under INFERENCECACHE_REQUIRE_REAL_PARTS=1.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -25,7 +28,7 @@ mod common;
 use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_testkit::kube_node::{Node, node_binaries};
-use inferencecache_testkit::require;
+use inferencecache_testkit::{require, which};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -193,11 +196,43 @@ fn policy(name: &str, min_tokens: u32) -> String {
     )
 }
 
+/// The product image: the given archive, or one `.ci/build-image` makes
+/// from this build's binary.
+fn product_image() -> Option<PathBuf> {
+    if std::env::var_os("INFERENCECACHE_IMAGE_ARCHIVE").is_some() {
+        return archive("INFERENCECACHE_IMAGE_ARCHIVE", "inferencecache-dev.tar");
+    }
+    if !require(
+        which("podman") && which("mmdebstrap"),
+        "podman and mmdebstrap for .ci/build-image (run .ci/build-kube-node)",
+    ) {
+        return None;
+    }
+    let out = std::process::Command::new("bash")
+        .arg(common::repo_root().join(".ci/build-image"))
+        .env("INFERENCECACHE_BINARY", common::BIN)
+        .env("IMAGE_TAG", "dev")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        ".ci/build-image: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(PathBuf::from)
+        .expect("archive path");
+    assert!(path.is_file(), "{}", path.display());
+    Some(path)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_default_serves_routed_traffic_on_a_real_node() {
     let Some(bins) = node_binaries() else { return };
     let (Some(image), Some(engine)) = (
-        archive("INFERENCECACHE_IMAGE_ARCHIVE", "inferencecache-dev.tar"),
+        product_image(),
         archive(
             "INFERENCECACHE_STANDIN_ENGINE_ARCHIVE",
             "inferencecache-standin-engine-dev.tar",
