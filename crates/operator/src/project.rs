@@ -322,3 +322,43 @@ pub fn participation(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{CacheBackendSpec, EngineSelector};
+
+    fn pod(name: &str, domain: &str, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "team",
+                         "labels": {"inferencecache.io/cache-domain": domain}},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn matched_engine_pods_counts_live_selected_pods() {
+        let b = CacheBackend::new(
+            "b",
+            CacheBackendSpec {
+                engine_selector: Some(EngineSelector {
+                    match_labels: BTreeMap::from([(
+                        "inferencecache.io/cache-domain".into(),
+                        "qwen".into(),
+                    )]),
+                }),
+                ..Default::default()
+            },
+        );
+        let pods = [
+            pod("a", "qwen", "Running"),
+            pod("b", "qwen", "Pending"),
+            pod("c", "qwen", "Succeeded"),
+            pod("d", "other", "Running"),
+        ];
+        assert_eq!(matched_pods(&b, &pods), 2);
+        let unselective = CacheBackend::new("u", CacheBackendSpec::default());
+        assert_eq!(matched_pods(&unselective, &pods), 0);
+    }
+}

@@ -342,10 +342,12 @@ async fn kustomize_base_overlays_and_samples_pass_server_dry_run() {
     assert!(!can("inference-cache-server", &["list", "pods", "-A"]));
 }
 
-/// The image cannot be built on these machines (no container registry is
-/// reachable for the base images), so its structure is checked instead:
-/// two stages, a non-root minimal runtime holding only the binary, and
-/// build inputs that exist.
+/// The Dockerfile's base images come from registries these machines cannot
+/// reach, so its structure is checked here (two stages, a non-root minimal
+/// runtime holding only the binary, build inputs that exist, the builder at
+/// the workspace's rust-version); the same image without a registry is
+/// built by `.ci/build-image` and run on a real node by the CLI's
+/// `node_e2e` suite.
 #[test]
 fn dockerfile_is_multi_stage_with_a_non_root_runtime() {
     let text = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
