@@ -11,7 +11,7 @@ use crate::prompt::{self, Api, Tokenizers};
 use crate::proxy::{self, Outgoing, error};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -57,6 +57,7 @@ pub fn router(shared: Arc<Shared>, max_body: usize) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/inferencecache/route/{api}", post(dry_run))
         .fallback(passthrough)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(shared)
@@ -94,24 +95,31 @@ fn eligible(s: &Shared, model: &str) -> (Vec<Arc<Engine>>, Option<(String, Strin
     }
 }
 
-async fn route_request(
+/// A routing decision, before forwarding.
+struct Decision {
+    choices: Vec<pick::Choice>,
+    reason: PickReason,
+    hint: Hint,
+    prompt_tokens: u64,
+}
+
+/// Parses, tokenizes, looks up and ranks; an `Err` is the answer to send.
+async fn decide(
     s: &Arc<Shared>,
     api: Api,
-    headers: &HeaderMap,
-    uri: &Uri,
-    body: Bytes,
-) -> Response {
-    let start = Instant::now();
+    body: &Bytes,
+    start: Instant,
+) -> Result<Decision, Response> {
     let route = api.label();
     let json: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
             s.metrics.request(route, 400, start.elapsed().as_secs_f64());
-            return error(
+            return Err(error(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 &format!("the body is not JSON: {e}"),
-            );
+            ));
         }
     };
     let mut p = prompt::header_fields(&json);
@@ -199,17 +207,79 @@ async fn route_request(
         reason = reason.as_str(),
         "routed"
     );
+    Ok(Decision {
+        choices,
+        reason,
+        hint,
+        prompt_tokens: tokens_len,
+    })
+}
+
+async fn route_request(
+    s: &Arc<Shared>,
+    api: Api,
+    headers: &HeaderMap,
+    uri: &Uri,
+    body: Bytes,
+) -> Response {
+    let start = Instant::now();
+    let d = match decide(s, api, &body, start).await {
+        Ok(d) => d,
+        Err(answer) => return answer,
+    };
     let path_and_query = uri.path_and_query().map_or(api.path(), |p| p.as_str());
     let out = Outgoing {
         method: Method::POST,
         path_and_query,
         headers,
         body,
-        route,
+        route: api.label(),
         start,
-        reason: reason.as_str(),
+        reason: d.reason.as_str(),
     };
-    proxy::forward(&s.http, &s.metrics, out, &choices).await
+    proxy::forward(&s.http, &s.metrics, out, &d.choices).await
+}
+
+/// `POST /inferencecache/route/{chat|completions}`: the decision the gateway
+/// would take for this body, without forwarding it (operators: "why did
+/// this go there?"; tests: wait until the index has caught up).
+async fn dry_run(State(s): St, Path(api): Path<String>, body: Bytes) -> Response {
+    let api = match api.as_str() {
+        "chat" => Api::Chat,
+        "completions" => Api::Completions,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                &format!("no route kind {other:?}: use chat or completions"),
+            );
+        }
+    };
+    match decide(&s, api, &body, Instant::now()).await {
+        Err(answer) => answer,
+        Ok(d) => axum::Json(serde_json::json!({
+            "engine": d.choices.first().map(|c| c.engine.id.to_string()),
+            "reason": d.reason.as_str(),
+            "reusable_tokens": d.choices.first().map_or(0, |c| c.reusable),
+            "prompt_tokens": d.prompt_tokens,
+            "hint": {
+                "reason": d.hint.reason,
+                "candidates": d.hint.candidates.iter().map(|c| serde_json::json!({
+                    "replica_id": c.replica_id.as_ref(),
+                    "matched_tokens": c.matched_tokens,
+                })).collect::<Vec<_>>(),
+            },
+            "ranking": d.choices.iter().map(|c| serde_json::json!({
+                "engine": c.engine.id.as_ref(),
+                "cost": c.cost,
+                "reusable_tokens": c.reusable,
+                "healthy": c.engine.healthy(),
+                "in_flight": c.engine.in_flight(),
+                "pending_prefill_tokens": c.engine.pending_prefill(),
+            })).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+    }
 }
 
 async fn passthrough(
