@@ -99,7 +99,7 @@ mod fallback;
 mod hint;
 mod query;
 
-pub use chain::{DEFAULT_BLOCK_SIZE, block_hashes};
+pub use chain::{DEFAULT_BLOCK_SIZE, block_hashes, block_hashes_salted};
 pub use client::Client;
 pub use config::{
     ClientConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOOKUP_DEADLINE, DEFAULT_REQUEST_TIMEOUT,

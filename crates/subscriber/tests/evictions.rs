@@ -95,7 +95,9 @@ impl Rig {
                 model_id: "m".into(),
                 tenant_id: "t".into(),
                 hash_scheme: "vllm".into(),
-                token_ids: tokens_of(n).collect(),
+                // One token past the chain: the engine recomputes a
+                // prompt's last token, so only then are all 64 reusable.
+                token_ids: tokens_of(n).chain(std::iter::once(7)).collect(),
                 ..LookupRouteRequest::default()
             })
             .await

@@ -196,7 +196,11 @@ impl Engine {
             cmd.args(["--num-gpu-blocks-override", &n.to_string()]);
         }
         if config.lora {
-            let lora = config.model.lora.as_ref().expect("this model has no LoRA adapter");
+            let lora = config
+                .model
+                .lora
+                .as_ref()
+                .expect("this model has no LoRA adapter");
             cmd.args(["--enable-lora", "--max-lora-rank", "8", "--lora-modules"])
                 .arg(format!("{}-lora={}", config.served_name, lora.display()));
         }
@@ -241,7 +245,10 @@ impl Engine {
         loop {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
-                    panic!("vLLM exited ({status}) before ready:\n{}", self.log_tail(60));
+                    panic!(
+                        "vLLM exited ({status}) before ready:\n{}",
+                        self.log_tail(60)
+                    );
                 }
             }
             let ok = http
@@ -264,7 +271,10 @@ impl Engine {
 
     /// Starts several engines at once and waits for all of them.
     pub async fn start_all(venv: &Path, configs: Vec<EngineConfig>) -> Vec<Engine> {
-        let mut engines: Vec<Engine> = configs.into_iter().map(|c| Engine::spawn(venv, c)).collect();
+        let mut engines: Vec<Engine> = configs
+            .into_iter()
+            .map(|c| Engine::spawn(venv, c))
+            .collect();
         for e in &mut engines {
             e.wait_ready(Duration::from_secs(900)).await;
         }
@@ -343,7 +353,11 @@ impl Engine {
             .send()
             .await
             .unwrap();
-        assert!(r.status().is_success(), "reset_prefix_cache: {}", r.status());
+        assert!(
+            r.status().is_success(),
+            "reset_prefix_cache: {}",
+            r.status()
+        );
     }
 }
 
