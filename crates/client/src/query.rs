@@ -214,4 +214,24 @@ mod tests {
         assert_eq!(hashes[1], c.block_hashes[1].to_vec());
         assert_eq!(token_counts, vec![16, 16]);
     }
+
+    #[test]
+    fn a_whole_prompt_leaves_its_last_token_out_and_carries_its_salt() {
+        let aligned: Vec<u32> = (0..32).collect();
+        let RouteInput::BlockHashes { hashes, .. } = RouteInput::chain_for_prompt(&aligned, 16, "")
+        else {
+            panic!("chain expected");
+        };
+        assert_eq!(hashes.len(), 1, "the block of the last token is recomputed");
+        let RouteInput::BlockHashes { hashes: salted, .. } =
+            RouteInput::chain_for_prompt(&aligned, 16, "s")
+        else {
+            panic!("chain expected");
+        };
+        let want = inferencecache_fingerprint::chain_salted(&aligned[..16], 16, "s");
+        assert_eq!(salted[0], want.block_hashes[0].to_vec());
+        assert_ne!(salted[0], hashes[0]);
+        let q = RouteQuery::new("t", "m", RouteInput::TokenIds(aligned)).cache_salt("s");
+        assert_eq!(q.to_request().cache_salt, "s");
+    }
 }
