@@ -94,6 +94,15 @@ pub(crate) struct SubscribeArgs {
           value_parser = parse_duration)]
     pub replay_timeout: Duration,
 
+    /// How long the engine's event stream may stay disconnected before the
+    /// replica's blocks are withdrawn from the server (ALL_CLEARED): a dead
+    /// engine stops getting hints this long after its stream drops, and
+    /// gets them again once it is back and replayed. 0 keeps them (the
+    /// reference's behaviour: hints until the TTL or the engine's return).
+    #[arg(long, env = "INFERENCECACHE_ENGINE_DOWN_GRACE", default_value = "2s",
+          value_parser = parse_duration)]
+    pub engine_down_grace: Duration,
+
     /// Policy server gRPC address (host:port, or a URI).
     #[arg(long, env = "INFERENCECACHE_SERVER", default_value = "127.0.0.1:9090")]
     pub server: String,
@@ -293,6 +302,7 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
             topic: a.topic.clone(),
             bind: a.engine_bind,
             replay_timeout: a.replay_timeout,
+            engine_down_grace: (!a.engine_down_grace.is_zero()).then_some(a.engine_down_grace),
             ..TransportConfig::default()
         },
         first_rank: a.data_parallel_start_rank,
