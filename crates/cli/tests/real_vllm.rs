@@ -47,6 +47,7 @@ async fn hints_equal_what_the_engine_reuses() {
     // Last: these take replicas away.
     a_silent_sidecar_is_withdrawn(&mut chain).await;
     a_dead_engine_stops_getting_hints(&mut chain).await;
+    a_returning_engine_is_hinted_again(&mut chain, &mut judged).await;
     let exact = judged
         .iter()
         .filter(|j| u64::try_from(j.hinted).unwrap() == j.reused)
@@ -280,4 +281,35 @@ async fn a_dead_engine_stops_getting_hints(chain: &mut Chain) {
         0,
         "{r:?}"
     );
+}
+
+/// Finding 3, the return: the engine restarted on the same ports; its
+/// sidecar reconnects and replays from 0, and what the new engine caches is
+/// hinted exactly again (nothing of the old engine's).
+async fn a_returning_engine_is_hinted_again(chain: &mut Chain, judged: &mut Vec<Judged>) {
+    let venv = chain.venv.clone();
+    let t0 = std::time::Instant::now();
+    chain.engines[1].restart(&venv);
+    chain.engines[1].wait_ready(Duration::from_secs(600)).await;
+    eprintln!("engine r1 back in {:?}", t0.elapsed());
+    let old = cat(&tokens(105, 1000), &tokens(7, 8));
+    let fresh = tokens(8, 500);
+    let (_, cold) = chain.complete(1, &fresh, json!({})).await;
+    assert_eq!(cold, 0, "a restarted engine's cache is empty");
+    chain.wait_held(1, &fresh, "", 480).await;
+    judged.push(
+        chain
+            .judge("restart: the old engine's prompt", &old, "", 1)
+            .await,
+    );
+    let j = chain
+        .judge(
+            "restart: the new engine's prompt",
+            &cat(&fresh, &tokens(9, 8)),
+            "",
+            1,
+        )
+        .await;
+    assert_eq!((j.engine, j.hinted), (1, 480), "{j:?}");
+    judged.push(j);
 }
