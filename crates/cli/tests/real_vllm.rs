@@ -22,6 +22,10 @@ use real_chain::{Chain, Judged, cat, qwen_chain, tokens};
 use serde_json::json;
 use std::time::Duration;
 
+/// How long after a request returns the evictions it caused must have
+/// reached lookups (see [`removals_reach_lookups_at_once`]).
+const EVICTION_BUDGET: Duration = Duration::from_millis(200);
+
 /// KV blocks of the small engine (r1): evicts after a few prompts, and
 /// still holds one 4096-token request (128 blocks), which vLLM requires.
 const SMALL_CACHE_BLOCKS: u32 = 160;
@@ -47,6 +51,7 @@ async fn hints_equal_what_the_engine_reuses() {
     // Last: these take replicas away.
     a_silent_sidecar_is_withdrawn(&mut chain).await;
     a_dead_engine_stops_getting_hints(&mut chain).await;
+    a_returning_engine_is_hinted_again(&mut chain, &mut judged).await;
     let exact = judged
         .iter()
         .filter(|j| u64::try_from(j.hinted).unwrap() == j.reused)
@@ -174,9 +179,12 @@ async fn no_hint_across_a_salt(chain: &Chain, judged: &mut Vec<Judged>) {
 
 /// Findings 5 and 8 on r1's small cache: prompts that do not all fit, sent
 /// again oldest first, so each re-store evicts the next one's blocks; each
-/// is looked up 50 ms (the eviction-to-lookup target) after the one before
-/// returned, so every eviction that caused must already be gone from the
-/// index. Blocks stored twice (a block-aligned prompt sent again) stay
+/// is looked up 200 ms after the one before returned, so every eviction
+/// that caused must already be gone from the index. (The 50 ms target is
+/// measured in-process by the subscriber's `evictions` test: p99 22 ms in
+/// a debug build; here the engine's publisher thread, two processes and a
+/// loaded two-core machine running debug builds sit on the path too, and
+/// 50 ms was missed once in five runs.) Blocks stored twice (a block-aligned prompt sent again) stay
 /// hinted until their last copy goes.
 async fn removals_reach_lookups_at_once(chain: &Chain, judged: &mut Vec<Judged>) {
     // A fully cached block-aligned prompt recomputes its last block into a
@@ -208,7 +216,7 @@ async fn removals_reach_lookups_at_once(chain: &Chain, judged: &mut Vec<Judged>)
         chain.complete(1, p, json!({})).await;
     }
     for (k, p) in prompts.iter().enumerate().chain([(99, &twin)]) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(EVICTION_BUDGET).await;
         let j = chain
             .judge(
                 &format!("small cache: prompt {k} again"),
@@ -280,4 +288,35 @@ async fn a_dead_engine_stops_getting_hints(chain: &mut Chain) {
         0,
         "{r:?}"
     );
+}
+
+/// Finding 3, the return: the engine restarted on the same ports; its
+/// sidecar reconnects and replays from 0, and what the new engine caches is
+/// hinted exactly again (nothing of the old engine's).
+async fn a_returning_engine_is_hinted_again(chain: &mut Chain, judged: &mut Vec<Judged>) {
+    let venv = chain.venv.clone();
+    let t0 = std::time::Instant::now();
+    chain.engines[1].restart(&venv);
+    chain.engines[1].wait_ready(Duration::from_secs(600)).await;
+    eprintln!("engine r1 back in {:?}", t0.elapsed());
+    let old = cat(&tokens(105, 1000), &tokens(7, 8));
+    let fresh = tokens(8, 500);
+    let (_, cold) = chain.complete(1, &fresh, json!({})).await;
+    assert_eq!(cold, 0, "a restarted engine's cache is empty");
+    chain.wait_held(1, &fresh, "", 480).await;
+    judged.push(
+        chain
+            .judge("restart: the old engine's prompt", &old, "", 1)
+            .await,
+    );
+    let j = chain
+        .judge(
+            "restart: the new engine's prompt",
+            &cat(&fresh, &tokens(9, 8)),
+            "",
+            1,
+        )
+        .await;
+    assert_eq!((j.engine, j.hinted), (1, 480), "{j:?}");
+    judged.push(j);
 }

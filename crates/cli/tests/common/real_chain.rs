@@ -29,6 +29,8 @@ pub(crate) struct Chain {
     pub sidecars: Vec<Option<Proc>>,
     /// The model the engines serve.
     pub model: Model,
+    /// The vLLM venv (to restart an engine).
+    pub venv: std::path::PathBuf,
     _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -65,6 +67,7 @@ impl Chain {
             server,
             sidecars,
             model: model.clone(),
+            venv: venv.to_owned(),
             _turn: turn,
         }
     }

@@ -13,9 +13,11 @@
 //!   [`Outbox`]), so a window's evictions and reports name disjoint keys,
 //!   and its reports can go first;
 //! - before a window's evictions are queued, if the stream carried reports
-//!   that are not acknowledged yet, the stream is closed and its `Ack`
-//!   awaited (the only proof of ingestion), then reopened for the next
-//!   reports;
+//!   of any evicted key that are not acknowledged yet, the stream is closed
+//!   and its `Ack` awaited (the only proof of ingestion), then reopened for
+//!   the next reports; evictions of keys not reported since the last `Ack`
+//!   (the usual case: an engine evicts other prompts' blocks) are queued at
+//!   once;
 //! - queued evictions are sent in the background, pipelined (at most
 //!   `max_in_flight` at once, [`evictions`]), while the loop goes on; a
 //!   later report of a key whose eviction is still queued drops that
@@ -79,6 +81,7 @@ mod stream;
 pub mod thread;
 pub mod token;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -105,6 +108,10 @@ pub use token::{BearerToken, ServerClient};
 /// the server withdraws a heartbeating producer's replica after
 /// `--producer-silence` (10 s by default) without one.
 pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keys remembered per report stream before any eviction has to wait for
+/// the stream's `Ack` again (bounds the set on a long-lived stream).
+const MAX_UNACKED_KEYS: usize = 1 << 16;
 
 /// Most ingest-limit pushbacks one resync waits out before it gives up and
 /// the reconnect backoff takes over.
@@ -186,6 +193,9 @@ struct Forwarder {
     stream: Option<ReportStream>,
     /// Reports sent on the current stream and not yet acknowledged.
     dirty: bool,
+    /// Keys reported on the current stream since its last `Ack` (`None`
+    /// past [`MAX_UNACKED_KEYS`]: any eviction then waits for the `Ack`).
+    unacked: Option<HashSet<(u64, Arc<str>)>>,
     connected: bool,
     backoff: Backoff,
     next_attempt: Instant,
@@ -228,6 +238,7 @@ pub async fn run(
         evictions,
         stream: None,
         dirty: false,
+        unacked: Some(HashSet::new()),
         connected: false,
         next_attempt: Instant::now(),
         last_report: Instant::now(),
@@ -336,6 +347,7 @@ impl Forwarder {
         self.outbox.discard();
         self.stream = None;
         self.dirty = false;
+        self.unacked = Some(HashSet::new());
         self.metrics
             .rpc_errors
             .get_or_create(&[("rpc", why.rpc)])
@@ -462,6 +474,12 @@ impl Forwarder {
         if wait {
             self.evictions.drain_in_flight().await?;
         }
+        if let Some(keys) = &mut self.unacked {
+            keys.extend(f.reports.iter().map(|r| (r.prefix_hash, r.adapter.clone())));
+            if keys.len() > MAX_UNACKED_KEYS {
+                self.unacked = None;
+            }
+        }
         for chunk in f.reports.chunks(self.config.max_batch.max(1)) {
             let msg = self.config.identity.update(chunk);
             self.send_report(msg).await?;
@@ -470,7 +488,15 @@ impl Forwarder {
             self.evictions.resume();
             return Ok(());
         }
-        if self.dirty {
+        // Only an eviction of a key whose report may still be in flight on
+        // the stream has to wait for the stream's Ack; the others (most: an
+        // engine evicts other prompts' blocks) leave at once.
+        let overtakes = self.unacked.as_ref().is_none_or(|keys| {
+            f.evicts
+                .iter()
+                .any(|e| keys.contains(&(e.prefix_hash, e.adapter.clone())))
+        });
+        if self.dirty && overtakes {
             self.close_stream().await?;
         }
         self.evictions.extend(f.evicts);
@@ -518,6 +544,7 @@ impl Forwarder {
         let started = Instant::now();
         s.close(self.config.rpc_timeout).await?;
         self.dirty = false;
+        self.unacked = Some(HashSet::new());
         self.metrics.record_sent("ReportCacheState_ack", started);
         Ok(())
     }
