@@ -11,7 +11,8 @@
 //! reach the server (CacheIndex lists the replica, LookupRoute routes to
 //! it); deleting the server pod loses nothing the sidecar holds (resync);
 //! a CachePolicy changes LookupRoute's answer; the validating webhook
-//! rejects a second CachePolicy.
+//! rejects a second CachePolicy; without the server the operators turn
+//! NotReady (their `/readyz` says why) and the webhook still judges.
 //!
 //! The product image is built by `.ci/build-image` from the binary this test
 //! build made (so it is never stale; about 20 s with the base cached), or
@@ -468,6 +469,62 @@ async fn config_default_serves_routed_traffic_on_a_real_node() {
     assert!(
         !out.status.success() && err.contains("denied the request"),
         "{err}"
+    );
+
+    // --- the server goes away: operators turn unready, admission goes on ---
+    node.kubectl_ok(&[
+        "scale",
+        "-n",
+        NS,
+        "deploy/inference-cache-server",
+        "--replicas=0",
+    ]);
+    eventually(
+        &node,
+        Duration::from_secs(120),
+        "operators report NotReady without the server",
+        || async {
+            let ready = jsonpath(
+                &node,
+                &["get", "deploy", "-n", NS, "inference-cache-controller"],
+                "{.status.readyReplicas}",
+            );
+            (ready.is_empty() || ready == "0").then_some(())
+        },
+    )
+    .await;
+    let pod = jsonpath(
+        &node,
+        &[
+            "get",
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            "app.kubernetes.io/name=inference-cache-controller",
+        ],
+        "{.items[0].metadata.name}",
+    );
+    let why = node.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/{NS}/pods/{pod}:8081/proxy/readyz"),
+    ]);
+    let body = format!(
+        "{}{}",
+        String::from_utf8_lossy(&why.stdout),
+        String::from_utf8_lossy(&why.stderr)
+    );
+    assert!(
+        !why.status.success(),
+        "readyz answered 200 without a server: {body}"
+    );
+    // Not-ready operators still answer admission reviews.
+    let out = apply(&node, &policy("third", 10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("denied the request"),
+        "the webhook must still judge (not fail) while the server is down: {err}"
     );
     eprintln!("node suite done in {:?}", t0.elapsed());
     drop(node);

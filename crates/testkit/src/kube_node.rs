@@ -20,7 +20,8 @@
 //! the network namespaces containerd made, the bridge, the node IP, the
 //! `kubepods` cgroups, `/var/log/pods` entries and CNI state. One node per
 //! machine at a time (the bridge, the address and the iptables rules are
-//! machine-wide); needs root.
+//! machine-wide): a lock file makes concurrent suites take turns, and a node
+//! IP or bridge left by a killed run is taken over and removed. Needs root.
 
 use crate::{free_port, require, which};
 use std::collections::BTreeSet;
@@ -59,6 +60,8 @@ const SYSCTLS: &[&str] = &[
 ];
 /// cgroup v1 hierarchies the kubelet makes `kubepods` in.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Held (flock) for a node's whole life: nodes on one machine take turns.
+const LOCK_FILE: &str = "/run/inferencecache-kube-node.lock";
 
 /// The binaries a node needs.
 #[derive(Debug, Clone)]
@@ -167,7 +170,6 @@ struct HostState {
     iptables: Option<String>,
     ip6tables: Option<String>,
     added_ip: bool,
-    bridge_existed: bool,
     netns: BTreeSet<String>,
     log_pods: BTreeSet<String>,
     log_containers: BTreeSet<String>,
@@ -230,7 +232,6 @@ impl HostState {
             iptables: save("iptables-save"),
             ip6tables: save("ip6tables-save"),
             added_ip: false,
-            bridge_existed: Path::new(&format!("/sys/class/net/{BRIDGE}")).exists(),
             netns: list("/run/netns"),
             log_pods: list("/var/log/pods"),
             log_containers: list("/var/log/containers"),
@@ -253,9 +254,8 @@ impl HostState {
             }
             restore_rules(&format!("{cmd}-restore"), rules);
         }
-        if !self.bridge_existed {
-            let _ = sh(&format!("ip link delete {BRIDGE} 2>/dev/null"));
-        }
+        // The bridge is the node's (a leftover one was taken over).
+        let _ = sh(&format!("ip link delete {BRIDGE} 2>/dev/null"));
         if self.added_ip {
             let _ = sh(&format!("ip addr del {NODE_IP}/32 dev lo"));
         }
@@ -328,6 +328,8 @@ pub struct Node {
     pub dir: PathBuf,
     socket: PathBuf,
     proxy_bin: PathBuf,
+    // Last field: released after the teardown in Drop.
+    _lock: std::fs::File,
 }
 
 fn wait_until(
@@ -351,6 +353,14 @@ impl Node {
     /// Brings the node up (about 30-60 s) and imports `images` (docker or
     /// OCI archives) into its containerd.
     pub fn start(bins: &NodeBinaries, images: &[PathBuf]) -> Self {
+        // One node per machine: wait for another suite's node to go away.
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(LOCK_FILE)
+            .unwrap();
+        lock.lock().unwrap();
         let dir = std::env::temp_dir().join(format!("ic-node-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for d in ["logs", "pki", "net.d", "cni-ipam", "kubelet", "containerd"] {
@@ -366,6 +376,7 @@ impl Node {
             socket: dir.join("containerd.sock"),
             proxy_bin: bins.proxy.clone(),
             dir,
+            _lock: lock,
         };
         node.prepare_host();
         node.pki();
@@ -406,12 +417,14 @@ impl Node {
     }
 
     fn prepare_host(&mut self) {
+        // Under the lock, a node IP or bridge already there is a killed
+        // run's leftover: take it over, so this teardown removes it.
         let has_ip = sh_ok("ip -o addr show dev lo").contains(&format!(" {NODE_IP}/"));
         if !has_ip {
             sh_ok(&format!("ip addr add {NODE_IP}/32 dev lo"));
-            if let Some(h) = self.host.as_mut() {
-                h.added_ip = true;
-            }
+        }
+        if let Some(h) = self.host.as_mut() {
+            h.added_ip = true;
         }
         // Pod ↔ Service traffic over the bridge must see iptables (kube-proxy).
         for k in ["net/bridge/bridge-nf-call-iptables", "net/ipv4/ip_forward"] {
