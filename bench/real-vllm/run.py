@@ -80,6 +80,24 @@ def wait_http(url, timeout, proc=None, log=None):
     raise RuntimeError(f"{url} not ready in {timeout}s\n{tail(log)}")
 
 
+def wait_routed(url, timeout, proc, log):
+    """A router may answer /health before its workers are registered: wait
+    until a tiny completion goes through (a prompt no workload shares)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: router exited\n{tail(log)}")
+        try:
+            r = httpx.post(f"{url}/v1/completions", timeout=30,
+                           json={"model": "m", "prompt": "ready?", "max_tokens": 1})
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} routes nothing after {timeout}s\n{tail(log)}")
+
+
 def tail(log, n=30):
     if not log:
         return ""
@@ -231,7 +249,7 @@ class HintClient:
         hinted, engine = 0, None
         try:
             resp = self.stub.LookupRoute(
-                self.pb.LookupRouteRequest(model_id="m", tenant_id="", hash_scheme="vllm",
+                self.pb.LookupRouteRequest(model_id="m", tenant_id="bench", hash_scheme="vllm",
                                            token_ids=ids), timeout=0.05)
             if resp.replica_scores and resp.reason_code == "PREFIX_MATCH":
                 engine = self.ids.get(resp.replica_scores[0].replica_id)
@@ -275,6 +293,7 @@ def run_policy(name, engines, reqs, conc, ctx):
             router = Proc(args, work / f"{name}.log")
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
+            wait_routed(url, 120, router.p, router.log)
         elif name == "sglang-router":
             port = free_port()
             router = Proc([str(ROUTERS / "bin/python"), "-m", "sglang_router.launch_router",
@@ -282,15 +301,17 @@ def run_policy(name, engines, reqs, conc, ctx):
                            "--worker-urls", *[e.url for e in engines]], work / f"{name}.log")
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
+            wait_routed(url, 120, router.p, router.log)
         elif name == "gateway":
             port = free_port()
-            args = [str(ctx["bin"]), "gateway", "--listen", f"127.0.0.1:{port}",
-                    "--tokenizer-models-dir", str(ctx["models_dir"])]
+            args = [str(ctx["bin"]), "--log-level", "warn", "gateway", "--listen",
+                    f"127.0.0.1:{port}"]
             for e in engines:
                 args += ["--engine", e.url]
             router = Proc(args, work / "gateway.log")
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
+            wait_routed(url, 120, router.p, router.log)
         elif name == "hints":
             hc = ctx["hints"]
 
@@ -385,6 +406,7 @@ def main():
                 wait_http(f"http://127.0.0.1:{h}/readyz", 60, side[-1].p, side[-1].log)
                 for i, e in enumerate(engines):
                     side.append(Proc([a.bin, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
+                                      "--tenant-id", "bench",
                                       "--engine-endpoint", f"tcp://127.0.0.1:{e.ev}",
                                       "--replay-endpoint", f"tcp://127.0.0.1:{e.replay}",
                                       "--engine-metrics-url", f"{e.url}/metrics",
