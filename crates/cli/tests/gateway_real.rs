@@ -5,7 +5,8 @@
 //! `x-inferencecache-reusable-tokens` header) must equal the
 //! `usage.prompt_tokens_details.cached_tokens` the engine reports.
 //!
-//! Fail-open cases on the same engines: the hint server down (remote mode
+//! `vllm bench serve` (vLLM's own benchmark client) runs through it. Fail-open
+//! cases on the same engines: the hint server down (remote mode
 //! pointed at a dead address), a client that disconnects mid-stream, an
 //! engine killed mid-stream. Without the vLLM venv the test skips, unless
 //! INFERENCECACHE_REQUIRE_REAL_PARTS=1.
@@ -210,7 +211,75 @@ async fn real_engines_behind_the_gateway() {
         "{m}"
     );
 
-    // 4. The hint server down: a second gateway asks a dead address; every
+    // 4. vLLM's own benchmark client through the gateway: shared-prefix
+    // traffic, two at a time; every request answered, hints used, none
+    // over-claimed.
+    let results = std::env::temp_dir().join(format!("ic-gw-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&results).unwrap();
+    let out = Command::new(venv.join("bin/vllm"))
+        .args(["bench", "serve", "--backend", "vllm", "--base-url", &base])
+        .args(["--model", "tiny", "--tokenizer"])
+        .arg(&model.dir)
+        .args(["--dataset-name", "prefix_repetition"])
+        .args([
+            "--prefix-repetition-prefix-len",
+            "256",
+            "--prefix-repetition-suffix-len",
+            "32",
+        ])
+        .args([
+            "--prefix-repetition-num-prefixes",
+            "2",
+            "--prefix-repetition-output-len",
+            "4",
+        ])
+        .args([
+            "--num-prompts",
+            "16",
+            "--max-concurrency",
+            "2",
+            "--seed",
+            "1",
+        ])
+        .args([
+            "--disable-tqdm",
+            "--save-result",
+            "--result-filename",
+            "bench.json",
+        ])
+        .arg("--result-dir")
+        .arg(&results)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("VLLM_NO_USAGE_STATS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "vllm bench serve: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bench: Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("bench.json")).unwrap())
+            .unwrap();
+    assert_eq!(bench["completed"], 16, "{bench}");
+    assert_eq!(bench["failed"].as_u64().unwrap_or(0), 0, "{bench}");
+    let _ = std::fs::remove_dir_all(&results);
+    let m = text(&format!("{base}/metrics")).await;
+    assert!(
+        metric(
+            &m,
+            "inferencecache_gateway_routing_decisions_total{reason=\"prefix_match\"}"
+        ) >= 6.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "inferencecache_gateway_hint_overclaims_total"),
+        0.0,
+        "{m}"
+    );
+
+    // 5. The hint server down: a second gateway asks a dead address; every
     // request is still answered, routed by load.
     let dead = format!("127.0.0.1:{}", inferencecache_testkit::free_port());
     let remote = start_gateway(&engines, &["--server", &dead, "--block-size", "32"]);
@@ -234,7 +303,7 @@ async fn real_engines_behind_the_gateway() {
     );
     drop(remote);
 
-    // 5. A client that disconnects mid-stream: the engine stops working on
+    // 6. A client that disconnects mid-stream: the engine stops working on
     // it and the gateway's load returns to zero.
     let long = json!({"model": "tiny", "prompt": "count forever", "max_tokens": 3000,
         "ignore_eos": true, "stream": true});
@@ -278,7 +347,7 @@ async fn real_engines_behind_the_gateway() {
     )
     .await;
 
-    // 6. An engine killed mid-stream: the client gets an OpenAI error event,
+    // 7. An engine killed mid-stream: the client gets an OpenAI error event,
     // and the next requests go to the engine that is left.
     let mut resp = reqwest::Client::new()
         .post(format!("{base}/v1/completions"))

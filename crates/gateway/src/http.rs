@@ -111,7 +111,7 @@ async fn decide(
     start: Instant,
 ) -> Result<Decision, Response> {
     let route = api.label();
-    let json: serde_json::Value = match serde_json::from_slice(&body) {
+    let json: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => {
             s.metrics.request(route, 400, start.elapsed().as_secs_f64());
