@@ -12,9 +12,9 @@
 # Needs etcd and the kube-apiserver that `.ci/install-real-parts` installs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=$(realpath "${1:-target/release/inferencecache}")
+bin=$(realpath "${1:-target/release/inferencecache-bench}")
 apiserver=${INFERENCECACHE_KUBE_APISERVER:-/var/cache/inferencecache/kube-apiserver}
-[ -x "$bin" ] || { echo "$bin missing: cargo build --release -p inferencecache-cli" >&2; exit 2; }
+[ -x "$bin" ] || { echo "$bin missing: cargo build --release -p inferencecache-bench" >&2; exit 2; }
 [ -x "$apiserver" ] && command -v etcd >/dev/null \
   || { echo "etcd or $apiserver missing: bash .ci/install-real-parts" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
@@ -62,9 +62,9 @@ k create token gw --audience inferencecache.io/consumer >"$work/consumer.token"
 echo "machine: $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 for r in $(seq "$ROUNDS"); do
   echo "== round $r: baseline"
-  "$bin" --log-level error bench grpc --concurrency "$CONC" --duration "$DURATION"
+  "$bin" --log-level error grpc --concurrency "$CONC" --duration "$DURATION"
   echo "== round $r: --consumer-auth"
-  "$bin" --log-level error bench grpc --concurrency "$CONC" --duration "$DURATION" \
+  "$bin" --log-level error grpc --concurrency "$CONC" --duration "$DURATION" \
     --consumer-auth --kubeconfig "$work/kubeconfig" --token-file "$work/consumer.token"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -17,6 +17,9 @@ shift || true
 [ "${1:-}" = "--" ] && shift
 command -v h2load >/dev/null || { echo "h2load missing: apt-get install -y --no-install-recommends nghttp2-client" >&2; exit 2; }
 [ -x "$bin" ] || { echo "$bin missing: cargo build --release -p inferencecache-cli" >&2; exit 2; }
+# The ingest client is a benchmark rig, not part of the shipped binary.
+bench=${BENCH_BIN:-target/release/inferencecache-bench}
+[ -x "$bench" ] || { echo "$bench missing: cargo build --release -p inferencecache-bench" >&2; exit 2; }
 N=${N:-400000}
 C=${C:-4}
 M=${M:-16}
@@ -46,7 +49,7 @@ n=int(sys.argv[1]); print(",".join("\""+base64.b64encode(struct.pack(">Q",0xB10C
     || { echo "the seeded lookup is not a PREFIX_MATCH" >&2; exit 1; }
 fi
 if [ -n "${INGEST:-}" ]; then
-  taskset -c 1 "$bin" --log-level error bench grpc --server "127.0.0.1:$port" --concurrency 1 \
+  taskset -c 1 "$bench" --log-level error grpc --server "127.0.0.1:$port" --concurrency 1 \
     --duration 3600s --warmup 1s --ingest-rate "$INGEST" >"$work/ingest.out" 2>&1 &
   ingest=$!
   trap 'kill $ingest $pid 2>/dev/null; wait $ingest $pid 2>/dev/null; rm -rf "$work"' EXIT

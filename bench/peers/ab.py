@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 ROW = re.compile(
-    r"^ours \(inferencecache-index\) (1 thread|threaded): (?:writer )?([\d.]+) M events/s, "
+    r"^ours \(inferencecache-index\) (1 thread|threaded): (?:writer )?([\d.]+) ([Mk]) events/s, "
     r"(?:reader )?p50 (\d+) p99 (\d+)"
 )
 
@@ -32,7 +32,9 @@ def run(binary, args):
     for line in (out.stdout + out.stderr).splitlines():
         m = ROW.match(line)
         if m:
-            yield m.group(1), float(m.group(2)), int(m.group(3)), int(m.group(4))
+            # bench-peers prints "874 k" below a million: both count.
+            scale = 1.0 if m.group(3) == "M" else 1e-3
+            yield m.group(1), round(float(m.group(2)) * scale, 3), int(m.group(4)), int(m.group(5))
 
 
 def main():

@@ -380,11 +380,7 @@ fn main() {
     let engines: Vec<(&'static str, MakeEngine)> = vec![
         (
             peers::OURS,
-            Box::new(|| Box::new(peers::Ours::new(true)) as Box<dyn Engine>),
-        ),
-        (
-            peers::OURS_SLOTS,
-            Box::new(|| Box::new(peers::Ours::new(false)) as Box<dyn Engine>),
+            Box::new(|| Box::new(peers::Ours::new()) as Box<dyn Engine>),
         ),
         (
             peers::KVI,

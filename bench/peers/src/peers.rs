@@ -13,8 +13,6 @@ pub const OURS: &str = "ours (inferencecache-index)";
 pub const KVI: &str = "kv-index 2.0.0 ChainIndex";
 pub const DYN: &str = "dynamo-kv-router 1.6.1 RadixTree";
 pub const ARENA: &str = "arena alone (ours, src/arena, no index around it)";
-/// Our index on its former default storage (`--features slot-table`).
-pub const OURS_SLOTS: &str = "ours on the slot table (inferencecache-index, chain_arena off)";
 
 pub trait Writer {
     fn apply(&mut self, i: usize, op: &Op);
@@ -55,7 +53,6 @@ use inferencecache_index as ic;
 
 pub struct Ours {
     idx: ic::Index,
-    arena: bool,
     names: Vec<String>,
     ups: Vec<Option<ic::CacheUpdate>>,
     evs: Vec<Vec<ic::CacheEvent>>,
@@ -65,16 +62,14 @@ pub struct Ours {
 }
 
 impl Ours {
-    /// Our index; `arena` keeps its 8-byte keys in the chain-run arena.
-    pub fn new(arena: bool) -> Self {
+    /// Our index.
+    pub fn new() -> Self {
         let idx = ic::IndexConfig::new()
-            .chain_arena(arena)
             .max_entries(0)
             .clock(Arc::new(ic::ManualClock::new(NOW_NS)))
             .build();
         Self {
             idx,
-            arena,
             names: Vec::new(),
             ups: Vec::new(),
             evs: Vec::new(),
@@ -180,7 +175,7 @@ impl Reader for OursReader<'_> {
 
 impl Engine for Ours {
     fn name(&self) -> &'static str {
-        if self.arena { OURS } else { OURS_SLOTS }
+        OURS
     }
     fn prepare(&mut self, w: &Workload) {
         self.ups.clear();

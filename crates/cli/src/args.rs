@@ -42,9 +42,6 @@ pub(crate) enum Command {
     /// `curl localhost:8080/metrics`.
     Serve(ServeArgs),
 
-    /// Measure a running system (e.g. `bench grpc`: LookupRoute under load).
-    Bench(crate::bench::BenchArgs),
-
     /// Run the kvevent-subscriber sidecar next to one engine replica: read
     /// its ZMQ KV events and report them to the server.
     Subscribe(crate::subscribe::SubscribeArgs),
@@ -197,6 +194,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_INDEX_TTL", default_value = "30m", value_parser = parse_duration)]
     pub index_ttl: std::time::Duration,
 
+    /// How long a sidecar that heartbeats (ours: every 2 s) may say nothing
+    /// before its replica stops getting hints (its blocks are withdrawn
+    /// until it reconnects and re-reports). 0 never withdraws (the
+    /// reference's behaviour: entries live until their TTL).
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_SILENCE", default_value = "10s",
+          value_parser = parse_duration)]
+    pub producer_silence: std::time::Duration,
+
     /// How often expired entries are swept and the cap re-checked (e.g. 1m).
     #[arg(long, env = "INFERENCECACHE_INDEX_SWEEP_INTERVAL", default_value = "1m",
           value_parser = parse_duration)]
@@ -215,7 +220,10 @@ pub(crate) struct ServeArgs {
     pub stream_metrics_interval: std::time::Duration,
 
     /// Tokens per KV block, used to fingerprint token_ids and prompt_text
-    /// (match the engine's block size). Values <= 0 keep the default.
+    /// for models whose sidecars do not report their engine's size (ours
+    /// do: their size wins, and one that differs from this is a warning,
+    /// `inferencecache_engine_block_size_mismatch` and a `doctor` finding).
+    /// Values <= 0 keep the default.
     #[arg(
         long,
         env = "INFERENCECACHE_ENGINE_BLOCK_SIZE",
@@ -229,13 +237,6 @@ pub(crate) struct ServeArgs {
     /// reporting nothing are released by the sweep. 0 = unbounded.
     #[arg(long, env = "INFERENCECACHE_INDEX_MAX_REPLICAS", default_value_t = limits::DEFAULT_MAX_REPLICAS)]
     pub index_max_replicas: usize,
-
-    /// Keep chain blocks in the per-key slot table instead of the chain-run
-    /// arena (the index layout before the arena). Lookups answer the same;
-    /// the arena keeps a stored chain contiguous, so it is smaller and its
-    /// chain lookups are faster. An escape hatch, not a tuning knob.
-    #[arg(long, env = "INFERENCECACHE_INDEX_SLOT_TABLE")]
-    pub index_slot_table: bool,
 
     /// Longest replica, tenant, model, hash-scheme, adapter id or client
     /// version a producer may send (bytes); longer gets INVALID_ARGUMENT.

@@ -4,7 +4,6 @@
 //! signal handling live here; everything else is in the library crates.
 
 mod args;
-mod bench;
 mod bus_args;
 mod doctor;
 mod gateway;
@@ -40,13 +39,6 @@ fn main() -> ExitCode {
     }
     match cli.command {
         args::Command::Serve(serve_args) => serve::run(serve_args),
-        args::Command::Bench(bench_args) => match bench::run(bench_args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("inferencecache bench: {e:#}");
-                ExitCode::from(1)
-            }
-        },
         args::Command::Subscribe(a) => subscribe::run(a),
         args::Command::Lookup(a) => tools::lookup::run(a),
         args::Command::State(a) => tools::state::run(a),

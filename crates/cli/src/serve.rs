@@ -15,6 +15,14 @@ const EXIT_FAILURE: u8 = 1;
 
 /// Runs the server; returns the process exit code.
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
+    // The flag's env var would otherwise be ignored without a word.
+    if std::env::var_os("INFERENCECACHE_INDEX_SLOT_TABLE").is_some() {
+        eprintln!(
+            "inferencecache serve: INFERENCECACHE_INDEX_SLOT_TABLE is set, but the slot table \
+             was removed (the index has one storage engine, docs/decisions.md issue 35); unset it"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     let config = match build_config(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -110,7 +118,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             sweep_interval: args.index_sweep_interval,
             ranking: args.ranking,
             max_replicas: args.index_max_replicas,
-            slot_table: args.index_slot_table,
+            producer_silence: (!args.producer_silence.is_zero()).then_some(args.producer_silence),
         },
         stream_metrics_interval: args.stream_metrics_interval,
         limits: inferencecache_server::limits::Limits {
@@ -183,7 +191,6 @@ async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         http_addr = %config.http_addr,
         snapshot_addr = %config.control_addr,
         engine_block_size = config.engine_block_size,
-        index_storage = if config.index.slot_table { "slot_table" } else { "chain_arena" },
         "startup"
     );
     let server = Server::bind(&config).await?;

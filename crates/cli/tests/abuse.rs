@@ -5,7 +5,8 @@
 //! The short form runs in CI. `INFERENCECACHE_ABUSE_LONG=1` runs the long form:
 //! more repetitions, and the lookup-tail scenario (client-side LookupRoute
 //! p99 under a 2 M-prefix flood within 5x of idle), which measures time and is
-//! therefore not part of the default run. Figures are recorded in
+//! therefore not part of the default run (its load client is
+//! `inferencecache-bench`: `cargo build -p inferencecache-bench` first). Figures are recorded in
 //! BENCHMARKS.md ("Abuse suite").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -444,10 +445,18 @@ fn lookup_tail_under_ingest_flood_stays_within_5x_of_idle() {
         eprintln!("SKIPPED: timing scenario; set INFERENCECACHE_ABUSE_LONG=1");
         return;
     }
+    // The load client is the benchmark rig, a binary of its own
+    // (crates/bench) built into the same target directory.
+    let rig = std::path::Path::new(common::BIN).with_file_name("inferencecache-bench");
+    assert!(
+        rig.exists(),
+        "{} missing: cargo build -p inferencecache-bench (same profile as this test)",
+        rig.display()
+    );
     let s = ServerProcess::start(&["--insecure-disable-auth"]);
     let bench = |flood: &str| -> u64 {
-        let out = std::process::Command::new(common::BIN)
-            .args(["bench", "grpc", "--server", &s.grpc, "--concurrency", "4"])
+        let out = std::process::Command::new(&rig)
+            .args(["grpc", "--server", &s.grpc, "--concurrency", "4"])
             .args(["--duration", "5s", "--ingest-rate", "0", "--chains", "1024"])
             .args(["--flood-streams", flood])
             .output()

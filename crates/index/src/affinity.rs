@@ -1,7 +1,7 @@
 //! AFFINITY_HINT picker (§2.6.7) and its seed helpers.
 
 use crate::index::Index;
-use crate::shard::read;
+use crate::sync::read;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Aggregates (§2.7, §2.8): cache state, per-tenant totals, gauge source.
 
 use crate::index::Index;
-use crate::shard::{lock, read};
+use crate::sync::{lock, read};
 use crate::types::{Aggregate, CacheState, ReplicaStatsView};
 use std::sync::Arc;
 

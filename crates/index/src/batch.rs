@@ -19,7 +19,7 @@
 use crate::events::EvictTarget;
 use crate::index::Index;
 use crate::observer::Notes;
-use crate::shard::read;
+use crate::sync::read;
 use crate::types::{CacheEvent, CacheUpdate, EventKind, EventOutcome, IngestOutcome};
 
 /// (tenant, model, replica) of an event.

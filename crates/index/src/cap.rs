@@ -20,7 +20,7 @@ use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
 use crate::reserve::{ACTIVE, Gather, Hooked, IDLE, RECORDING, Reserve, overtaken};
-use crate::shard::{lock, read, write};
+use crate::sync::{lock, read, write};
 use crate::types::EvictionCounts;
 use std::cell::Cell;
 use std::cmp::Ordering;

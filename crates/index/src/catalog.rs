@@ -8,8 +8,8 @@
 //! sweep later, so a lookup that read the id just before the release still
 //! resolves the old name.
 
+use crate::arena::MAX_REPLICA_IDS;
 use crate::hashing::{FoldBuild, hash_strs};
-use crate::holder::MAX_REPLICA_IDS;
 use crate::name_order::NameOrder;
 use crate::replica_table::{Epoch, MAX_TABLE, ReplicaTable};
 use std::collections::HashMap;

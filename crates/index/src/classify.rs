@@ -1,7 +1,7 @@
 //! Miss classifier (§2.6.6) and presence helpers.
 
 use crate::index::Index;
-use crate::shard::read;
+use crate::sync::read;
 use crate::types::Strategy;
 
 impl Index {

@@ -70,12 +70,6 @@ pub struct IndexConfig {
     /// ([`crate::IngestOutcome::refused_replica_limit`]). Replicas holding
     /// nothing and without stats are released by the sweep.
     pub max_replicas: usize,
-    /// Keep 8-byte keys (chain blocks) in the chain-run arena (`arena/`)
-    /// instead of the slot table; the other keys always live in the slot
-    /// table. On by default; the crate feature `slot-table` turns it off by
-    /// default (`cargo test --features slot-table` runs every test on the
-    /// slot table alone).
-    pub chain_arena: bool,
 }
 
 impl Default for IndexConfig {
@@ -90,7 +84,6 @@ impl Default for IndexConfig {
             observer: None,
             cap_reserve: DEFAULT_CAP_RESERVE,
             max_replicas: DEFAULT_MAX_REPLICAS,
-            chain_arena: !cfg!(feature = "slot-table"),
         }
     }
 }
@@ -104,7 +97,6 @@ impl std::fmt::Debug for IndexConfig {
             .field("ranking", &self.ranking)
             .field("observer", &self.observer.is_some())
             .field("max_replicas", &self.max_replicas)
-            .field("chain_arena", &self.chain_arena)
             .finish_non_exhaustive()
     }
 }
@@ -170,13 +162,6 @@ impl IndexConfig {
     /// Set the cap victim reserve size.
     pub fn cap_reserve(mut self, n: usize) -> Self {
         self.cap_reserve = n;
-        self
-    }
-
-    /// Keep 8-byte keys in the chain-run arena (see
-    /// [`IndexConfig::chain_arena`]).
-    pub fn chain_arena(mut self, on: bool) -> Self {
-        self.chain_arena = on;
         self
     }
 

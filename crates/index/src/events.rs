@@ -2,13 +2,13 @@
 
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
+use crate::entries::holder;
 use crate::entries::{ArenaRemoval, Taken};
-use crate::holder;
 use crate::index::Index;
 use crate::ingest::PREFETCH;
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes, RemovalReason};
-use crate::shard::{read, write};
+use crate::sync::{read, write};
 use crate::types::{CacheEvent, EventKind, EventOutcome};
 use arrayvec::ArrayVec;
 use std::sync::Arc;
@@ -104,7 +104,7 @@ impl Index {
     /// Start the cache misses of the keys that a burst of `PrefixEvicted`
     /// events for target `t` removes, the first [`PREFETCH`] of them, before
     /// [`Index::event_write`] probes them one at a time (a batch's eviction
-    /// burst: the bucket and slot misses were three quarters of a removal,
+    /// burst: the table misses were most of a removal,
     /// BENCHMARKS.md). Returns the number of events covered (at least one,
     /// so that a caller always moves on).
     pub(crate) fn prefetch_evictions<'e>(
@@ -112,8 +112,7 @@ impl Index {
         t: &EvictTarget,
         evs: impl Iterator<Item = &'e CacheEvent>,
     ) -> usize {
-        // Slot-table keys, and arena blocks as (partition, key hash).
-        let mut slots: ArrayVec<u64, PREFETCH> = ArrayVec::new();
+        // Arena blocks as (partition, key hash); odd keys are not loaded ahead.
         let mut blocks: ArrayVec<(u32, u64), PREFETCH> = ArrayVec::new();
         let mut covered = 0;
         'fill: for ev in evs {
@@ -123,22 +122,16 @@ impl Index {
                 .iter()
                 .filter(|p| ev.adapter_id.is_empty() || *p.adapter == *ev.adapter_id)
             {
-                if slots.len() + blocks.len() == PREFETCH {
+                if blocks.len() == PREFETCH {
                     break 'fill;
                 }
-                let kh = key_hash(p.id, &ev.prefix_hash);
                 if in_arena {
-                    blocks.push((p.id, kh));
-                } else {
-                    slots.push(kh);
+                    blocks.push((p.id, key_hash(p.id, &ev.prefix_hash)));
                 }
             }
             covered += 1;
         }
-        self.store.entries.slots.prefetch(&slots);
-        if let Some(arena) = self.store.entries.arena() {
-            arena.prefetch_keys(&blocks);
-        }
+        self.store.entries.arena().prefetch_keys(&blocks);
         covered.max(1)
     }
 
@@ -267,8 +260,8 @@ impl Index {
                 .sum()
         };
         let mut si = 0;
-        while expected > 0 && si < self.store.entries.slots.len() {
-            let mut shard = self.store.entries.slots.write(si);
+        while expected > 0 && si < self.store.entries.odd.len() {
+            let mut shard = self.store.entries.odd.write(si);
             let mut removed = Vec::new();
             shard.retain(|pid, hash, holders| {
                 if !is_part.get(pid as usize).copied().unwrap_or(false) {

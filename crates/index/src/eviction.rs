@@ -2,11 +2,11 @@
 //! `cap.rs`, tenant quotas in `quota.rs`.
 
 use crate::catalog::Partition;
-use crate::holder::Holder;
+use crate::entries::holder::Holder;
 use crate::index::Index;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::policy::EvictionAlgorithm;
-use crate::shard::{read, write};
+use crate::sync::{read, write};
 use crate::types::SweepOutcome;
 use std::sync::Arc;
 
@@ -39,8 +39,8 @@ impl Index {
                 .map_or(EvictionAlgorithm::Lru, |x| x.1)
         };
 
-        for si in 0..self.store.entries.slots.len() {
-            let mut shard = self.store.entries.slots.write(si);
+        for si in 0..self.store.entries.odd.len() {
+            let mut shard = self.store.entries.odd.write(si);
             let mut removed: Vec<Removed> = Vec::new();
             shard.retain(|pid, hash, holders| {
                 let Some(p) = parts.get(pid as usize) else {

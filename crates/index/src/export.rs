@@ -26,8 +26,8 @@ use crate::index::Index;
 use crate::ingest::Writer;
 use crate::key::KeyRef;
 use crate::observer::Notes;
-use crate::shard::read;
 use crate::stats::StatsEntry;
+use crate::sync::read;
 use crate::types::{EvictionCounts, IngestOutcome, ReplicaStatsView, Tier};
 use std::sync::Arc;
 
@@ -322,7 +322,6 @@ mod tests {
 
     fn index() -> Index {
         IndexConfig::new()
-            .chain_arena(true)
             .clock(Arc::new(ManualClock::new(NOW)))
             .build()
     }
@@ -363,7 +362,7 @@ mod tests {
         store(&src, "r0", &a);
         store(&src, "r1", &a[..20]);
         store(&src, "r2", &b);
-        let runs = |idx: &Index| idx.store.entries.arena().map(|a| a.runs());
+        let runs = |idx: &Index| Some(idx.store.entries.arena().runs());
         assert_eq!(runs(&src), Some(2));
 
         let mut keys: Vec<(u32, Vec<u8>, Vec<crate::EntryState>)> = Vec::new();

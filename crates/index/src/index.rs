@@ -4,11 +4,12 @@ use crate::catalog::{Catalog, Partition};
 use crate::clock::{Clock, duration_ns};
 use crate::config::{DEFAULT_TTL, IndexConfig, RankingConfig};
 use crate::counters::Counters;
-use crate::holder::Holder;
+use crate::entries::Held;
+use crate::entries::holder::Holder;
 use crate::observer::{IndexObserver, PrefixChange};
 use crate::policy::{EvictionAlgorithm, PolicyResolver};
-use crate::shard::{Held, read, write};
 use crate::stats::Stats;
+use crate::sync::{read, write};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,7 +136,7 @@ impl Index {
             store: Store {
                 table_epoch: catalog.table_epoch(),
                 catalog: RwLock::new(catalog),
-                entries: crate::entries::Entries::new(cfg.chain_arena),
+                entries: crate::entries::Entries::new(),
                 counters: RwLock::new(Counters::default()),
                 gauge: Mutex::new(Vec::new()),
                 gate: RwLock::new(()),
@@ -319,7 +320,7 @@ impl Index {
     }
 
     /// [`Index::scan_keys`] that may skip the arena holdings `span_ok(partition,
-    /// last_seen)` turns away (a span at a time; slot-table keys are all
+    /// last_seen)` turns away (a span at a time; odd keys are all
     /// visited, so `visit` still filters what it needs).
     pub(crate) fn scan_keys_where(
         &self,

@@ -4,12 +4,13 @@ use crate::arena::BlockStored;
 use crate::catalog::Partition;
 use crate::clock::wire_us_to_ns;
 use crate::counters::Adds;
-use crate::holder::Holder;
+use crate::entries::holder::Holder;
+use crate::entries::odd::{OddKeys, Upsert};
 use crate::index::Index;
 use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
-use crate::shard::{Upsert, read, write};
 use crate::stats::StatsEntry;
+use crate::sync::{read, write};
 use crate::types::{CacheUpdate, IngestOutcome, Tier};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -43,7 +44,7 @@ thread_local! {
     static CHAIN: RefCell<ChainScratch> = RefCell::new(ChainScratch::default());
 }
 
-/// An arena block's outcome as the slot table's.
+/// An arena block's outcome as the facade's.
 fn blocked(o: BlockStored) -> Upsert {
     match o {
         BlockStored::Refreshed => Upsert::Refreshed,
@@ -53,31 +54,11 @@ fn blocked(o: BlockStored) -> Upsert {
     }
 }
 
-/// Keys whose memory a writer loads ahead, per pass (`Shards::prefetch`).
+/// Keys whose memory a writer loads ahead, per pass (the arena's
+/// `prefetch_keys`).
 pub(crate) const PREFETCH: usize = 32;
 
 impl Index {
-    /// Start the cache misses of the first [`PREFETCH`] of `hashes` in
-    /// partition `part` (a run of writes about to probe them); their key
-    /// hashes are left in `keys` for those writes.
-    pub(crate) fn prefetch_keys<H: AsRef<[u8]>>(
-        &self,
-        part: u32,
-        hashes: &[H],
-        keys: &mut [u64; PREFETCH],
-    ) {
-        let n = hashes.len().min(PREFETCH);
-        for (k, h) in keys.iter_mut().zip(&hashes[..n]) {
-            *k = key_hash(part, h.as_ref());
-        }
-        // Arena keys are not in the slot table: nothing of theirs to load.
-        let arena = self.store.entries.arena().is_some()
-            && hashes.first().is_some_and(|h| h.as_ref().len() == 8);
-        if !arena {
-            self.store.entries.slots.prefetch(&keys[..n]);
-        }
-    }
-
     /// Ingest one `CacheStateUpdate` (§2.3). Never fails: bad input is dropped
     /// and counted in the outcome.
     pub fn ingest(&self, u: &CacheUpdate) -> IngestOutcome {
@@ -191,23 +172,15 @@ impl Index {
                         );
                     }
                 } else if chain {
+                    // A chain with a block that is not 8 bytes: block by block.
                     let mut cumulative: i32 = 0;
-                    let mut keys = [0u64; PREFETCH];
-                    for (i, (h, c)) in e.block_hashes.iter().zip(&e.block_token_counts).enumerate()
-                    {
-                        if i % PREFETCH == 0 {
-                            self.prefetch_keys(part.id, &e.block_hashes[i..], &mut keys);
-                        }
+                    for (h, c) in e.block_hashes.iter().zip(&e.block_token_counts) {
                         cumulative = cumulative.wrapping_add(*c);
                         if h.is_empty() {
                             out.dropped_empty_hash += 1;
                             continue;
                         }
-                        let key = KeyRef {
-                            part: part.id,
-                            bytes: h,
-                            hash: keys[i % PREFETCH],
-                        };
+                        let key = KeyRef::new(part.id, h);
                         if track {
                             confirmed.push((part.id, key.hash));
                         }
@@ -270,8 +243,8 @@ impl Index {
 
     /// A chain entry whose blocks are all 8 bytes stored in the arena with
     /// one call (its blocks stay one run as the chain grows turn by turn);
-    /// false, storing nothing, when the arena is off or a block is not 8
-    /// bytes (the caller then upserts block by block).
+    /// false, storing nothing, when a block is not 8 bytes (the caller then
+    /// upserts block by block).
     #[allow(clippy::too_many_arguments)]
     fn store_chain_in_arena(
         &self,
@@ -283,9 +256,7 @@ impl Index {
         out: &mut IngestOutcome,
         notes: &mut Notes,
     ) -> bool {
-        let Some(arena) = self.store.entries.arena() else {
-            return false;
-        };
+        let arena = self.store.entries.arena();
         if e.block_hashes.iter().any(|h| h.len() != 8) {
             return false;
         }
@@ -405,7 +376,7 @@ impl Index {
             self.after_upsert(part, hash, h, done, tokens, tier, w, adds, out, notes);
             return;
         }
-        let mut shard = self.store.entries.slots.write(key.shard());
+        let mut shard = self.store.entries.odd.write(OddKeys::shard(key));
         out.entries_upserted += 1;
         let h = Holder::new(w.replica, tokens, tier, w.ts);
         let (new_key, added) = match shard.upsert(key, h, w.access) {

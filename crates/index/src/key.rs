@@ -1,8 +1,8 @@
 //! Entry keys: `(partition id, prefix hash bytes)` and their 64-bit hash.
 //!
 //! The hash of a key is computed once per operation ([`KeyRef::new`]) and then
-//! picks both the shard and the slot inside the shard's table, so a key is
-//! never hashed twice. Prefix hashes are already uniformly random (XXH3), so
+//! picks its shard and its place in the shard's table, so a key is never
+//! hashed twice. Prefix hashes are already uniformly random (XXH3), so
 //! one folded multiply per 8-byte word is enough mixing; it still spreads
 //! low-entropy test keys over every bit.
 
@@ -38,14 +38,14 @@ pub(crate) fn key_hash(part: u32, bytes: &[u8]) -> u64 {
     folded_mul(h ^ u64::from_le_bytes(w), K1 ^ K2)
 }
 
-/// Shard index of a key hash: bits 51..57, disjoint from the bits the table
-/// uses for the home bucket (low) and the tag (top 7).
+/// Shard index of a key hash: bits 51..57, disjoint from the low bits a
+/// table uses for the home bucket.
 #[inline]
 pub(crate) fn shard_of(hash: u64) -> usize {
     ((hash >> 51) & 63) as usize
 }
 
-/// Longest hash stored inline in a slot.
+/// Longest hash stored inline in a key.
 const INLINE: usize = 8;
 
 /// Hash bytes longer than [`INLINE`], behind one thin pointer.
@@ -161,11 +161,6 @@ impl<'a> KeyRef<'a> {
         }
     }
 
-    #[inline]
-    pub(crate) fn shard(&self) -> usize {
-        shard_of(self.hash)
-    }
-
     pub(crate) fn to_key(self) -> EntryKey {
         EntryKey::new(self.part, self.bytes)
     }
@@ -199,7 +194,7 @@ mod tests {
         // Low-entropy keys still reach every shard.
         let mut seen = [false; 64];
         for i in 0u64..4096 {
-            seen[KeyRef::new(0, &i.to_be_bytes()).shard()] = true;
+            seen[shard_of(KeyRef::new(0, &i.to_be_bytes()).hash)] = true;
         }
         assert!(seen.iter().all(|&s| s));
     }

@@ -102,36 +102,26 @@
 //! `Index` is `Send + Sync`; lookups run concurrently with ingest, events and
 //! sweeps. There is no global lock:
 //! - entries live behind one facade (the `entries` module) that routes a key
-//!   by its length: 8-byte keys (chain blocks) go to the chain-run arena
-//!   (the `arena` module: 256 shards, each a block-table lock and a runs
-//!   lock; a stored chain's blocks are one contiguous run and a replica's
-//!   holding of a stretch one span, so a chain lookup probes once per run;
-//!   its own docs state its lock order), every other length (all keys with
-//!   [`IndexConfig::chain_arena`] off) to the slot table below;
-//! - the slot table's entries live in 64 shards (each on 128-byte lines of its own), each a
-//!   `RwLock` over a table of 4-byte buckets (a 7-bit tag and a slot
-//!   position; the `table` module) into a dense array of (key, holders)
-//!   slots, key = (partition id, hash bytes) with partition = interned
-//!   (tenant, model, scheme, adapter). A key's 64-bit hash is computed once
-//!   and picks the shard, the bucket and the tag (prefix hashes are already
-//!   random, so one folded multiply mixes enough). A holder is 16 bytes;
-//!   holders are kept sorted by interned replica id so chain lookups
-//!   merge-join runs against each block;
-//! - a writer holds one shard lock at a time, so each (key, replica) entry is
-//!   always seen whole (never torn). A chain lookup reads its blocks in
-//!   windows (2, 16, 32, then 64 blocks), taking the read locks of a window's
-//!   shards once each in ascending shard order (per-window consistency, like
-//!   any concurrent reader), and loads all of a window's buckets, then all
-//!   of its slots, before it reads any, so their cache misses overlap; it
-//!   stops as soon as no replica's run goes on;
+//!   by its length: 8-byte keys (chain blocks, every engine's) go to the
+//!   chain-run arena (the `arena` module: 256 shards, each a block-table
+//!   lock and a runs lock; a stored chain's blocks are one contiguous run
+//!   and a replica's holding of a stretch one span, so a chain lookup
+//!   probes once per run; its own docs state its lock order), every other
+//!   length to a small sharded map (`entries/odd.rs`). Keys are (partition
+//!   id, hash bytes) with partition = interned (tenant, model, scheme,
+//!   adapter); a key's 64-bit hash is computed once. Holders come out
+//!   sorted by interned replica id, so a chain of odd keys merge-joins runs
+//!   against each block (`chain.rs`);
+//! - a writer holds one store lock at a time for one key or one run, so
+//!   each (key, replica) entry is always seen whole (never torn);
 //! - counters (entries, distinct keys per tenant / (tenant, model) / model,
-//!   serving scope replica counts) sit behind one small `RwLock` updated while
-//!   the shard write lock is held (lock order: shard → counters); each
+//!   serving scope replica counts) sit behind one small `RwLock` (lock
+//!   order: entry store → counters, never the reverse); each
 //!   scope's serving-replica count is mirrored into an atomic shared by its
 //!   partitions, which lookups read without the lock. Stats have their own
 //!   `RwLock`, names their own interning catalog;
-//! - the TTL sweep walks shard by shard, taking each write lock once, then
-//!   enforces the cap;
+//! - the TTL sweep walks the stores shard by shard, taking each write lock
+//!   once, then enforces the cap;
 //! - cap and quota victims follow the exact deterministic orders of §2.5.2
 //!   and §2.5.3 without a full scan per over-budget ingest: one scan (shard
 //!   by shard, read locks only) gathers a reserve of the smallest candidates
@@ -142,8 +132,8 @@
 //!   ordered chunks (a sorted run consumed from its end, not a heap pop per
 //!   victim), one reserve lock per chunk. Enforcement is serialized by its
 //!   own mutex, never taken by lookups;
-//! - LFU counters are atomics bumped under a shard read lock by
-//!   [`Index::credit`];
+//! - LFU counts are bumped under a store read lock by [`Index::credit`]
+//!   (the arena's in a side table, an odd key's beside its holders);
 //! - observer notifications are delivered after every lock is released.
 //!
 //! Interned names (partitions, replicas) are never freed; their number is
@@ -159,18 +149,10 @@
 //! of its shard's block table (the bucket is the entry: tag, run, offset;
 //! load at most 4/5), and a replica's holding of a stretch of a
 //! run is one 24-byte span, whatever the stretch's length (LFU counts in a
-//! side table, credited holdings only). In the slot table,
-//! a (prefix, replica) entry is a 16-byte holder: last seen, tokens, and one
-//! word packing the replica id (24 bits), the tier (7 bits) and a "has an
-//! LFU count" flag. LFU counts live in a per-shard side table that only
-//! credited holders use. A key is one 32-byte slot in its shard's dense slot
-//! array, reached through a 4-byte bucket of the shard's table: the
-//! partition id and a hash of up to 8 bytes inline (longer hashes behind a
-//! pointer) and a single holder inline; a key with more holders keeps them
-//! in a block of its shard's holder pool (size classes kept dense in 1 KiB
-//! chunks, no per-key allocation) and its slot's holder marks the block. See
-//! BENCHMARKS.md for the measured resident bytes per key and per extra
-//! holder.
+//! side table, credited holdings only). An odd key costs a map entry and
+//! two small vectors (holders of 16 bytes, LFU counts of 4); no engine
+//! sends such keys, so that store is built to be plainly right, not small.
+//! See BENCHMARKS.md for the measured resident bytes per entry.
 
 mod affinity;
 mod aggregate;
@@ -189,8 +171,6 @@ mod events;
 mod eviction;
 mod export;
 mod hashing;
-mod holder;
-mod holder_pool;
 mod index;
 mod ingest;
 mod key;
@@ -208,10 +188,9 @@ mod replicas;
 mod reserve;
 mod routing;
 mod scratch;
-mod shard;
 mod snapshot;
 mod stats;
-mod table;
+mod sync;
 mod tentative;
 mod types;
 

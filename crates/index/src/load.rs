@@ -22,7 +22,7 @@
 //! of the estimate) corrects for those at the scrape interval.
 
 use crate::hashing::FoldBuild;
-use crate::shard::{read, write};
+use crate::sync::{read, write};
 use std::collections::HashMap;
 use std::sync::RwLock;
 

@@ -3,14 +3,14 @@
 use crate::catalog::Partition;
 use crate::chain::{Run, walk};
 use crate::clock::duration_ns;
-use crate::holder;
+use crate::entries::holder;
 use crate::index::Index;
 use crate::key::KeyRef;
 use crate::ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
 use crate::replica_table::Names;
-use crate::shard::read;
+use crate::sync::read;
 use crate::types::{
     HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
 };

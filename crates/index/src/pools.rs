@@ -5,7 +5,7 @@
 
 use crate::index::Index;
 use crate::ranking::freshness;
-use crate::shard::read;
+use crate::sync::read;
 use std::sync::Arc;
 
 impl Index {

@@ -11,12 +11,12 @@
 
 use crate::catalog::Partition;
 use crate::entries::KeyTaken;
-use crate::holder::Holder;
+use crate::entries::holder::Holder;
 use crate::index::Index;
 use crate::key::KeyRef;
 use crate::observer::{Note, Notes, RemovalReason};
 use crate::reserve::{Gather, RECORDING, Reserve, overtaken};
-use crate::shard::{lock, read, write};
+use crate::sync::{lock, read, write};
 use crate::types::EvictionCounts;
 use std::cmp::Ordering;
 use std::collections::HashMap;

@@ -23,7 +23,7 @@
 //! epoch and reloads.
 
 use crate::catalog::Catalog;
-use crate::shard::read;
+use crate::sync::read;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

@@ -13,7 +13,7 @@
 //! `routing.rs`) is not idle: its id still names live routing state.
 
 use crate::index::Index;
-use crate::shard::{read, write};
+use crate::sync::{read, write};
 
 impl Index {
     /// Releases every replica id that holds no entry and has no stats record;

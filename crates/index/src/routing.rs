@@ -66,7 +66,7 @@ use crate::index::Index;
 use crate::key::key_hash;
 use crate::lookup::Raw;
 use crate::ranking::freshness;
-use crate::shard::read;
+use crate::sync::read;
 use crate::types::{
     HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
 };
@@ -527,7 +527,7 @@ impl Index {
     ) -> DeliveryOutcome {
         // Shared with ingest: the idle-replica release cannot run between
         // resolving the id and storing tentative holdings under it.
-        let _gate = crate::shard::read(&self.store.gate);
+        let _gate = crate::sync::read(&self.store.gate);
         let now = self.now();
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).

@@ -2,8 +2,8 @@
 
 use crate::aggregate::HOT_PREFIX_MIN_HITS;
 use crate::index::Index;
-use crate::shard::read;
 use crate::stats::StatsEntry;
+use crate::sync::read;
 use crate::types::{Snapshot, SnapshotReplica, SnapshotTenant};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

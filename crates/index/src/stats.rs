@@ -6,7 +6,7 @@
 //! line every lookup thread writes) for a map it would find empty.
 
 use crate::hashing::FoldBuild;
-use crate::shard::{read, write};
+use crate::sync::{read, write};
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};

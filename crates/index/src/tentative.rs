@@ -39,7 +39,7 @@
 //! approximate, and it saves an allocation per block.
 
 use crate::hashing::FoldBuild;
-use crate::shard::{read, write};
+use crate::sync::{read, write};
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -23,7 +23,7 @@ const DEFAULT_TTL_NS: i64 = 30 * 60 * 1_000_000_000;
 const HOT_MAX_AGE_NS: i64 = 5 * 60 * 1_000_000_000;
 
 /// A key's bytes: mostly 8 bytes (the chain-run arena's keys), every third
-/// value 4 bytes (the slot table's), so one index holds keys in both stores
+/// value 4 bytes (the odd-key map's), so one index holds keys in both stores
 /// and chains mix them.
 fn hb(h: Option<u8>) -> Vec<u8> {
     match h {
@@ -908,11 +908,10 @@ impl IndexObserver for Tally {
     }
 }
 
-fn run(ops: Vec<Op>, max_entries: i64, reserve: usize, arena: bool) -> Result<(), TestCaseError> {
+fn run(ops: Vec<Op>, max_entries: i64, reserve: usize) -> Result<(), TestCaseError> {
     let tally = std::sync::Arc::new(Tally::default());
     let e = Env::with(|c| {
-        c.chain_arena(arena)
-            .max_entries(max_entries)
+        c.max_entries(max_entries)
             .cap_reserve(reserve)
             .observer(tally.clone())
     });
@@ -1204,9 +1203,8 @@ proptest! {
         max_entries in prop_oneof![Just(0i64), Just(4), Just(12), Just(40)],
         reserve in prop_oneof![Just(1usize), Just(2), Just(5), Just(4096)],
         ops in proptest::collection::vec(op(), 1..80),
-        arena in any::<bool>(),
     ) {
-        run(ops, max_entries, reserve, arena)?;
+        run(ops, max_entries, reserve)?;
     }
 
     /// The same model with batches of writes (`Index::apply_batch`) mixed in.
@@ -1215,8 +1213,7 @@ proptest! {
         max_entries in prop_oneof![Just(0i64), Just(4), Just(12), Just(40)],
         reserve in prop_oneof![Just(1usize), Just(2), Just(5), Just(4096)],
         ops in proptest::collection::vec(op_or_batch(), 1..60),
-        arena in any::<bool>(),
     ) {
-        run(ops, max_entries, reserve, arena)?;
+        run(ops, max_entries, reserve)?;
     }
 }

@@ -1,8 +1,8 @@
 //! One partition's blocks in one shard: open addressing with linear probing
 //! over 12-byte buckets that are the entries themselves (tag, run, offset).
 //!
-//! Why not the slot table's layout (`table.rs`: 4-byte buckets pointing into
-//! a dense entry array), which this replaced: a probe there reads a bucket
+//! Why not 4-byte buckets pointing into a dense entry array (the layout
+//! of the slot table this store replaced, docs/decisions.md): a probe there reads a bucket
 //! line and then an entry line, two misses per block a lookup or a writer
 //! probes (one of the five a lookup paid per run, BENCHMARKS.md "The index
 //! around the walk"). Here a probe reads the bucket line and has the place.
@@ -17,7 +17,22 @@
 //! grows without reading runs (which live under other locks).
 
 use super::{Candidates, RunPos, table_hash};
-use crate::table::{MAX_SLOTS, buckets_for};
+
+/// Most blocks one shard's table of one partition holds (the limit the
+/// slot table had per shard: 2^25 - 2 positions).
+const MAX_SLOTS: usize = (1 << 25) - 2;
+/// Smallest non-empty table.
+const MIN_BUCKETS: usize = 16;
+
+/// Buckets for `n` blocks at a load of at most 4/5 (a power of two).
+fn buckets_for(n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    (n.saturating_mul(5) / 4 + 1)
+        .next_power_of_two()
+        .max(MIN_BUCKETS)
+}
 
 /// `off` of a bucket never used since the last rebuild: a probe stops here.
 const EMPTY: u32 = u32::MAX;
@@ -78,7 +93,7 @@ impl BlockTable {
         self.live
     }
 
-    /// Whether another block may be inserted (the slot table's limit).
+    /// Whether another block may be inserted ([`MAX_SLOTS`]).
     pub(super) fn has_room(&self) -> bool {
         self.live < MAX_SLOTS
     }

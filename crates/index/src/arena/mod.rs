@@ -1,7 +1,7 @@
 //! The chain-run arena: where the index keeps 8-byte keys (chain blocks),
 //! behind the entry facade (`entries/`, crate README "Storage"). It is
 //! also public (hidden) so that `benches/arena.rs` and `bench/peers` can
-//! measure it on its own against the slot table and the peers.
+//! measure it on its own against the peers.
 //!
 //! ```text
 //!  256 shards, each two locks on 128-byte lines of their own:
@@ -39,11 +39,12 @@
 //! trimmed, and a run no replica holds at all is retired, its blocks
 //! leaving the table.
 //!
-//! Every holding keeps what the slot table keeps for it: its token count
+//! Every holding keeps what an entry needs: its token count
 //! (a span holds an offset to the run's per-block counts, so a suffix
 //! stored on its own and the whole chain stored later share blocks), its
 //! last-seen time and its tier. LFU counts live in the facade's side table
-//! (`entries/credits.rs`), keys of other lengths in the slot table.
+//! (`entries/credits.rs`), keys of other lengths in a small map
+//! (`entries/odd.rs`).
 //!
 //! # Concurrency
 //!
@@ -76,18 +77,20 @@ mod store;
 mod toks;
 mod views;
 mod walk;
+mod word;
 
 use crate::key::key_hash;
-use crate::shard::read_spinning as read;
+use crate::sync::read_spinning as read;
 use block_table::{BlockTable, Entry};
 use spans::Span;
 use std::sync::{RwLock, RwLockReadGuard};
 pub use store::{BlockStored, Stored, Take};
 pub use views::{Holding, Swept};
 pub use walk::RunMatch;
+pub(crate) use word::{MAX_REPLICA_IDS, pack_word, word_replica, word_tier};
 
-/// Number of shards (the low bits of a run id). More than the slot
-/// table's 64: a store holds one run shard for a stretch of its blocks,
+/// Number of shards (the low bits of a run id). More than the former
+/// slot table's 64: a store holds one run shard for a stretch of its blocks,
 /// and a reader that needs a run in it waits, so the more shards, the
 /// rarer that is; a lookup takes the same number of locks either way.
 const SHARD_BITS: u32 = 8;

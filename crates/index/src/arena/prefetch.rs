@@ -6,7 +6,7 @@
 //! profile of the index's stores at scale 16 put 46 % of `store_with` on
 //! the bucket load and 15 % on the lock word, BENCHMARKS.md). One by one, each miss waits for the one before: a lock
 //! is an atomic read-modify-write, which on x86 waits for every earlier
-//! load. So, as the slot table's writers do (`Shards::prefetch`), the
+//! load. So the
 //! locks of every block shard a window touches are taken first, once each,
 //! in ascending order; then every block's home bucket is loaded: those
 //! misses overlap, and the writer's own probes find the lines in cache.
@@ -17,7 +17,7 @@
 //! while holding a level-2 one, so no cycle can form.
 
 use super::{Blocks, ChainArena, SHARDS, hash_of, shard_of, tag_of};
-use crate::shard::{read_spinning as read, try_read_now};
+use crate::sync::{read_spinning as read, try_read_now};
 use arrayvec::ArrayVec;
 use std::sync::RwLockReadGuard;
 

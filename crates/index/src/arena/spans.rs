@@ -8,14 +8,14 @@
 
 use super::Run;
 use super::store::BlockStored;
-use crate::holder::{pack_word, word_replica, word_tier};
+use super::word::{pack_word, word_replica, word_tier};
 use crate::types::Tier;
 use std::ops::Range;
 
 /// A replica holds blocks `from..to` of the run: 24 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Span {
-    /// Replica id and tier, packed as a holder packs them (`holder.rs`).
+    /// Replica id and tier, packed in one word (`word.rs`).
     word: u32,
     pub(super) from: u32,
     pub(super) to: u32,

@@ -6,7 +6,7 @@ use super::views::Holding;
 use super::{
     Blocks, ChainArena, MAX_RUNS, Run, RunPos, Runs, SHARD_BITS, hash_of, shard_of, tag_of,
 };
-use crate::shard::{read_spinning as read, try_read_now, write_spinning as write};
+use crate::sync::{read_spinning as read, try_read_now, write_spinning as write};
 use crate::types::Tier;
 use std::sync::RwLockWriteGuard;
 
@@ -134,7 +134,7 @@ impl Writer<'_, '_> {
 impl ChainArena {
     /// `replica` holds the chain `hashes` (in chain order, a suffix of the
     /// chain or all of it) with the token counts `tokens` (one per block,
-    /// as the slot table stores them), from `last_seen` at `tier`: new
+    /// as the facade reports them), from `last_seen` at `tier`: new
     /// blocks are placed, known ones refreshed.
     pub fn store(
         &self,

@@ -3,10 +3,10 @@
 //! replica, time and tier (TTL, a replica's removal).
 
 use super::{ChainArena, Run, RunPos};
-use crate::shard::{read_spinning as read, write_spinning as write};
+use crate::sync::{read_spinning as read, write_spinning as write};
 use crate::types::Tier;
 
-/// One (block, replica) holding as the slot table reports it.
+/// One (block, replica) holding as the facade reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Holding {
     /// Interned replica id.

@@ -1,6 +1,6 @@
 //! The chain walk on runs: every replica's longest leading stretch of fresh
 //! blocks, with its weakest-link `last_seen` and coldest tier (the same
-//! answer as the slot table's walk, `chain.rs`).
+//! answer as the facade's block-by-block walk, `chain.rs`).
 
 use super::{ChainArena, Run};
 use crate::types::Tier;

@@ -9,7 +9,7 @@
 
 use crate::hashing::FoldBuild;
 use crate::key::key_hash;
-use crate::shard::lock;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

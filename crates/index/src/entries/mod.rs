@@ -1,41 +1,101 @@
-//! Where the index keeps its (key, holders) entries: one facade over two
-//! stores, routed by key length (issue 14).
+//! Where the index keeps its (key, holders) entries: one facade over the
+//! chain-run arena and a small map for keys of other lengths.
 //!
 //! ```text
-//!   8-byte keys (chain blocks, 8-byte legacy keys) ──► ChainArena   runs + spans (arena/)
-//!   every other length                             ──► Shards       slot table (shard.rs)
-//!   LFU counts: slot table ── per-shard credit table; arena ── Credits side table
+//!   8-byte keys (chain blocks, 8-byte legacy keys) ──► ChainArena  runs + spans (arena/)
+//!   every other length (rare on the wire)          ──► OddKeys     a sharded map (odd.rs)
+//!   LFU counts: arena ── Credits side table (credits.rs); odd keys ── beside their holders
 //! ```
 //!
 //! A key has one length, so it lives in exactly one store; every reader
 //! and writer asks the facade, which asks the store the key's length names.
-//! With the arena off (`IndexConfig::chain_arena(false)`) every key lives
-//! in the slot table, the layout before issue 14.
-//!
-//! The slot table hands out holders under its shard lock ([`Held`]); the
-//! arena keeps holdings as spans over runs, so its holders are copies
-//! (built from [`Holding`]s into a reused buffer) handed out the same way.
+//! Both stores hand out holders as copies ([`Holder`], 16 bytes) with what
+//! reading their LFU counts needs ([`Held`]).
 
 mod credits;
+pub(crate) mod holder;
+pub(crate) mod odd;
 
 pub(crate) use credits::Credits;
 
 use crate::arena::{ChainArena, Holding, Take};
-use crate::holder::{self, Holder, Holders};
 use crate::key::KeyRef;
-use crate::shard::{Held, Shards};
+use holder::Holder;
+use odd::OddKeys;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The entry stores.
 pub(crate) struct Entries {
-    /// Keys that are not 8 bytes long (all keys when the arena is off).
-    pub(crate) slots: Shards,
-    arena: Option<ChainArena>,
+    /// Keys that are not 8 bytes long.
+    pub(crate) odd: OddKeys,
+    arena: ChainArena,
     /// LFU counts of arena holdings.
     pub(crate) credits: Credits,
 }
 
-/// A holding as the slot table keeps it.
+/// The holders of one key with what reading their LFU counts needs: the
+/// counts beside an odd key's holders or the arena's side table.
+pub(crate) struct Held<'a> {
+    counts: Counts<'a>,
+    holders: &'a [Holder],
+}
+
+enum Counts<'a> {
+    Odd(&'a [AtomicU32]),
+    Arena {
+        credits: &'a Credits,
+        part: u32,
+        hash: u64,
+    },
+}
+
+impl<'a> Held<'a> {
+    /// The holders of arena block (`part`, `hash`), counted in `credits`.
+    pub(crate) fn arena(holders: &'a [Holder], credits: &'a Credits, part: u32, hash: u64) -> Self {
+        Self {
+            counts: Counts::Arena {
+                credits,
+                part,
+                hash,
+            },
+            holders,
+        }
+    }
+
+    /// An odd key's holders with their counts (same order).
+    pub(crate) fn odd(holders: &'a [Holder], counts: &'a [AtomicU32]) -> Self {
+        Self {
+            counts: Counts::Odd(counts),
+            holders,
+        }
+    }
+
+    /// The LFU count of `h`, one of these holders.
+    pub(crate) fn access(&self, h: &Holder) -> u64 {
+        match self.counts {
+            Counts::Odd(counts) => holder::position(self.holders, h.replica())
+                .ok()
+                .and_then(|i| counts.get(i))
+                .map_or(0, |n| u64::from(n.load(Ordering::Relaxed))),
+            Counts::Arena {
+                credits,
+                part,
+                hash,
+            } => credits.get(part, hash, h.replica()),
+        }
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = [Holder];
+    #[inline]
+    fn deref(&self) -> &[Holder] {
+        self.holders
+    }
+}
+
+/// A holding as the facade hands it out.
 #[inline]
 pub(crate) fn holder_of(h: &Holding) -> Holder {
     Holder::new(h.replica, h.tokens, h.tier, h.last_seen)
@@ -72,37 +132,37 @@ pub(crate) enum KeyTaken {
     /// The check refused.
     Refused,
     /// Removed: every holder, in replica order.
-    Removed(Holders),
+    Removed(Vec<Holder>),
 }
 
 impl Entries {
-    pub(crate) fn new(arena: bool) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
-            slots: Shards::new(),
-            arena: arena.then(ChainArena::new),
+            odd: OddKeys::new(),
+            arena: ChainArena::new(),
             credits: Credits::default(),
         }
     }
 
-    /// The arena, when it is on.
+    /// The arena.
     #[inline]
-    pub(crate) fn arena(&self) -> Option<&ChainArena> {
-        self.arena.as_ref()
+    pub(crate) fn arena(&self) -> &ChainArena {
+        &self.arena
     }
 
-    /// The arena and the block's hash when key `bytes` lives there.
+    /// The arena and the block's hash when key `bytes` lives there (it is
+    /// 8 bytes long).
     #[inline]
     pub(crate) fn arena_block(&self, bytes: &[u8]) -> Option<(&ChainArena, u64)> {
-        let a = self.arena.as_ref()?;
         let b: [u8; 8] = bytes.try_into().ok()?;
-        Some((a, u64::from_le_bytes(b)))
+        Some((&self.arena, u64::from_le_bytes(b)))
     }
 
-    /// `f` on the holders of `k` (under their store's read lock for the
-    /// slot table; copies for the arena); `None` when nobody holds it.
+    /// `f` on the holders of `k` (under the odd-key shard's read lock;
+    /// copies for the arena); `None` when nobody holds it.
     pub(crate) fn holders<T>(&self, k: &KeyRef<'_>, f: impl FnOnce(&Held<'_>) -> T) -> Option<T> {
         let Some((a, h)) = self.arena_block(k.bytes) else {
-            let shard = self.slots.read(k.shard());
+            let shard = self.odd.read(OddKeys::shard(k));
             return shard.held(k).map(|held| f(&held));
         };
         crate::scratch::with(&BUF, |(hs, out)| {
@@ -119,7 +179,7 @@ impl Entries {
     /// +1 delivered hit for `replica`'s holding of `k`, if it still exists.
     pub(crate) fn credit(&self, k: &KeyRef<'_>, replica: u32) {
         match self.arena_block(k.bytes) {
-            None => self.slots.read(k.shard()).credit(k, replica),
+            None => self.odd.read(OddKeys::shard(k)).credit(k, replica),
             Some((a, h)) => {
                 // Under the run's read lock: a removal (write lock) clears
                 // the count after, never before, this bump.
@@ -133,7 +193,7 @@ impl Entries {
     /// Removes `replica`'s holding of `k` if `check(holder, LFU count)`
     /// accepts it (asked under the store's write lock, so nothing changes
     /// between the check and the removal); `after(holder, rest)` then sees
-    /// the key's remaining holders (under the lock for the slot table).
+    /// the key's remaining holders (under the lock for an odd key).
     pub(crate) fn take(
         &self,
         k: &KeyRef<'_>,
@@ -142,7 +202,7 @@ impl Entries {
         after: impl FnOnce(&Holder, &[Holder]),
     ) -> Taken {
         let Some((a, hash)) = self.arena_block(k.bytes) else {
-            let mut shard = self.slots.write(k.shard());
+            let mut shard = self.odd.write(OddKeys::shard(k));
             let Some((access, last_seen, ok)) = shard.held(k).and_then(|hs| {
                 let h = holder::find(&hs, replica)?;
                 let access = hs.access(h);
@@ -206,7 +266,7 @@ impl Entries {
         check: impl FnOnce(&[Holder]) -> bool,
     ) -> KeyTaken {
         let Some((a, hash)) = self.arena_block(k.bytes) else {
-            let mut shard = self.slots.write(k.shard());
+            let mut shard = self.odd.write(OddKeys::shard(k));
             let Some(ok) = shard.get(k).map(check) else {
                 return KeyTaken::Absent;
             };
@@ -236,9 +296,7 @@ impl Entries {
             &mut removed,
         );
         match (done, asked, ok) {
-            (true, _, _) => {
-                KeyTaken::Removed(Holders::Many(removed.iter().map(holder_of).collect()))
-            }
+            (true, _, _) => KeyTaken::Removed(removed.iter().map(holder_of).collect()),
             (false, true, false) => KeyTaken::Refused,
             _ => KeyTaken::Absent,
         }
@@ -246,28 +304,25 @@ impl Entries {
 
     /// Removes the arena holdings `drop(partition, replica, last_seen)`
     /// selects (decided once per span), with their LFU counts; each removed
-    /// holding is returned with whether its block went with it. Nothing
-    /// when the arena is off.
+    /// holding is returned with whether its block went with it.
     pub(crate) fn sweep_arena(
         &self,
         mut drop: impl FnMut(u32, u32, i64) -> bool,
     ) -> Vec<ArenaRemoval> {
         let mut removed = Vec::new();
-        if let Some(a) = &self.arena {
-            a.retain(
-                |part, replica, last_seen, _| !drop(part, replica, last_seen),
-                |s, last| {
-                    // Under the run's write lock, with the removal.
-                    self.credits.clear(s.part, s.hash, s.holding.replica);
-                    removed.push(ArenaRemoval {
-                        part: s.part,
-                        hash: s.hash,
-                        holder: holder_of(&s.holding),
-                        key_gone: last,
-                    });
-                },
-            );
-        }
+        self.arena.retain(
+            |part, replica, last_seen, _| !drop(part, replica, last_seen),
+            |s, last| {
+                // Under the run's write lock, with the removal.
+                self.credits.clear(s.part, s.hash, s.holding.replica);
+                removed.push(ArenaRemoval {
+                    part: s.part,
+                    hash: s.hash,
+                    holder: holder_of(&s.holding),
+                    key_gone: last,
+                });
+            },
+        );
         // The arena says "emptied" for every holding a sweep took from a
         // block it emptied; the key went once.
         let mut seen = std::collections::HashSet::new();
@@ -280,21 +335,21 @@ impl Entries {
     /// Every key with its partition id, hash and holders (both stores, one
     /// lock at a time), skipping the arena holdings `span_ok(partition,
     /// last_seen)` turns away, a span at a time
-    /// ([`ChainArena::for_each_block_where`]); slot-table keys are all visited.
+    /// ([`ChainArena::for_each_block_where`]); odd keys are all visited.
     pub(crate) fn scan_where(
         &self,
         span_ok: impl FnMut(u32, i64) -> bool,
         mut visit: impl FnMut(u32, &[u8], &Held<'_>),
     ) {
-        for si in 0..self.slots.len() {
-            let shard = self.slots.read(si);
+        for si in 0..self.odd.len() {
+            let shard = self.odd.read(si);
             for (pid, hash, holders) in shard.iter() {
                 visit(pid, hash, &holders);
             }
         }
-        if let Some(a) = &self.arena {
-            let mut hs: Vec<Holder> = Vec::new();
-            a.for_each_block_where(span_ok, |part, hash, held| {
+        let mut hs: Vec<Holder> = Vec::new();
+        self.arena
+            .for_each_block_where(span_ok, |part, hash, held| {
                 hs.clear();
                 hs.extend(held.iter().map(holder_of));
                 visit(
@@ -303,6 +358,5 @@ impl Entries {
                     &Held::arena(&hs, &self.credits, part, hash),
                 );
             });
-        }
     }
 }

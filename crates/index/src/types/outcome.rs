@@ -56,8 +56,8 @@ pub struct IngestOutcome {
     pub dropped_mismatched_chain: u64,
     /// Keys dropped because the hash was empty (legacy or chain block).
     pub dropped_empty_hash: u64,
-    /// New keys dropped because their shard already addresses its most
-    /// slots (about 33.5 M keys a shard, 2.1 billion an index).
+    /// New chain blocks dropped because their arena shard's table of the
+    /// partition already holds its most blocks (about 33.5 M).
     pub dropped_shard_full: u64,
     /// A stats entry was stored.
     pub stats_stored: bool,

@@ -24,6 +24,11 @@
 //! - a clear drops the queued evictions, waits for those in flight, and is
 //!   acknowledged before anything after it is sent.
 //!
+//! A window ends early when an engine batch removes anything (an eviction
+//! or a clear): removals are flushed as they arrive, with the reports
+//! before them, so a lookup stops hinting a block within an RPC of its
+//! removal rather than after up to a window.
+//!
 //! So the stream lives as long as the engine only stores, and is cut at
 //! window boundaries only when an eviction must not overtake a report; it is
 //! reopened at the next tick even when idle, because its failure is how a
@@ -96,6 +101,11 @@ pub use outbox::{Flush, Outbox};
 use stream::ReportStream;
 pub use token::{BearerToken, ServerClient};
 
+/// A report at least this often (an empty one when there is nothing else):
+/// the server withdraws a heartbeating producer's replica after
+/// `--producer-silence` (10 s by default) without one.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Most ingest-limit pushbacks one resync waits out before it gives up and
 /// the reconnect backoff takes over.
 const MAX_RESYNC_PUSHBACKS: u32 = 64;
@@ -147,6 +157,13 @@ fn check_ack(
     }
 }
 
+/// Whether `updates` remove anything (an eviction or a clear).
+fn has_removal(updates: &[Update]) -> bool {
+    updates
+        .iter()
+        .any(|u| matches!(u, Update::Evict(_) | Update::AllCleared))
+}
+
 /// The event loop's inputs besides the configuration.
 pub struct Inputs {
     /// The replica state (empty at start).
@@ -172,6 +189,8 @@ struct Forwarder {
     connected: bool,
     backoff: Backoff,
     next_attempt: Instant,
+    /// When a report last went out (heartbeats fill the gaps).
+    last_report: Instant,
 }
 
 /// Runs the event path until `cancel` fires or every transport is gone,
@@ -211,6 +230,7 @@ pub async fn run(
         dirty: false,
         connected: false,
         next_attempt: Instant::now(),
+        last_report: Instant::now(),
     };
     fw.metrics.set_server_up(false);
     let mut tick = tokio::time::interval(fw.config.window);
@@ -244,8 +264,13 @@ pub async fn run(
                 // While unreachable nothing is buffered: the resync sends
                 // the state these updates were applied to.
                 if fw.connected {
+                    // Removals leave at once, with the stores before them:
+                    // until the server drops a block, lookups hint a replica
+                    // that no longer holds it. Stores alone wait for the
+                    // window (a late store is a missed hint, not a false one).
+                    let urgent = has_removal(&updates);
                     fw.outbox.push_all(updates.drain(..));
-                    if fw.outbox.len() >= fw.config.max_batch {
+                    if urgent || fw.outbox.len() >= fw.config.max_batch {
                         fw.flush().await;
                     }
                 }
@@ -261,6 +286,15 @@ pub async fn run(
                     // the open stream fails when the connection does.
                     if fw.connected && fw.stream.is_none() {
                         fw.stream = Some(ReportStream::open(&fw.client, fw.config.stream_buffer));
+                    }
+                    if fw.connected && fw.last_report.elapsed() >= HEARTBEAT {
+                        let msg = fw.config.identity.heartbeat(state.block_size());
+                        // Like stats, a heartbeat need not hold evictions back.
+                        let dirty = fw.dirty;
+                        match fw.send_report(msg).await {
+                            Ok(()) => fw.dirty = dirty,
+                            Err(e) => fw.disconnect(e),
+                        }
                     }
                 } else if Instant::now() >= fw.next_attempt {
                     fw.resync(&state).await;
@@ -470,6 +504,7 @@ impl Forwarder {
         };
         stream.send(msg, self.config.rpc_timeout).await?;
         self.dirty = true;
+        self.last_report = Instant::now();
         self.metrics.record_sent("ReportCacheState", started);
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! The ingest flood of `bench grpc --flood-streams N`: N producers, each on
+//! The ingest flood of `inferencecache-bench grpc --flood-streams N`: N producers, each on
 //! its own connection, re-report `--flood-prefixes` distinct legacy prefixes
 //! in updates of `--flood-batch` as fast as the server takes them, while the
 //! lookup workers measure LookupRoute. Keys cycle, so the index does not grow

@@ -1,4 +1,4 @@
-//! `inferencecache bench replicate`: the figures of active-active replicas
+//! `inferencecache-bench replicate`: the figures of active-active replicas
 //! and warm restarts.
 //!
 //! - `snapshot`: for each entry count, encode the index, write and read the
@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// Flags of `bench replicate`.
+/// Flags of `inferencecache-bench replicate`.
 #[derive(Debug, Args)]
 pub(super) struct ReplicateBenchArgs {
     #[command(subcommand)]
@@ -38,12 +38,12 @@ pub(super) struct ReplicateBenchArgs {
 enum What {
     /// Snapshot size, encode time and warm-restart load time per entry count.
     ///
-    /// Example: `inferencecache bench replicate snapshot --entries 100000,1000000,5000000`
+    /// Example: `inferencecache-bench replicate snapshot --entries 100000,1000000,5000000`
     Snapshot(SnapshotArgs),
     /// Convergence lag at a block rate, and replay rate from the stream,
     /// against a real nats-server.
     ///
-    /// Example: `inferencecache bench replicate bus --nats-url nats://127.0.0.1:4299 --rate 100000`
+    /// Example: `inferencecache-bench replicate bus --nats-url nats://127.0.0.1:4299 --rate 100000`
     Bus(BusArgs),
 }
 
@@ -76,7 +76,7 @@ struct BusArgs {
     stream: String,
 }
 
-/// Runs `bench replicate ...`.
+/// Runs `inferencecache-bench replicate ...`.
 pub(super) fn run(args: ReplicateBenchArgs) -> anyhow::Result<()> {
     match args.what {
         What::Snapshot(a) => snapshot(&a),

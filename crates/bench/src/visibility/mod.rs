@@ -1,4 +1,4 @@
-//! `inferencecache bench visibility`: engine event → visible in LookupRoute.
+//! `inferencecache-bench visibility`: engine event → visible in LookupRoute.
 //!
 //! Everything runs in this process on loopback, sharing the machine's cores
 //! as a sidecar deployment shares a node: a ZMQ publisher shaped like vLLM's,
@@ -23,7 +23,7 @@ use clap::{Args, ValueEnum};
 use inferencecache_subscriber::forward::ForwardConfig;
 use inferencecache_subscriber::loopback::Stored;
 
-/// Flags of `bench visibility`.
+/// Flags of `inferencecache-bench visibility`.
 #[derive(Debug, Args)]
 pub(super) struct VisibilityBenchArgs {
     /// Target ingest rates in blocks per second.

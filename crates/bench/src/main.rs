@@ -1,9 +1,21 @@
-//! `inferencecache bench grpc`: closed-loop LookupRoute load over loopback
-//! gRPC with a concurrent ReportCacheState ingest stream. Prints QPS,
-//! client-side p50/p99/p99.9 and the server-side (handler) latency.
+//! `inferencecache-bench`: the benchmark rigs, kept out of the shipping
+//! `inferencecache` binary (docs/decisions.md, issue 35) so that it carries
+//! neither their code nor their dependencies (hdrhistogram, indicatif, the
+//! plain HF tokenizer, the index crate).
+//!
+//! - `grpc`: closed-loop LookupRoute load over loopback gRPC with a
+//!   concurrent ReportCacheState ingest stream; QPS, client-side
+//!   p50/p99/p99.9 and the server-side (handler) latency (this file);
+//! - `tokenize`: prompt_text tokenization cost (this file);
+//! - `visibility`: engine event to visible-in-LookupRoute latency
+//!   (`visibility/`), with a producer flood (`flood.rs`);
+//! - `replicate`: snapshot size and load time, bus convergence and replay
+//!   (`replicate/`).
+//!
+//! Build and run: `cargo run --release -p inferencecache-bench -- grpc --help`.
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
@@ -15,9 +27,14 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-/// Benchmarks of a running system.
-#[derive(Debug, Args)]
-pub(crate) struct BenchArgs {
+/// Benchmark rigs for inference-cache (not part of the shipped binary).
+#[derive(Debug, Parser)]
+#[command(name = "inferencecache-bench", version)]
+struct BenchArgs {
+    /// Log level on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: tracing::Level,
+
     #[command(subcommand)]
     what: BenchWhat,
 }
@@ -29,40 +46,53 @@ enum BenchWhat {
     /// Without --server it starts a server in this process on loopback
     /// (client and server then share the machine's cores, as a sidecar
     /// deployment would). Example:
-    /// `inferencecache bench grpc --concurrency 1,16,64 --duration 5s`
+    /// `inferencecache-bench grpc --concurrency 1,16,64 --duration 5s`
     Grpc(GrpcBenchArgs),
 
     /// prompt_text tokenization cost (chat template + encode) per request,
     /// p50/p99 per prompt size, with a real tokenizer directory.
     ///
     /// Example (after `.ci/fetch-tokenizers`):
-    /// `inferencecache bench tokenize --sizes 1000,8000,32000`
+    /// `inferencecache-bench tokenize --sizes 1000,8000,32000`
     Tokenize(TokenizeBenchArgs),
 
     /// The sidecar's engine event → visible-in-LookupRoute latency (p50/p99)
     /// at target block rates, plus its memory per tracked block; engine
     /// publisher, sidecar and server all in this process on loopback.
     ///
-    /// Example: `inferencecache bench visibility --rates 1000,50000 --window 100ms`
+    /// Example: `inferencecache-bench visibility --rates 1000,50000 --window 100ms`
     Visibility(visibility::VisibilityBenchArgs),
 
     /// Active-active replicas and warm restarts: snapshot size and load
     /// time, bus convergence lag and replay rate (needs nats-server for `bus`).
     ///
-    /// Example: `inferencecache bench replicate snapshot --entries 100000,1000000`
+    /// Example: `inferencecache-bench replicate snapshot --entries 100000,1000000`
     Replicate(replicate::ReplicateBenchArgs),
 }
 
-#[path = "bench_replicate/mod.rs"]
-mod replicate;
-
-// Kept next to this file (src/bench_visibility/) so main.rs stays untouched.
-#[path = "bench_flood.rs"]
+mod args;
 mod flood;
-#[path = "bench_visibility/mod.rs"]
+mod replicate;
 mod visibility;
 
-/// Flags of `bench tokenize`.
+fn main() -> std::process::ExitCode {
+    let args = BenchArgs::parse();
+    // Logs go to stderr, the figures to stdout.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(args.log_level)
+        .with_target(false)
+        .try_init();
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("inferencecache-bench: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Flags of `inferencecache-bench tokenize`.
 #[derive(Debug, Args)]
 pub(crate) struct TokenizeBenchArgs {
     /// Tokenizer models directory (as --tokenizer-models-dir).
@@ -107,7 +137,7 @@ pub(crate) fn synthetic_prompt(tokens: usize, salt: usize) -> String {
     out
 }
 
-/// Flags of `bench grpc`.
+/// Flags of `inferencecache-bench grpc`.
 #[derive(Debug, Args)]
 pub(crate) struct GrpcBenchArgs {
     /// Target server (host:port). Default: an in-process server on loopback.
@@ -243,8 +273,8 @@ impl Workload {
     }
 }
 
-/// Runs `inferencecache bench ...`.
-pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// Runs one rig.
+fn run(args: BenchArgs) -> anyhow::Result<()> {
     let g = match args.what {
         BenchWhat::Grpc(g) => g,
         BenchWhat::Tokenize(t) => return tokenize(&t),
