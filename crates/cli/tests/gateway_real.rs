@@ -5,7 +5,9 @@
 //! `x-inferencecache-reusable-tokens` header) must equal the
 //! `usage.prompt_tokens_details.cached_tokens` the engine reports.
 //!
-//! `vllm bench serve` (vLLM's own benchmark client) runs through it. Fail-open
+//! LoRA and `cache_salt` requests go where they can be reused, and claim
+//! nothing across adapters or salts. `vllm bench serve` (vLLM's own
+//! benchmark client) runs through it. Fail-open
 //! cases on the same engines: the hint server down (remote mode
 //! pointed at a dead address), a client that disconnects mid-stream, an
 //! engine killed mid-stream. Without the vLLM venv the test skips, unless
@@ -199,10 +201,46 @@ async fn real_engines_behind_the_gateway() {
         "{b3}"
     );
 
+    // Salts: a repeat under the same salt reuses; another salt (or none)
+    // claims nothing of it.
+    let salted = |salt: Option<&str>| {
+        let mut b = json!({"model": "tiny", "prompt": long_prompt("salted"), "max_tokens": 2, "temperature": 0});
+        if let Some(s) = salt {
+            b["cache_salt"] = json!(s);
+        }
+        b
+    };
+    let (s1, _, b1) = post(&base, "/v1/completions", &salted(Some("alice"))).await;
+    assert_eq!(s1, 200, "{b1}");
+    settle(
+        &base,
+        "completions",
+        &salted(Some("alice")),
+        vllm::usage_of(&b1).0,
+    )
+    .await;
+    let (_, h, b) = post(&base, "/v1/completions", &salted(Some("alice"))).await;
+    let (_, cached) = vllm::usage_of(&b);
+    assert!(cached > 0, "{b}");
+    assert_eq!(
+        header(&h, "x-inferencecache-reusable-tokens"),
+        cached.to_string()
+    );
+    for other in [Some("bob"), None] {
+        let (_, h, b) = post(&base, "/v1/completions", &salted(other)).await;
+        let (_, cached) = vllm::usage_of(&b);
+        assert_eq!(cached, 0, "{other:?}: {b}");
+        assert_eq!(
+            header(&h, "x-inferencecache-reusable-tokens"),
+            "0",
+            "{other:?}"
+        );
+    }
+
     // 3. Accuracy metrics: every checked response, no over-claim.
     let m = text(&format!("{base}/metrics")).await;
     assert!(
-        metric(&m, "inferencecache_gateway_hint_checks_total") >= 11.0,
+        metric(&m, "inferencecache_gateway_hint_checks_total") >= 15.0,
         "{m}"
     );
     assert_eq!(
