@@ -5,7 +5,10 @@
 //! `x-inferencecache-reusable-tokens` header) must equal the
 //! `usage.prompt_tokens_details.cached_tokens` the engine reports.
 //!
-//! Fail-open cases on the same engines: the hint server down (remote mode
+//! LoRA and `cache_salt` requests go where they can be reused, and claim
+//! nothing across adapters or salts. `vllm bench serve` (vLLM's own
+//! benchmark client) runs through it. Fail-open
+//! cases on the same engines: the hint server down (remote mode
 //! pointed at a dead address), a client that disconnects mid-stream, an
 //! engine killed mid-stream. Without the vLLM venv the test skips, unless
 //! INFERENCECACHE_REQUIRE_REAL_PARTS=1.
@@ -198,10 +201,46 @@ async fn real_engines_behind_the_gateway() {
         "{b3}"
     );
 
+    // Salts: a repeat under the same salt reuses; another salt (or none)
+    // claims nothing of it.
+    let salted = |salt: Option<&str>| {
+        let mut b = json!({"model": "tiny", "prompt": long_prompt("salted"), "max_tokens": 2, "temperature": 0});
+        if let Some(s) = salt {
+            b["cache_salt"] = json!(s);
+        }
+        b
+    };
+    let (s1, _, b1) = post(&base, "/v1/completions", &salted(Some("alice"))).await;
+    assert_eq!(s1, 200, "{b1}");
+    settle(
+        &base,
+        "completions",
+        &salted(Some("alice")),
+        vllm::usage_of(&b1).0,
+    )
+    .await;
+    let (_, h, b) = post(&base, "/v1/completions", &salted(Some("alice"))).await;
+    let (_, cached) = vllm::usage_of(&b);
+    assert!(cached > 0, "{b}");
+    assert_eq!(
+        header(&h, "x-inferencecache-reusable-tokens"),
+        cached.to_string()
+    );
+    for other in [Some("bob"), None] {
+        let (_, h, b) = post(&base, "/v1/completions", &salted(other)).await;
+        let (_, cached) = vllm::usage_of(&b);
+        assert_eq!(cached, 0, "{other:?}: {b}");
+        assert_eq!(
+            header(&h, "x-inferencecache-reusable-tokens"),
+            "0",
+            "{other:?}"
+        );
+    }
+
     // 3. Accuracy metrics: every checked response, no over-claim.
     let m = text(&format!("{base}/metrics")).await;
     assert!(
-        metric(&m, "inferencecache_gateway_hint_checks_total") >= 11.0,
+        metric(&m, "inferencecache_gateway_hint_checks_total") >= 15.0,
         "{m}"
     );
     assert_eq!(
@@ -210,7 +249,75 @@ async fn real_engines_behind_the_gateway() {
         "{m}"
     );
 
-    // 4. The hint server down: a second gateway asks a dead address; every
+    // 4. vLLM's own benchmark client through the gateway: shared-prefix
+    // traffic, two at a time; every request answered, hints used, none
+    // over-claimed.
+    let results = std::env::temp_dir().join(format!("ic-gw-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&results).unwrap();
+    let out = Command::new(venv.join("bin/vllm"))
+        .args(["bench", "serve", "--backend", "vllm", "--base-url", &base])
+        .args(["--model", "tiny", "--tokenizer"])
+        .arg(&model.dir)
+        .args(["--dataset-name", "prefix_repetition"])
+        .args([
+            "--prefix-repetition-prefix-len",
+            "256",
+            "--prefix-repetition-suffix-len",
+            "32",
+        ])
+        .args([
+            "--prefix-repetition-num-prefixes",
+            "2",
+            "--prefix-repetition-output-len",
+            "4",
+        ])
+        .args([
+            "--num-prompts",
+            "16",
+            "--max-concurrency",
+            "2",
+            "--seed",
+            "1",
+        ])
+        .args([
+            "--disable-tqdm",
+            "--save-result",
+            "--result-filename",
+            "bench.json",
+        ])
+        .arg("--result-dir")
+        .arg(&results)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("VLLM_NO_USAGE_STATS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "vllm bench serve: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bench: Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("bench.json")).unwrap())
+            .unwrap();
+    assert_eq!(bench["completed"], 16, "{bench}");
+    assert_eq!(bench["failed"].as_u64().unwrap_or(0), 0, "{bench}");
+    let _ = std::fs::remove_dir_all(&results);
+    let m = text(&format!("{base}/metrics")).await;
+    assert!(
+        metric(
+            &m,
+            "inferencecache_gateway_routing_decisions_total{reason=\"prefix_match\"}"
+        ) >= 6.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "inferencecache_gateway_hint_overclaims_total"),
+        0.0,
+        "{m}"
+    );
+
+    // 5. The hint server down: a second gateway asks a dead address; every
     // request is still answered, routed by load.
     let dead = format!("127.0.0.1:{}", inferencecache_testkit::free_port());
     let remote = start_gateway(&engines, &["--server", &dead, "--block-size", "32"]);
@@ -234,7 +341,7 @@ async fn real_engines_behind_the_gateway() {
     );
     drop(remote);
 
-    // 5. A client that disconnects mid-stream: the engine stops working on
+    // 6. A client that disconnects mid-stream: the engine stops working on
     // it and the gateway's load returns to zero.
     let long = json!({"model": "tiny", "prompt": "count forever", "max_tokens": 3000,
         "ignore_eos": true, "stream": true});
@@ -278,7 +385,7 @@ async fn real_engines_behind_the_gateway() {
     )
     .await;
 
-    // 6. An engine killed mid-stream: the client gets an OpenAI error event,
+    // 7. An engine killed mid-stream: the client gets an OpenAI error event,
     // and the next requests go to the engine that is left.
     let mut resp = reqwest::Client::new()
         .post(format!("{base}/v1/completions"))

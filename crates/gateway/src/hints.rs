@@ -67,11 +67,9 @@ pub struct HintQuery<'a> {
     pub hash_scheme: &'a str,
     /// The prompt's token ids, as the engine will see them.
     pub tokens: &'a [u32],
-    /// The request's `cache_salt`. TODO(hints issue): pass it into the
-    /// lookup once `LookupRouteRequest` carries `cache_salt`; until then a
-    /// salted request is looked up unsalted (the engine reuses nothing
-    /// across salts, so its hint can over-claim: the accuracy metrics show
-    /// it, and `docs/gateway.md` says so).
+    /// The request's `cache_salt` (vLLM): the index matches only blocks the
+    /// engine stored under the same salt (our `cache_salt` extension of
+    /// `LookupRouteRequest`; remotely, the SDK's salted chain).
     pub cache_salt: Option<&'a str>,
 }
 
@@ -116,6 +114,7 @@ impl HintSource {
                     hash_scheme: q.hash_scheme,
                     adapter: q.adapter,
                     token_ids: q.tokens,
+                    cache_salt: q.cache_salt.unwrap_or_default(),
                     ..RouteRequest::default()
                 };
                 // Token-id lookups run inline (no tokenization, no I/O); the
@@ -143,7 +142,13 @@ impl HintSource {
                 let query = RouteQuery::new(
                     q.tenant,
                     q.model,
-                    RouteInput::chain_from_tokens(q.tokens, block_size as usize),
+                    // The whole prompt, salted, without the last token
+                    // (the engine always recomputes it).
+                    RouteInput::chain_for_prompt(
+                        q.tokens,
+                        block_size as usize,
+                        q.cache_salt.unwrap_or_default(),
+                    ),
                 )
                 .hash_scheme(q.hash_scheme)
                 .adapter(q.adapter)

@@ -13,6 +13,7 @@
 //! without a hint rather than with a wrong one.
 
 use inferencecache_server::tokenize::{ChatRender, ChatTokenizer, Value};
+use inferencecache_server::tokenize_prefix::{DEFAULT_BUDGET_BYTES, PrefixCacheMetrics};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::Path;
@@ -69,7 +70,11 @@ pub struct Tokenizers {
 impl Tokenizers {
     /// Loads `dir` for `model` (replacing any earlier one).
     pub fn load(&self, model: &str, dir: &Path) -> Result<(), String> {
-        let t = ChatTokenizer::load(model, dir).map_err(|e| e.to_string())?;
+        // The server's prefix cache: a re-sent conversation (the next turn
+        // of a chat) reuses the ids of the part it already encoded.
+        let t = ChatTokenizer::load(model, dir)
+            .map_err(|e| e.to_string())?
+            .with_prefix_cache(DEFAULT_BUDGET_BYTES, &PrefixCacheMetrics::default());
         if let Ok(mut m) = self.by_model.write() {
             m.insert(model.to_owned(), Arc::new(t));
         }

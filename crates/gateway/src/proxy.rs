@@ -213,6 +213,9 @@ impl Relay {
                 }
                 if let Some(s) = &mut self.sse {
                     s.feed(&chunk);
+                    if s.done {
+                        self.finish();
+                    }
                 } else if let Some(j) = &mut self.json {
                     if j.len() + chunk.len() <= MAX_JSON_KEPT {
                         j.extend_from_slice(&chunk);

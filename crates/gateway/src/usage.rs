@@ -40,6 +40,9 @@ pub struct SseUsage {
     skipping: bool,
     /// The last usage seen.
     pub usage: Option<Usage>,
+    /// `data: [DONE]` was seen: the answer is complete (clients may close
+    /// the connection right after it, before the engine's end of stream).
+    pub done: bool,
 }
 
 impl SseUsage {
@@ -76,6 +79,8 @@ impl SseUsage {
         if !std::mem::take(&mut self.skipping) {
             if let Some(u) = parse_line(&self.line) {
                 self.usage = Some(u);
+            } else if self.line.trim_ascii() == b"data: [DONE]" {
+                self.done = true;
             }
         }
         self.line.clear();
@@ -123,6 +128,7 @@ mod tests {
                 }),
                 "split {split}"
             );
+            assert!(s.done, "split {split}");
         }
     }
 

@@ -8,6 +8,7 @@
 
 mod checks;
 mod discover;
+mod gateway;
 mod http;
 mod reach;
 mod report;
@@ -83,6 +84,12 @@ pub(crate) struct DoctorArgs {
     /// A sidecar's HTTP address (its /metrics and /readyz); repeat for more.
     #[arg(long, value_name = "URL")]
     sidecar: Vec<String>,
+
+    /// An `inferencecache gateway` to check (its --listen address): engines
+    /// up, and its hints as the engines judge them (over-claims past 1% of
+    /// checked responses are a finding); repeat for more.
+    #[arg(long, value_name = "URL")]
+    gateway: Vec<String>,
 
     /// Tenant to check policy, replicas and the lookup for [default: the
     /// first discovered sidecar's, else "default"].
@@ -183,6 +190,14 @@ pub(crate) fn run(args: DoctorArgs, server_flag_given: bool) -> ExitCode {
     };
     let mut found = discovered.map(|d| d.checks).unwrap_or_default();
     found.extend(runtime.block_on(checks::run(&target)));
+    for g in &args.gateway {
+        let base = if g.contains("://") {
+            g.trim_end_matches('/').to_owned()
+        } else {
+            format!("http://{g}")
+        };
+        runtime.block_on(gateway::checks(&base, args.timeout, &mut found));
+    }
     if args.json {
         println!("{}", report::json(&found));
     } else {
