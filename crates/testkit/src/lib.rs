@@ -7,6 +7,9 @@
 //! The server's TokenReview tests and the operator's and CLI's Kubernetes
 //! tests all start their cluster here, so there is one way to do it.
 //!
+//! `server` (feature `server`): a real server in-process, the one
+//! running-server harness of the server's and the client's suites.
+//!
 //! [`vllm`]: real vLLM engines (CPU build) with a tiny model made at test
 //! time, for suites that judge hints by what the engine reuses.
 //!
@@ -16,6 +19,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod kube;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod vllm;
 
 use std::process::Command;
