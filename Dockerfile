@@ -1,10 +1,14 @@
 # syntax=docker/dockerfile:1
 # The one `inferencecache` binary (serve, operator, subscribe, crds, ...) on a
-# minimal non-root runtime. Build: `docker build -t inferencecache:dev .` or
-# `buildah bud -t inferencecache:dev .`
+# minimal non-root runtime. With a registry:
+#   docker build -t inferencecache:dev .     (or `buildah bud` / `podman build`)
+# Without one (air-gapped, CI): `.ci/build-image` builds the same image from
+# Debian packages with podman and prints the archive to import.
 
 # --- builder ---------------------------------------------------------------
-FROM docker.io/library/rust:1.85-bookworm AS builder
+# 1.89 is the workspace's rust-version: the oldest Rust that builds Cargo.lock
+# (kube 5, async-nats 0.51, serde-saphyr 2.2). A newer builder works too.
+FROM docker.io/library/rust:1.89-bookworm AS builder
 WORKDIR /src
 # protoc is not needed: the proto crate compiles the contract with protox.
 COPY Cargo.toml Cargo.lock ./
@@ -18,6 +22,6 @@ RUN cargo build --release --locked -p inferencecache-cli --bin inferencecache \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /inferencecache /usr/local/bin/inferencecache
 USER 65532:65532
-EXPOSE 9090 8080 8081
+EXPOSE 9090 8080 8081 9443
 ENTRYPOINT ["/usr/local/bin/inferencecache"]
 CMD ["serve"]

@@ -70,6 +70,14 @@ pub(crate) enum Command {
     /// Print the CRDs as YAML: `inferencecache crds | kubectl apply -f -`.
     Crds(crate::operator::CrdsArgs),
 
+    /// Route OpenAI traffic to vLLM/SGLang engines by where each prompt is
+    /// cached: an OpenAI-compatible gateway with the index and KV-event
+    /// subscribers in-process (or `--server` for a remote index).
+    ///
+    /// Try it: `inferencecache gateway --engine http://127.0.0.1:8001
+    /// --engine http://127.0.0.1:8002`, then send OpenAI requests to :8100.
+    Gateway(crate::gateway::GatewayArgs),
+
     /// Check a deployment end to end (server, TLS, health, probe, policy,
     /// sidecars, one lookup) and say how to fix what is broken.
     Doctor(crate::doctor::DoctorArgs),
@@ -186,6 +194,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_INDEX_TTL", default_value = "30m", value_parser = parse_duration)]
     pub index_ttl: std::time::Duration,
 
+    /// How long a sidecar that heartbeats (ours: every 2 s) may say nothing
+    /// before its replica stops getting hints (its blocks are withdrawn
+    /// until it reconnects and re-reports). 0 never withdraws (the
+    /// reference's behaviour: entries live until their TTL).
+    #[arg(long, env = "INFERENCECACHE_PRODUCER_SILENCE", default_value = "10s",
+          value_parser = parse_duration)]
+    pub producer_silence: std::time::Duration,
+
     /// How often expired entries are swept and the cap re-checked (e.g. 1m).
     #[arg(long, env = "INFERENCECACHE_INDEX_SWEEP_INTERVAL", default_value = "1m",
           value_parser = parse_duration)]
@@ -204,7 +220,10 @@ pub(crate) struct ServeArgs {
     pub stream_metrics_interval: std::time::Duration,
 
     /// Tokens per KV block, used to fingerprint token_ids and prompt_text
-    /// (match the engine's block size). Values <= 0 keep the default.
+    /// for models whose sidecars do not report their engine's size (ours
+    /// do: their size wins, and one that differs from this is a warning,
+    /// `inferencecache_engine_block_size_mismatch` and a `doctor` finding).
+    /// Values <= 0 keep the default.
     #[arg(
         long,
         env = "INFERENCECACHE_ENGINE_BLOCK_SIZE",

@@ -6,6 +6,7 @@
 mod args;
 mod bus_args;
 mod doctor;
+mod gateway;
 mod logging;
 mod operator;
 mod serve;
@@ -47,5 +48,6 @@ fn main() -> ExitCode {
         args::Command::Operator(a) => operator::run(a),
         args::Command::Crds(a) => operator::crds(a),
         args::Command::Doctor(a) => doctor::run(a, server_flag_given),
+        args::Command::Gateway(a) => gateway::run(a),
     }
 }

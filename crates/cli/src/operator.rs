@@ -7,13 +7,16 @@ use crate::args::parse_duration;
 use clap::Args;
 use inferencecache_operator::leader::{DEFAULT_LEASE_NAME, LeaderConfig};
 use inferencecache_operator::webhook::inject::InjectConfig;
+use inferencecache_operator::webhook::provision::SelfSignedConfig;
+use inferencecache_operator::webhook::selfsigned::Lifetimes;
 use inferencecache_operator::{Operator, OperatorConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-const SERVER: &str = "http://inference-cache-server.inference-cache-system.svc:8081";
+/// The server Service's name in the operator's namespace.
+const SERVER_SERVICE: &str = "inference-cache-server";
 
 /// Flags of `operator`.
 #[derive(Debug, Args)]
@@ -21,6 +24,12 @@ pub(crate) struct OperatorArgs {
     /// Kubeconfig file; default: in-cluster, then $KUBECONFIG.
     #[arg(long, env = "INFERENCECACHE_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// The operator's namespace: where the server Service, the webhook
+    /// Service and the webhook certificate Secret live (the manifests pass
+    /// the pod's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "inference-cache-system")]
+    pub namespace: String,
 
     /// Listen address of /metrics.
     #[arg(
@@ -62,21 +71,21 @@ pub(crate) struct OperatorArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
 
-    /// The server's /policy URL.
-    #[arg(long, env = "INFERENCECACHE_SERVER_POLICY_URL", default_value_t = format!("{SERVER}/policy"))]
-    pub server_policy_url: String,
+    /// The server's /policy URL [default: http://inference-cache-server.<--namespace>.svc:8081/policy].
+    #[arg(long, env = "INFERENCECACHE_SERVER_POLICY_URL")]
+    pub server_policy_url: Option<String>,
 
-    /// The server's /snapshot URL.
-    #[arg(long, env = "INFERENCECACHE_SERVER_SNAPSHOT_URL", default_value_t = format!("{SERVER}/snapshot"))]
-    pub server_snapshot_url: String,
+    /// The server's /snapshot URL [default: http://inference-cache-server.<--namespace>.svc:8081/snapshot].
+    #[arg(long, env = "INFERENCECACHE_SERVER_SNAPSHOT_URL")]
+    pub server_snapshot_url: Option<String>,
 
-    /// The server's /templates URL ("" disables PromptTemplate pushes).
-    #[arg(long, env = "INFERENCECACHE_SERVER_TEMPLATES_URL", default_value_t = format!("{SERVER}/templates"))]
-    pub server_templates_url: String,
+    /// The server's /templates URL ("" disables PromptTemplate pushes) [default: the /policy URL's server].
+    #[arg(long, env = "INFERENCECACHE_SERVER_TEMPLATES_URL")]
+    pub server_templates_url: Option<String>,
 
-    /// The server's /pd-topologies URL ("" disables PDTopology pushes).
-    #[arg(long, env = "INFERENCECACHE_SERVER_PD_TOPOLOGIES_URL", default_value_t = format!("{SERVER}/pd-topologies"))]
-    pub server_pd_topologies_url: String,
+    /// The server's /pd-topologies URL ("" disables PDTopology pushes) [default: the /policy URL's server].
+    #[arg(long, env = "INFERENCECACHE_SERVER_PD_TOPOLOGIES_URL")]
+    pub server_pd_topologies_url: Option<String>,
 
     /// Bearer token for pushes (projected, audience inferencecache.io/policy); re-read every push; missing = none.
     #[arg(
@@ -112,6 +121,37 @@ pub(crate) struct OperatorArgs {
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub webhook_cert_dir: PathBuf,
 
+    /// Secret (in --namespace) where the operator keeps its own webhook CA
+    /// and serving certificate: created, rotated before expiry, written to
+    /// --webhook-cert-dir and its CA injected into the webhook
+    /// configurations. "" turns this off and serves whatever is mounted in
+    /// --webhook-cert-dir (cert-manager).
+    #[arg(
+        long,
+        env = "INFERENCECACHE_WEBHOOK_CERT_SECRET",
+        default_value = "inference-cache-webhook-cert"
+    )]
+    pub webhook_cert_secret: String,
+
+    /// The webhook Service the certificate names (<name>.<--namespace>.svc).
+    #[arg(long, default_value = "inference-cache-webhook-service")]
+    pub webhook_service_name: String,
+
+    /// ValidatingWebhookConfiguration whose caBundle the operator fills ("" = none).
+    #[arg(
+        long,
+        default_value = "inference-cache-validating-webhook-configuration"
+    )]
+    pub validating_webhook_configuration: String,
+
+    /// MutatingWebhookConfiguration whose caBundle the operator fills ("" = none).
+    #[arg(long, default_value = "inference-cache-mutating-webhook-configuration")]
+    pub mutating_webhook_configuration: String,
+
+    /// How often the webhook certificate is checked for rotation.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub webhook_cert_check_interval: Duration,
+
     /// Image of the injected kvevent-subscriber sidecar; "" disables injection.
     #[arg(
         long,
@@ -120,12 +160,9 @@ pub(crate) struct OperatorArgs {
     )]
     pub kvevent_subscriber_image: String,
 
-    /// The server's gRPC address, as the sidecar reaches it.
-    #[arg(
-        long,
-        default_value = "inference-cache-server.inference-cache-system.svc.cluster.local:9090"
-    )]
-    pub policy_server_grpc_address: String,
+    /// The server's gRPC address, as the sidecar reaches it [default: inference-cache-server.<--namespace>.svc.cluster.local:9090].
+    #[arg(long)]
+    pub policy_server_grpc_address: Option<String>,
 }
 
 fn identity(flag: &str) -> String {
@@ -139,14 +176,30 @@ fn identity(flag: &str) -> String {
 }
 
 fn config(a: OperatorArgs) -> OperatorConfig {
+    // Defaults follow the namespace, so an install into any namespace
+    // reaches its own server.
+    let server = format!("http://{SERVER_SERVICE}.{}.svc:8081", a.namespace);
+    let url = |flag: Option<String>, path: &str| flag.unwrap_or_else(|| format!("{server}/{path}"));
+    let webhook_certs = (!a.webhook_cert_secret.is_empty()).then(|| SelfSignedConfig {
+        namespace: a.namespace.clone(),
+        secret: a.webhook_cert_secret.clone(),
+        service: a.webhook_service_name.clone(),
+        validating: a.validating_webhook_configuration.clone(),
+        mutating: a.mutating_webhook_configuration.clone(),
+        check_interval: a.webhook_cert_check_interval,
+        lifetimes: Lifetimes::default(),
+    });
+    let server_grpc = a
+        .policy_server_grpc_address
+        .unwrap_or_else(|| format!("{SERVER_SERVICE}.{}.svc.cluster.local:9090", a.namespace));
     OperatorConfig {
         kubeconfig: a.kubeconfig,
         metrics_addr: a.metrics_bind_address,
         health_addr: a.health_probe_bind_address,
-        policy_url: a.server_policy_url,
-        snapshot_url: a.server_snapshot_url,
-        templates_url: a.server_templates_url,
-        pd_url: a.server_pd_topologies_url,
+        policy_url: url(a.server_policy_url, "policy"),
+        snapshot_url: url(a.server_snapshot_url, "snapshot"),
+        templates_url: url(a.server_templates_url, "templates"),
+        pd_url: url(a.server_pd_topologies_url, "pd-topologies"),
         policy_token_file: a.policy_token_file,
         controller_token_file: a.controller_token_file,
         push_interval: a.cachepolicy_push_interval,
@@ -160,9 +213,10 @@ fn config(a: OperatorArgs) -> OperatorConfig {
         }),
         webhook: (!a.webhook_bind_address.is_empty())
             .then_some((a.webhook_bind_address, a.webhook_cert_dir)),
+        webhook_certs,
         inject: InjectConfig {
             image: a.kvevent_subscriber_image,
-            server_grpc: a.policy_server_grpc_address,
+            server_grpc,
         },
     }
 }

@@ -118,6 +118,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             sweep_interval: args.index_sweep_interval,
             ranking: args.ranking,
             max_replicas: args.index_max_replicas,
+            producer_silence: (!args.producer_silence.is_zero()).then_some(args.producer_silence),
         },
         stream_metrics_interval: args.stream_metrics_interval,
         limits: inferencecache_server::limits::Limits {

@@ -94,6 +94,15 @@ pub(crate) struct SubscribeArgs {
           value_parser = parse_duration)]
     pub replay_timeout: Duration,
 
+    /// How long the engine's event stream may stay disconnected before the
+    /// replica's blocks are withdrawn from the server (ALL_CLEARED): a dead
+    /// engine stops getting hints this long after its stream drops, and
+    /// gets them again once it is back and replayed. 0 keeps them (the
+    /// reference's behaviour: hints until the TTL or the engine's return).
+    #[arg(long, env = "INFERENCECACHE_ENGINE_DOWN_GRACE", default_value = "2s",
+          value_parser = parse_duration)]
+    pub engine_down_grace: Duration,
+
     /// Policy server gRPC address (host:port, or a URI).
     #[arg(long, env = "INFERENCECACHE_SERVER", default_value = "127.0.0.1:9090")]
     pub server: String,
@@ -209,13 +218,6 @@ fn nonempty(s: &str) -> Option<String> {
 }
 
 /// `:PORT` means every interface, like `serve`.
-fn listen_addr(s: &str) -> String {
-    match s.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => s.to_owned(),
-    }
-}
-
 fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
     let replica_id = nonempty(&a.replica_id).ok_or_else(|| {
         usage("--replica-id is required: the index key of this replica, e.g. $POD_NAME")
@@ -300,6 +302,7 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
             topic: a.topic.clone(),
             bind: a.engine_bind,
             replay_timeout: a.replay_timeout,
+            engine_down_grace: (!a.engine_down_grace.is_zero()).then_some(a.engine_down_grace),
             ..TransportConfig::default()
         },
         first_rank: a.data_parallel_start_rank,
@@ -341,7 +344,8 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
             ..ForwardConfig::default()
         },
         stats,
-        http_bind: nonempty(&a.http_bind_address).map(|s| listen_addr(&s)),
+        // Parsed (`:PORT` and the other shared forms) where it is bound.
+        http_bind: nonempty(&a.http_bind_address),
     })
 }
 

@@ -601,7 +601,8 @@ async fn subscribe_sidecar_publishes_straight_to_the_bus() {
         model_id: "m".into(),
         tenant_id: "t".into(),
         hash_scheme: "vllm".into(),
-        token_ids: (0..64).collect(),
+        // One past the 64 stored: a prompt's last token is recomputed.
+        token_ids: (0..65).collect(),
         ..Default::default()
     };
     for x in &r {

@@ -127,7 +127,9 @@ fn lookups(grpc: &str, n: usize) {
                 model_id: "m".into(),
                 tenant_id: "t".into(),
                 hash_scheme: "vllm".into(),
-                token_ids: (start..start + 64).collect(),
+                // The 64 stored tokens and the next: a prompt's last
+                // token is recomputed, so all four blocks are reusable.
+                token_ids: (start..start + 65).collect(),
                 ..Default::default()
             })
             .await

@@ -56,7 +56,21 @@
 //! (the same XXH3 content fingerprint the kvevent-subscriber ingests, so the
 //! tokens never leave the gateway), a legacy prefix hash, or raw prompt text
 //! (the server tokenizes; needs `--tokenizer-models-dir` on the server).
-//! The block size must match the engines' (default [`DEFAULT_BLOCK_SIZE`]).
+//! The block size must match the engines' (default [`DEFAULT_BLOCK_SIZE`];
+//! vLLM on CPU uses multiples of 32). With token ids or text the server uses
+//! the size the engines' sidecars report.
+//!
+//! **What the engine will reuse.** vLLM always recomputes a prompt's last
+//! token, so a fully cached block-aligned prompt reuses one block less than
+//! it holds. With token ids or text the server applies that rule itself
+//! (outside contract mode). A chain carries only hashes, so a gateway that
+//! fingerprints the whole prompt should leave its last token out:
+//! [`RouteInput::chain_for_prompt`] does. A request sent with a
+//! `cache_salt` must be looked up with the same salt
+//! ([`RouteQuery::cache_salt`] for token ids and text,
+//! [`block_hashes_salted`] / [`RouteInput::chain_for_prompt`] for chains):
+//! salted blocks match nothing else, and an unsalted lookup never matches
+//! them.
 //!
 //! # Producers and tools
 //!
@@ -99,7 +113,7 @@ mod fallback;
 mod hint;
 mod query;
 
-pub use chain::{DEFAULT_BLOCK_SIZE, block_hashes};
+pub use chain::{DEFAULT_BLOCK_SIZE, block_hashes, block_hashes_salted};
 pub use client::Client;
 pub use config::{
     ClientConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOOKUP_DEADLINE, DEFAULT_REQUEST_TIMEOUT,

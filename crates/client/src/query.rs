@@ -25,6 +25,12 @@ pub struct RouteQuery {
     pub slo_ttft_ms: i32,
     /// Overrides the client's default lookup deadline for this call.
     pub deadline: Option<Duration>,
+    /// The request's cache salt (our extension; `""` = none): with token
+    /// ids or prompt text the server folds it into the fingerprint, so the
+    /// lookup matches only blocks the engine stored under the same salt.
+    /// A [`RouteInput::BlockHashes`] chain must be salted by the gateway
+    /// itself ([`RouteInput::chain_for_prompt`]).
+    pub cache_salt: String,
 }
 
 /// The prompt of a query. Every form ends in the same block-chain match.
@@ -65,7 +71,14 @@ impl RouteQuery {
             input,
             slo_ttft_ms: 0,
             deadline: None,
+            cache_salt: String::new(),
         }
+    }
+
+    /// Sets the request's cache salt (default: none).
+    pub fn cache_salt(mut self, salt: impl Into<String>) -> Self {
+        self.cache_salt = salt.into();
+        self
     }
 
     /// Sets the hash scheme (default `vllm`).
@@ -99,6 +112,7 @@ impl RouteQuery {
             tenant_id: self.tenant_id.clone(),
             hash_scheme: self.hash_scheme.clone(),
             adapter_id: self.adapter_id.clone(),
+            cache_salt: self.cache_salt.clone(),
             slo: (self.slo_ttft_ms > 0).then_some(Slo {
                 ttft_ms: self.slo_ttft_ms,
                 tbt_ms: 0,
@@ -129,6 +143,21 @@ impl RouteInput {
     /// does no hashing and the tokens never leave the gateway.
     pub fn chain_from_tokens(tokens: &[u32], block_size: usize) -> Self {
         let (hashes, token_counts) = crate::block_hashes(tokens, block_size);
+        Self::BlockHashes {
+            hashes,
+            token_counts,
+        }
+    }
+
+    /// The chain of a whole prompt as the engine can reuse it: the last
+    /// prompt token is always recomputed (vLLM caps a prefix hit at
+    /// `num_tokens - 1`), so it is left out and a block-aligned prompt's
+    /// last block is not claimed; `salt` is the request's cache salt (`""`
+    /// = none). Use this rather than [`RouteInput::chain_from_tokens`] when
+    /// the tokens are the complete prompt the engine will see.
+    pub fn chain_for_prompt(tokens: &[u32], block_size: usize, salt: &str) -> Self {
+        let reusable = &tokens[..tokens.len().saturating_sub(1)];
+        let (hashes, token_counts) = crate::block_hashes_salted(reusable, block_size, salt);
         Self::BlockHashes {
             hashes,
             token_counts,
@@ -184,5 +213,25 @@ mod tests {
         assert_eq!(hashes.len(), 2, "the partial tail is dropped");
         assert_eq!(hashes[1], c.block_hashes[1].to_vec());
         assert_eq!(token_counts, vec![16, 16]);
+    }
+
+    #[test]
+    fn a_whole_prompt_leaves_its_last_token_out_and_carries_its_salt() {
+        let aligned: Vec<u32> = (0..32).collect();
+        let RouteInput::BlockHashes { hashes, .. } = RouteInput::chain_for_prompt(&aligned, 16, "")
+        else {
+            panic!("chain expected");
+        };
+        assert_eq!(hashes.len(), 1, "the block of the last token is recomputed");
+        let RouteInput::BlockHashes { hashes: salted, .. } =
+            RouteInput::chain_for_prompt(&aligned, 16, "s")
+        else {
+            panic!("chain expected");
+        };
+        let want = inferencecache_fingerprint::chain_salted(&aligned[..16], 16, "s");
+        assert_eq!(salted[0], want.block_hashes[0].to_vec());
+        assert_ne!(salted[0], hashes[0]);
+        let q = RouteQuery::new("t", "m", RouteInput::TokenIds(aligned)).cache_salt("s");
+        assert_eq!(q.to_request().cache_salt, "s");
     }
 }

@@ -17,6 +17,9 @@
 //!   time sentinel).
 //! - [`templates`] and [`pd`]: the `/templates` and `/pd-topologies` push
 //!   bodies (ours; the reference has no such endpoints).
+//! - [`listen`]: the listen-address forms (`:PORT`, `HOST:PORT`) every
+//!   listener of the binary accepts, parsed once for the server, the
+//!   operator and the sidecar (std only, like the rest of this crate).
 
 /// The tenant the server reserves for its functional self-test (`/probe`):
 /// the index keeps its entries out of every count, snapshot and quota, no
@@ -25,6 +28,7 @@
 /// enforce it.
 pub const PROBE_TENANT: &str = "inferencecache.io/probe";
 
+pub mod listen;
 pub mod pd;
 pub mod policy;
 pub mod snapshot;

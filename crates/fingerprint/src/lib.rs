@@ -12,6 +12,17 @@
 //!
 //! On the wire each prefix hash is 8 bytes, big-endian. The scheme is pinned by
 //! `tests/data/golden_vectors.json`, shared with every other implementation.
+//!
+//! **Extra keys (our extension).** An engine keys some blocks by more than
+//! their tokens: a `cache_salt` (the first block of a salted request in vLLM,
+//! every page in SGLang), multimodal identifiers (image blocks whose
+//! placeholder tokens are identical), prompt-embedding digests. Such a block
+//! is reused only by a request carrying the same keys, so its content hash
+//! folds them in: `content' = XXH3(le_u64(content) ‖ keys)`, where `keys` is
+//! the [`ExtraKeys`] encoding (each key tagged and length-prefixed). A block
+//! without extra keys hashes exactly as before, so the golden vectors hold
+//! for every unsalted prompt. The chain carries the fold onward, so salting
+//! the first block salts the whole prompt.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -51,6 +62,67 @@ pub fn chain_step(previous: u64, content: u64) -> u64 {
     let mut buf = [0u8; 16];
     buf[..8].copy_from_slice(&previous.to_le_bytes());
     buf[8..].copy_from_slice(&content.to_le_bytes());
+    xxh3_64_with_seed(&buf, SEED)
+}
+
+/// The canonical byte encoding of one block's extra keys: each key is a tag
+/// byte, a little-endian `u32` length and its bytes. Strings (a cache salt)
+/// are tagged `s`; any other value is tagged `v` and carries its MessagePack
+/// encoding as the engine published it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExtraKeys(Vec<u8>);
+
+impl ExtraKeys {
+    /// No keys.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The keys of a request's cache salt (what an engine folds into the
+    /// first block).
+    pub fn salt(salt: &str) -> Self {
+        let mut k = Self::new();
+        k.push_str(salt);
+        k
+    }
+
+    /// Appends a string key.
+    pub fn push_str(&mut self, s: &str) {
+        self.push(b's', s.as_bytes());
+    }
+
+    /// Appends a non-string key as its MessagePack bytes.
+    pub fn push_encoded(&mut self, msgpack: &[u8]) {
+        self.push(b'v', msgpack);
+    }
+
+    fn push(&mut self, tag: u8, bytes: &[u8]) {
+        self.0.push(tag);
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        self.0.extend_from_slice(&len.to_le_bytes());
+        self.0.extend_from_slice(&bytes[..len as usize]);
+    }
+
+    /// True when there is no key (the block hashes as its tokens alone).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Folds a block's extra keys into its content hash; `content` unchanged
+/// when there are none.
+pub fn with_extra_keys(content: u64, keys: &ExtraKeys) -> u64 {
+    if keys.is_empty() {
+        return content;
+    }
+    let mut buf = Vec::with_capacity(8 + keys.0.len());
+    buf.extend_from_slice(&content.to_le_bytes());
+    buf.extend_from_slice(&keys.0);
     xxh3_64_with_seed(&buf, SEED)
 }
 
@@ -121,6 +193,19 @@ impl Chain {
 /// Fingerprints `tokens` into a wire chain: one hash and count per full block.
 /// Empty when `block_size` is 0 or shorter than one block.
 pub fn chain(tokens: &[u32], block_size: usize) -> Chain {
+    chain_with_first_keys(tokens, block_size, &ExtraKeys::new())
+}
+
+/// As [`chain`], with the request's cache salt folded into the first block
+/// (as the engine does); an empty salt is no salt.
+pub fn chain_salted(tokens: &[u32], block_size: usize, salt: &str) -> Chain {
+    if salt.is_empty() {
+        return chain(tokens, block_size);
+    }
+    chain_with_first_keys(tokens, block_size, &ExtraKeys::salt(salt))
+}
+
+fn chain_with_first_keys(tokens: &[u32], block_size: usize, first: &ExtraKeys) -> Chain {
     // A block size beyond i32 cannot be expressed on the wire; treat it as
     // "no full block" rather than wrapping the count.
     let Ok(count) = i32::try_from(block_size) else {
@@ -131,7 +216,10 @@ pub fn chain(tokens: &[u32], block_size: usize) -> Chain {
     let block_hashes: Vec<WireHash> = full_blocks(tokens, block_size)
         .map(|block| {
             let content = content_hash(block);
-            let prefix = previous.map_or(content, |p| chain_step(p, content));
+            let prefix = match previous {
+                None => with_extra_keys(content, first),
+                Some(p) => chain_step(p, content),
+            };
             previous = Some(prefix);
             to_wire(prefix)
         })
@@ -165,6 +253,36 @@ mod tests {
         assert_eq!(to_wire(h), [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
         assert_eq!(from_wire(&to_wire(h)), Some(h));
         assert_eq!(from_wire(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn a_salt_changes_every_block_and_no_salt_changes_nothing() {
+        let tokens: Vec<u32> = (0..64).collect();
+        let plain = chain(&tokens, 16);
+        assert_eq!(chain_salted(&tokens, 16, ""), plain);
+        let a = chain_salted(&tokens, 16, "tenant-a");
+        let b = chain_salted(&tokens, 16, "tenant-b");
+        for i in 0..plain.len() {
+            assert_ne!(a.block_hashes[i], plain.block_hashes[i], "block {i}");
+            assert_ne!(a.block_hashes[i], b.block_hashes[i], "block {i}");
+        }
+        assert_eq!(a, chain_salted(&tokens, 16, "tenant-a"));
+        assert_eq!(with_extra_keys(7, &ExtraKeys::new()), 7);
+    }
+
+    #[test]
+    fn keys_are_length_prefixed_and_tagged() {
+        // "ab" + "c" must not hash like "a" + "bc", nor a string like bytes.
+        let mut x = ExtraKeys::new();
+        x.push_str("ab");
+        x.push_str("c");
+        let mut y = ExtraKeys::new();
+        y.push_str("a");
+        y.push_str("bc");
+        assert_ne!(with_extra_keys(1, &x), with_extra_keys(1, &y));
+        let mut z = ExtraKeys::new();
+        z.push_encoded(b"ab");
+        assert_ne!(ExtraKeys::salt("ab"), z);
     }
 
     #[test]

@@ -13,7 +13,11 @@
 //! - [`leader`]: a `coordination.k8s.io/v1` Lease so only one replica
 //!   pushes and writes status.
 //! - [`webhook`]: admission over TLS (CachePolicy/CacheTenant validation,
-//!   sidecar injection into engine pods).
+//!   sidecar injection into engine pods), with a certificate it provisions,
+//!   rotates and injects itself ([`webhook::provision`]) unless cert-manager
+//!   provides one.
+//! - [`reach`]: `/readyz` is true only while the server's control address
+//!   accepts connections, in every replica.
 //!
 //! The operator talks to the server only over HTTP, through the wire types
 //! of `inferencecache-control-api`; it does not link the server.
@@ -28,6 +32,7 @@ pub mod metrics;
 pub mod poller;
 pub mod project;
 pub mod push;
+pub mod reach;
 pub mod resolve;
 pub mod run;
 pub mod templates;

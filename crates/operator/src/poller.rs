@@ -178,20 +178,24 @@ impl Poller {
             let ns = b.namespace().unwrap_or_default();
             let key = format!("{ns}/{}", b.name_any());
             let Some(p) = wanted.get(&key) else { continue };
-            let old = b
-                .status
-                .as_ref()
-                .and_then(|s| s.index_participation.as_ref());
-            if old == Some(p) {
+            let matched = pods.get(&ns).map(|list| project::matched_pods(b, list));
+            let old = b.status.as_ref();
+            if old.and_then(|s| s.index_participation.as_ref()) == Some(p)
+                && old.and_then(|s| s.matched_engine_pods) == matched
+            {
                 self.metrics.status_write("unchanged");
                 continue;
             }
-            let patch = serde_json::json!({"status": {"indexParticipation": {
-                "prefixCount": p.prefix_count,
-                "lastEventAt": p.last_event_at,
-                "hitRate": p.hit_rate,
-                "t2HitRate": p.t2_hit_rate,
-            }}});
+            let patch = serde_json::json!({"status": {
+                "observedGeneration": b.metadata.generation,
+                "matchedEnginePods": matched,
+                "indexParticipation": {
+                    "prefixCount": p.prefix_count,
+                    "lastEventAt": p.last_event_at,
+                    "hitRate": p.hit_rate,
+                    "t2HitRate": p.t2_hit_rate,
+                },
+            }});
             let api: Api<CacheBackend> = Api::namespaced(self.client.clone(), &ns);
             self.write_status(&api, &b.name_any(), &patch, &key).await;
         }

@@ -240,6 +240,26 @@ fn owner(pod: &Pod, backends: &[&CacheBackend]) -> Option<String> {
         .map(|n| format!("{ns}/{n}"))
 }
 
+/// How many running or pending pods of `pods` (the backend's namespace) its
+/// engine selector matches (`status.matchedEnginePods`).
+pub fn matched_pods(backend: &CacheBackend, pods: &[Pod]) -> i32 {
+    let Some(sel) = backend.spec.engine_selector.as_ref() else {
+        return 0;
+    };
+    let n = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .filter(|p| sel.selects(p.labels()))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// `indexParticipation` for each CacheBackend, keyed by `namespace/name`.
 /// `pods` maps namespace → its pods, for the namespaces that could be read;
 /// backends of other namespaces are left out (their status is kept).
@@ -301,4 +321,44 @@ pub fn participation(
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{CacheBackendSpec, EngineSelector};
+
+    fn pod(name: &str, domain: &str, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "team",
+                         "labels": {"inferencecache.io/cache-domain": domain}},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn matched_engine_pods_counts_live_selected_pods() {
+        let b = CacheBackend::new(
+            "b",
+            CacheBackendSpec {
+                engine_selector: Some(EngineSelector {
+                    match_labels: BTreeMap::from([(
+                        "inferencecache.io/cache-domain".into(),
+                        "qwen".into(),
+                    )]),
+                }),
+                ..Default::default()
+            },
+        );
+        let pods = [
+            pod("a", "qwen", "Running"),
+            pod("b", "qwen", "Pending"),
+            pod("c", "qwen", "Succeeded"),
+            pod("d", "other", "Running"),
+        ];
+        assert_eq!(matched_pods(&b, &pods), 2);
+        let unselective = CacheBackend::new("u", CacheBackendSpec::default());
+        assert_eq!(matched_pods(&unselective, &pods), 0);
+    }
 }

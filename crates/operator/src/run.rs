@@ -8,7 +8,9 @@ use crate::leader::{self, LeaderConfig};
 use crate::metrics::Metrics;
 use crate::poller::Poller;
 use crate::push::Pusher;
+use crate::reach::{self, Reach};
 use crate::webhook::inject::InjectConfig;
+use crate::webhook::provision::{self, ProvisionError, SelfSignedConfig};
 use crate::webhook::{WebhookError, WebhookServer, WebhookState};
 use axum::Router;
 use axum::extract::State;
@@ -63,6 +65,9 @@ pub struct OperatorConfig {
     pub leader: Option<LeaderConfig>,
     /// `Some((bind, cert_dir))` serves the admission webhooks.
     pub webhook: Option<(String, PathBuf)>,
+    /// `Some`: provision and rotate the webhook certificate into
+    /// `cert_dir` (and inject its CA); `None`: serve the mounted files.
+    pub webhook_certs: Option<SelfSignedConfig>,
     /// Sidecar settings.
     pub inject: InjectConfig,
 }
@@ -85,6 +90,9 @@ pub enum RunError {
     /// The webhook listener could not start.
     #[error(transparent)]
     Webhook(#[from] WebhookError),
+    /// The webhook certificate could not be provisioned.
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
 }
 
 /// A Kubernetes client from a kubeconfig file, or in-cluster / `$KUBECONFIG`.
@@ -114,6 +122,8 @@ pub struct Operator {
     metrics_listener: TcpListener,
     health_listener: TcpListener,
     webhook: Option<WebhookServer>,
+    /// Whether the first certificate check injected every CA bundle.
+    certs_complete: bool,
 }
 
 impl std::fmt::Debug for Operator {
@@ -126,14 +136,16 @@ impl std::fmt::Debug for Operator {
     }
 }
 
-async fn bind(addr: &str) -> Result<TcpListener, RunError> {
-    // Go-style ":8080" means every interface.
-    let full = if addr.starts_with(':') {
-        format!("0.0.0.0{addr}")
-    } else {
-        addr.to_owned()
-    };
-    TcpListener::bind(&full)
+/// Binds a listener flag's value (`:PORT`, `HOST:PORT`; the forms every
+/// listener of the binary shares).
+pub(crate) async fn bind_listener(addr: &str) -> Result<TcpListener, RunError> {
+    let parsed = inferencecache_control_api::listen::parse_listen_addr(addr).map_err(|e| {
+        RunError::Bind {
+            addr: addr.to_owned(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        }
+    })?;
+    TcpListener::bind(parsed)
         .await
         .map_err(|source| RunError::Bind {
             addr: addr.to_owned(),
@@ -145,6 +157,21 @@ async fn bind(addr: &str) -> Result<TcpListener, RunError> {
 struct HealthState {
     metrics: Metrics,
     ready: Arc<AtomicBool>,
+    server: Reach,
+}
+
+fn tasks_spawn_reach(
+    tasks: &mut tokio::task::JoinSet<()>,
+    server: &Reach,
+    policy_url: &str,
+    shutdown: &CancellationToken,
+) {
+    tasks.spawn(reach::run(
+        server.clone(),
+        policy_url.to_owned(),
+        reach::PERIOD,
+        shutdown.clone(),
+    ));
 }
 
 async fn metrics_handler(
@@ -156,11 +183,21 @@ async fn metrics_handler(
     )
 }
 
-async fn readyz(State(s): State<HealthState>) -> (StatusCode, &'static str) {
-    if s.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+/// Ready once every loop runs and the server is reachable; the body says
+/// what is missing.
+async fn readyz(State(s): State<HealthState>) -> (StatusCode, String) {
+    if !s.ready.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: starting\n".into(),
+        );
+    }
+    match s.server.status() {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 
@@ -168,10 +205,17 @@ impl Operator {
     /// Connects to Kubernetes and binds every listener.
     pub async fn bind(cfg: OperatorConfig) -> Result<Self, RunError> {
         let client = kube_client(cfg.kubeconfig.as_deref()).await?;
-        let metrics_listener = bind(&cfg.metrics_addr).await?;
-        let health_listener = bind(&cfg.health_addr).await?;
+        let metrics_listener = bind_listener(&cfg.metrics_addr).await?;
+        let health_listener = bind_listener(&cfg.health_addr).await?;
+        let mut certs_complete = true;
         let webhook = match &cfg.webhook {
-            Some((addr, dir)) => Some(WebhookServer::bind(addr, dir).await?),
+            Some((addr, dir)) => {
+                // The certificate must exist before the listener loads it.
+                if let Some(certs) = &cfg.webhook_certs {
+                    certs_complete = provision::ensure(&client, certs, dir).await?.injected;
+                }
+                Some(WebhookServer::bind(addr, dir).await?)
+            }
             None => None,
         };
         Ok(Self {
@@ -181,6 +225,7 @@ impl Operator {
             metrics_listener,
             health_listener,
             webhook,
+            certs_complete,
         })
     }
 
@@ -209,13 +254,17 @@ impl Operator {
             metrics_listener,
             health_listener,
             webhook,
+            certs_complete,
         } = self;
+        let mut tasks = tokio::task::JoinSet::new();
         let ready = Arc::new(AtomicBool::new(false));
+        let server = Reach::default();
         let health = HealthState {
             metrics: metrics.clone(),
             ready: ready.clone(),
+            server: server.clone(),
         };
-        let mut tasks = tokio::task::JoinSet::new();
+        tasks_spawn_reach(&mut tasks, &server, &cfg.policy_url, &shutdown);
         let metrics_app = Router::new()
             .route("/metrics", get(metrics_handler))
             .with_state(health.clone());
@@ -236,6 +285,15 @@ impl Operator {
                     tracing::error!(error = %e, "listener failed");
                 }
             });
+        }
+        if let (Some(certs), Some((_, dir))) = (&cfg.webhook_certs, &cfg.webhook) {
+            tasks.spawn(provision::rotate_loop(
+                client.clone(),
+                certs.clone(),
+                dir.clone(),
+                certs_complete,
+                shutdown.clone(),
+            ));
         }
         if let Some(server) = webhook {
             let state = WebhookState {
@@ -415,5 +473,20 @@ async fn poll_loop(
             () = tokio::time::sleep(interval) => {}
             r = leader.changed() => if r.is_err() { return },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_listener_accepts_the_go_port_form() {
+        let l = bind_listener(":0").await.unwrap();
+        assert!(l.local_addr().unwrap().ip().is_unspecified());
+        let l = bind_listener("localhost:0").await.unwrap();
+        assert!(l.local_addr().unwrap().ip().is_loopback());
+        let e = bind_listener("8080").await.unwrap_err();
+        assert!(e.to_string().contains("HOST:PORT"), "{e}");
     }
 }

@@ -264,6 +264,7 @@ async fn kustomize_base_overlays_and_samples_pass_server_dry_run() {
     cluster.namespace("team-a").await;
     for dir in [
         "default",
+        "overlays/cert-manager",
         "overlays/server-tls",
         "overlays/observability",
         "samples",
@@ -304,6 +305,21 @@ async fn kustomize_base_overlays_and_samples_pass_server_dry_run() {
             "leases.coordination.k8s.io",
             "-n=inference-cache-system",
         ],
+        // Its own webhook certificate and CA injection, by name.
+        &[
+            "update",
+            "secret/inference-cache-webhook-cert",
+            "-n=inference-cache-system",
+        ],
+        &["create", "secrets", "-n=inference-cache-system"],
+        &[
+            "update",
+            "validatingwebhookconfigurations/inference-cache-validating-webhook-configuration",
+        ],
+        &[
+            "update",
+            "mutatingwebhookconfigurations/inference-cache-mutating-webhook-configuration",
+        ],
     ] {
         assert!(can(controller, allowed), "operator needs {allowed:?}");
     }
@@ -312,6 +328,9 @@ async fn kustomize_base_overlays_and_samples_pass_server_dry_run() {
         &["update", "cachepolicies.inferencecache.io", status, "-A"],
         &["delete", "pods", "-A"],
         &["get", "secrets", "-A"],
+        &["get", "secret/other", "-n=inference-cache-system"],
+        &["create", "secrets", "-n=default"],
+        &["update", "validatingwebhookconfigurations/someone-elses"],
         &["update", "leases.coordination.k8s.io", "-n=default"],
     ] {
         assert!(!can(controller, denied), "operator must not {denied:?}");
@@ -323,10 +342,12 @@ async fn kustomize_base_overlays_and_samples_pass_server_dry_run() {
     assert!(!can("inference-cache-server", &["list", "pods", "-A"]));
 }
 
-/// The image cannot be built on these machines (no container registry is
-/// reachable for the base images), so its structure is checked instead:
-/// two stages, a non-root minimal runtime holding only the binary, and
-/// build inputs that exist.
+/// The Dockerfile's base images come from registries these machines cannot
+/// reach, so its structure is checked here (two stages, a non-root minimal
+/// runtime holding only the binary, build inputs that exist, the builder at
+/// the workspace's rust-version); the same image without a registry is
+/// built by `.ci/build-image` and run on a real node by the CLI's
+/// `node_e2e` suite.
 #[test]
 fn dockerfile_is_multi_stage_with_a_non_root_runtime() {
     let text = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
@@ -370,6 +391,19 @@ fn dockerfile_is_multi_stage_with_a_non_root_runtime() {
             .any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/inferencecache\"]"))
     );
     assert!(text.contains("--locked -p inferencecache-cli --bin inferencecache"));
+    // The builder is the Rust the workspace declares (the oldest that
+    // builds Cargo.lock), so `--locked` works.
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("workspace rust-version");
+    assert!(
+        froms[0].contains(&format!("rust:{msrv}-")),
+        "builder {} is not Rust {msrv}",
+        froms[0]
+    );
     for l in lines
         .iter()
         .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))

@@ -135,6 +135,7 @@ async fn operator(cluster: &Cluster, cert_dir: &Path) -> (u16, CancellationToken
         refresh_interval: Duration::from_secs(30),
         leader: None,
         webhook: Some(("127.0.0.1:0".into(), cert_dir.to_owned())),
+        webhook_certs: None,
         inject: InjectConfig {
             image: "inferencecache:dev".into(),
             server_grpc: "inference-cache-server:9090".into(),

@@ -21,27 +21,15 @@ pub const DEFAULT_ENGINE_BLOCK_SIZE: u32 = 16;
 pub struct ListenAddr(pub SocketAddr);
 
 impl ListenAddr {
-    /// Parses a listen address; the error names the expected forms.
+    /// Parses a listen address (the forms every listener of the binary
+    /// shares, `inferencecache_control_api::listen`); the error names them.
     pub fn parse(flag: &'static str, value: &str) -> Result<Self, ConfigError> {
-        let bad = || ConfigError::BadAddress {
-            flag,
-            value: value.to_owned(),
-        };
-        let value_trimmed = value.trim();
-        let (host, port) = value_trimmed.rsplit_once(':').ok_or_else(bad)?;
-        let port: u16 = port.parse().map_err(|_| bad())?;
-        let ip = match host {
-            "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            h => {
-                let h = h
-                    .strip_prefix('[')
-                    .and_then(|h| h.strip_suffix(']'))
-                    .unwrap_or(h);
-                h.parse().map_err(|_| bad())?
-            }
-        };
-        Ok(Self(SocketAddr::new(ip, port)))
+        inferencecache_control_api::listen::parse_listen_addr(value)
+            .map(Self)
+            .map_err(|_| ConfigError::BadAddress {
+                flag,
+                value: value.to_owned(),
+            })
     }
 
     /// True for `:PORT`, `0.0.0.0:PORT` and `[::]:PORT`.

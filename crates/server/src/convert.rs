@@ -105,6 +105,7 @@ pub fn route_request(r: &pb::LookupRouteRequest) -> RouteRequest<'_> {
         token_ids: &r.token_ids,
         prompt_text: &r.prompt_text,
         slo_ttft_ms: r.slo.map_or(0, |s| s.ttft_ms),
+        cache_salt: &r.cache_salt,
     }
 }
 

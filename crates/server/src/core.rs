@@ -27,6 +27,9 @@ pub struct IndexSettings {
     pub ranking: RankingMode,
     /// Limit on distinct replica ids (0 = unbounded).
     pub max_replicas: usize,
+    /// `--producer-silence`: how long a heartbeating producer may say
+    /// nothing before its replica is withdrawn; `None` never.
+    pub producer_silence: Option<Duration>,
 }
 
 impl Default for IndexSettings {
@@ -37,6 +40,7 @@ impl Default for IndexSettings {
             sweep_interval: inferencecache_index::DEFAULT_SWEEP_INTERVAL,
             ranking: RankingMode::default(),
             max_replicas: inferencecache_index::DEFAULT_MAX_REPLICAS,
+            producer_silence: Some(crate::liveness::DEFAULT_PRODUCER_SILENCE),
         }
     }
 }
@@ -66,6 +70,10 @@ pub struct Core {
     pub readiness: crate::readiness::Readiness,
     /// Bus mode: the relay that publishes gRPC-received updates.
     pub bus: Arc<std::sync::OnceLock<crate::replicate::BusRelay>>,
+    /// Engine block sizes producers report (lookups by tokens use them).
+    pub block_sizes: crate::block_size::BlockSizes,
+    /// When each heartbeating producer last reported.
+    pub liveness: crate::liveness::ProducerLiveness,
 }
 
 impl std::fmt::Debug for Core {
@@ -123,11 +131,17 @@ impl Core {
             .limits
             .index_max_replicas
             .set(i64::try_from(settings.max_replicas).unwrap_or(i64::MAX));
+        let block_sizes =
+            crate::block_size::BlockSizes::new(block_size, metrics.block_size.clone());
+        let liveness = crate::liveness::ProducerLiveness::new(
+            settings.producer_silence,
+            metrics.liveness.clone(),
+        );
         let pipeline = LookupPipeline::new(
             Arc::clone(&index),
             policies.clone(),
             Arc::clone(&metrics),
-            block_size,
+            block_sizes.clone(),
             tokenizers,
         )
         .with_ranking(settings.ranking);
@@ -143,6 +157,8 @@ impl Core {
             lanes: crate::ingest_lane::IngestLanes::new(crate::ingest_lane::default_lanes()),
             readiness: crate::readiness::Readiness::default(),
             bus: Arc::default(),
+            block_sizes,
+            liveness,
         }
     }
 
@@ -265,6 +281,28 @@ impl Core {
         self.metrics
             .routing
             .tentative("removed", out.tentative_removed);
+    }
+
+    /// Withdraws the replicas whose heartbeating producer went silent
+    /// (`ALL_CLEARED` for each; in bus mode the replicas share one stream,
+    /// so this is left to the producers' own clears).
+    pub fn withdraw_silent(&self) {
+        if self.bus().is_some() {
+            return;
+        }
+        for (tenant_id, model_id, replica_id) in
+            self.liveness.newly_silent(std::time::Instant::now())
+        {
+            self.apply_event(&CacheEvent {
+                kind: EventKind::AllCleared,
+                replica_id,
+                model_id,
+                tenant_id,
+                prefix_hash: Vec::new(),
+                timestamp_us: 0,
+                adapter_id: String::new(),
+            });
+        }
     }
 
     /// One TTL + cap sweep.

@@ -16,6 +16,7 @@
 //! ```
 
 pub mod auth;
+pub mod block_size;
 pub mod config;
 pub mod convert;
 pub mod core;
@@ -30,6 +31,7 @@ pub mod http_serve;
 pub mod index_gauges;
 pub mod ingest_lane;
 pub mod limits;
+pub mod liveness;
 pub mod metrics;
 pub mod named;
 pub mod pd;

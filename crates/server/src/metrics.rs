@@ -155,6 +155,10 @@ pub struct Metrics {
     pub producers: crate::producer::status::ProducerMetrics,
     /// The status page's live feed (`/ui/events`).
     pub ui: crate::ui::UiMetrics,
+    /// Engine block sizes learned from producers.
+    pub block_size: crate::block_size::BlockSizeMetrics,
+    /// Replicas withdrawn because their producer went silent.
+    pub liveness: crate::liveness::LivenessMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -300,12 +304,16 @@ impl Metrics {
         let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
         let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
         let ui = crate::ui::UiMetrics::register(&mut registry);
+        let block_size = crate::block_size::BlockSizeMetrics::register(&mut registry);
+        let liveness = crate::liveness::LivenessMetrics::register(&mut registry);
         let index_gauges = Arc::new(crate::index_gauges::IndexGauges::default());
         registry.register_collector(Box::new(Arc::clone(&index_gauges)));
         Self {
             routing,
             stores,
             ui,
+            block_size,
+            liveness,
             registry,
             latency_view,
             index_gauges,

@@ -303,6 +303,14 @@ impl Server {
                 Ok(())
             });
         }
+        {
+            let stop = stop.clone();
+            let core = self.core.clone();
+            tasks.spawn(async move {
+                silence_loop(core, stop).await;
+                Ok(())
+            });
+        }
         spawn_watcher(&mut tasks, self.policy_file, &stop);
         spawn_watcher(&mut tasks, self.templates_dir, &stop);
         spawn_watcher(&mut tasks, self.pd_topology_file, &stop);
@@ -403,6 +411,22 @@ async fn sweep_loop(core: Core, period: Duration, stop: CancellationToken) {
         let core = core.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || core.sweep()).await {
             tracing::error!(error = %e, "index_sweep_failed");
+        }
+    }
+}
+
+/// Checks every second for producers gone silent (`--producer-silence`).
+async fn silence_loop(core: Core, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let core = core.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || core.withdraw_silent()).await {
+            tracing::error!(error = %e, "silence_check_failed");
         }
     }
 }

@@ -240,7 +240,22 @@ impl InferenceCache for InferenceCacheService {
             while let Some(update) = item.take() {
                 if update.tenant_id != PROBE_TENANT {
                     match crate::producer::admit_update(check(&update), &mut denied) {
-                        Ok(true) => window.push(update_from_proto(update)),
+                        Ok(true) => {
+                            if self.core.liveness.report(
+                                &update.tenant_id,
+                                &update.model_id,
+                                &update.replica_id,
+                                update.block_size > 0,
+                            ) {
+                                broken = Some(Status::unavailable(
+                                    "this replica's producer was silent past --producer-silence and \
+                                     its blocks were withdrawn: reconnect and re-report the full state",
+                                ));
+                                break;
+                            }
+                            self.core.block_sizes.learn(&update);
+                            window.push(update_from_proto(update));
+                        }
                         Ok(false) => {}
                         Err(s) => {
                             broken = Some(s);

@@ -13,7 +13,9 @@
 //! request's `model_id` is only ever a key into that set, never a path.
 
 use crate::tokenize_prefix::{CutRule, PrefixCache, PrefixCacheMetrics};
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+/// The template value type [`ChatRender`] carries (minijinja's).
+pub use minijinja::Value;
+use minijinja::{Environment, Error as JinjaError, ErrorKind};
 use std::collections::HashMap;
 use std::path::{Component, Path};
 use std::sync::Arc;
@@ -235,6 +237,20 @@ impl ChatTokenizer {
 
     /// Renders `text` as one user message with the generation prompt.
     pub fn render(&self, text: &str) -> Result<String, TokenizeError> {
+        let message: HashMap<&str, &str> = HashMap::from([("role", "user"), ("content", text)]);
+        self.render_chat(&ChatRender {
+            messages: Value::from_serialize([message]),
+            add_generation_prompt: true,
+            extra: Vec::new(),
+        })
+    }
+
+    /// Renders a whole conversation the way the engine's chat endpoint does
+    /// (HF `apply_chat_template`): the special-token variables, then the
+    /// request's extra variables (`tools`, `chat_template_kwargs`, ...), then
+    /// `messages` and `add_generation_prompt`. The gateway renders OpenAI
+    /// chat requests here, so its tokens are the ones `prompt_text` gets.
+    pub fn render_chat(&self, chat: &ChatRender) -> Result<String, TokenizeError> {
         let env = self
             .env
             .as_ref()
@@ -247,12 +263,28 @@ impl ChatTokenizer {
             .iter()
             .map(|(k, v)| (k.as_str(), Value::from(v.as_str())))
             .collect();
-        let message: HashMap<&str, &str> = HashMap::from([("role", "user"), ("content", text)]);
-        ctx.insert("messages", Value::from_serialize([message]));
-        ctx.insert("add_generation_prompt", Value::from(true));
+        for (k, v) in &chat.extra {
+            ctx.insert(k.as_str(), v.clone());
+        }
+        ctx.insert("messages", chat.messages.clone());
+        ctx.insert(
+            "add_generation_prompt",
+            Value::from(chat.add_generation_prompt),
+        );
         template
             .render(ctx)
             .map_err(|e| TokenizeError::Template(format!("{e:#}")))
+    }
+
+    /// Token ids of a rendered conversation (see [`ChatTokenizer::render_chat`]).
+    pub fn encode_messages(&self, chat: &ChatRender) -> Result<Vec<u32>, TokenizeError> {
+        let rendered = self.render_chat(chat)?;
+        self.encode_rendered(&rendered)
+    }
+
+    /// The model id this tokenizer was loaded as.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// Token ids of `text` wrapped as a chat (no special tokens added on
@@ -285,6 +317,18 @@ impl ChatTokenizer {
             (Encoder::Tiktoken(t), _) => t.encode(rendered).map_err(TokenizeError::Encode),
         }
     }
+}
+
+/// One conversation to render with a model's chat template.
+#[derive(Debug, Clone)]
+pub struct ChatRender {
+    /// The `messages` list (role/content maps, as the template expects).
+    pub messages: Value,
+    /// Whether to append the assistant turn's opening (`add_generation_prompt`).
+    pub add_generation_prompt: bool,
+    /// More template variables (`tools`, the request's `chat_template_kwargs`),
+    /// set before `messages`.
+    pub extra: Vec<(String, Value)>,
 }
 
 /// Every loaded model, by id.

@@ -70,6 +70,8 @@ fn request() -> impl Strategy<Value = LookupRouteRequest> {
                     block_token_counts: bc,
                     token_ids: toks,
                     prompt_text: text,
+                    // Any salt, including odd bytes.
+                    cache_salt: adapter.chars().rev().collect(),
                     adapter_id: adapter,
                 }
             },

@@ -395,6 +395,8 @@ impl Backend {
             prefixes,
             stats: stats.cloned(),
             adapter_id: String::new(),
+            // The in-process server is configured with the trace's size.
+            block_size: 0,
         }
     }
 
@@ -425,6 +427,7 @@ impl Backend {
             input,
             slo_ttft_ms: 0,
             deadline: Some(self.deadline),
+            cache_salt: String::new(),
         };
         let answer = self.client.lookup_route(&query).await;
         let replica_id = self.round_robin.pick(&answer.hint, replica_ids).to_owned();

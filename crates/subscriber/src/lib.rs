@@ -98,4 +98,6 @@ pub use mapping::{
 };
 pub use replica::{ReplicaState, ReplicaStats};
 pub use sequence::{Action, ReplayId, SequenceStats, Sequencer, SequencerConfig, payload_hash};
-pub use transport::{Delivery, TransportConfig, TransportError, TransportStatus};
+pub use transport::{
+    DEFAULT_ENGINE_DOWN_GRACE, Delivery, TransportConfig, TransportError, TransportStatus,
+};

@@ -22,6 +22,13 @@
 //!   held elsewhere re-reports it at its colder tier instead of evicting it. When the engine sends no
 //!   medium, `ignore_block_removed` selects the reference's two behaviours
 //!   (evict, or re-report at T2 and forget).
+//! - **Duplicates are counted.** The engine can hold two physical GPU blocks
+//!   under one hash (a miss re-stores a block it already has); each GPU
+//!   store counts a copy and a GPU removal drops one, so the block leaves the
+//!   index only with its last copy. (vLLM's per-request
+//!   `kv_cache_report_mode="full"` re-announces reused blocks as stores; with
+//!   it a block would outlive its removal here, so leave it at its
+//!   default, `incremental`.)
 //! - **Bounded.** At most `max_tracked_blocks` engine blocks are tracked.
 //!   Overflow policy: the least recently stored block is forgotten and an
 //!   eviction is emitted for it, so the server never keeps a key this
@@ -37,16 +44,19 @@
 //! hashes; the pending set holds at most `max_pending_blocks` blocks of held
 //! events (tokens included).
 //!
-//! Known limitation: two engine blocks with the same fingerprint (e.g. equal
-//! tokens under different `cache_salt`) are tracked independently, so removing
-//! one evicts the shared fingerprint at the server although the other is still
-//! cached (a missed hint, never a false one).
+//! - **Extra keys are part of the fingerprint.** A block the engine keys by
+//!   more than its tokens (a `cache_salt`, multimodal identifiers, prompt
+//!   embeddings: vLLM's `extra_keys`, SGLang's `cache_salt`) folds those keys
+//!   into its content hash ([`inferencecache_fingerprint::with_extra_keys`]),
+//!   so only a lookup carrying the same salt matches it, and image blocks
+//!   match no token lookup at all; unsalted blocks hash as before. The LoRA
+//!   name is keyed by the adapter partition instead.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use foldhash::fast::RandomState;
-use inferencecache_fingerprint::{chain_step, content_hash, to_wire};
+use inferencecache_fingerprint::{ExtraKeys, chain_step, content_hash, to_wire, with_extra_keys};
 
 use crate::event::{BlockRemoved, BlockStored, EngineEvent, Medium};
 use crate::hash::EngineHash;
@@ -119,6 +129,8 @@ pub struct PrefixReport {
     pub tier: Tier,
     /// LoRA adapter name; `""` for the base model.
     pub adapter: Arc<str>,
+    /// Tokens per block of the engine that stored it (`BlockStored.block_size`).
+    pub block_size: u32,
 }
 
 impl PrefixReport {
@@ -188,6 +200,10 @@ pub struct MappingStats {
     pub skipped_non_prefix_group: u64,
     /// `AllBlocksCleared` events.
     pub clears: u64,
+    /// Stores of a hash the GPU already held (a second physical copy).
+    pub duplicate_blocks: u64,
+    /// GPU removals of one copy of a hash still held by another copy.
+    pub removed_duplicates: u64,
 }
 
 // Residency bits: one per medium, so a block in several media is removed
@@ -244,6 +260,10 @@ struct Entry {
     tokens: i32,
     adapter: Arc<str>,
     residency: u8,
+    block_size: u32,
+    /// Physical GPU blocks the engine holds under this hash: a miss can
+    /// re-store a block it already has, and each copy is removed on its own.
+    copies: u32,
     stamp: u64,
 }
 
@@ -273,6 +293,7 @@ pub struct Mapping {
     pending_blocks: usize,
     next_pending_id: u64,
     non_prefix_groups: HashSet<i64>,
+    block_size: u32,
     stats: MappingStats,
 }
 
@@ -292,6 +313,7 @@ impl Mapping {
             pending_blocks: 0,
             next_pending_id: 0,
             non_prefix_groups: HashSet::new(),
+            block_size: 0,
             stats: MappingStats::default(),
         }
     }
@@ -304,6 +326,12 @@ impl Mapping {
     /// Engine blocks currently tracked.
     pub fn tracked_blocks(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// Tokens per block of the engine's prefix blocks, once it stored one
+    /// (0 before).
+    pub fn block_size(&self) -> u32 {
+        self.block_size
     }
 
     /// Blocks held back for an unknown parent.
@@ -364,12 +392,7 @@ impl Mapping {
 
     /// The current state as reports, e.g. to re-seed a restarted server.
     pub fn current_reports(&self) -> impl Iterator<Item = PrefixReport> + '_ {
-        self.blocks.values().map(|e| PrefixReport {
-            prefix_hash: e.prefix,
-            token_count: e.tokens,
-            tier: tier_of(e.residency),
-            adapter: e.adapter.clone(),
-        })
+        self.blocks.values().map(report_of)
     }
 
     fn stored(&mut self, ev: &BlockStored, out: &mut Vec<Update>) {
@@ -378,6 +401,9 @@ impl Mapping {
             self.non_prefix_groups.insert(group);
             self.stats.skipped_non_prefix_group += ev.block_hashes.len() as u64;
             return;
+        }
+        if ev.block_size > 0 {
+            self.block_size = ev.block_size;
         }
         let Some(adapter) = self.adapters.resolve(ev) else {
             self.stats.dropped_unmapped_lora += ev.block_hashes.len() as u64;
@@ -453,7 +479,7 @@ impl Mapping {
             self.next_stamp += 1;
             let report = if tokens_match {
                 let block = ev.token_ids.get(i * bs..(i + 1) * bs).unwrap_or_default();
-                let content = content_hash(block);
+                let content = with_extra_keys(content_hash(block), &extra_keys(ev, i, adapter));
                 let prefix = prev.map_or(content, |p| chain_step(p, content));
                 tokens = tokens.saturating_add(step);
                 prev = Some(prefix);
@@ -462,8 +488,17 @@ impl Mapping {
                     tokens,
                     adapter: adapter.clone(),
                     residency: 0,
+                    block_size: ev.block_size,
+                    copies: 0,
                     stamp,
                 });
+                entry.block_size = ev.block_size;
+                if bit == GPU {
+                    if entry.residency & GPU != 0 {
+                        self.stats.duplicate_blocks += 1;
+                    }
+                    entry.copies = entry.copies.saturating_add(1);
+                }
                 entry.prefix = prefix;
                 entry.tokens = tokens;
                 entry.adapter = adapter.clone();
@@ -592,6 +627,15 @@ impl Mapping {
                 }
                 continue;
             };
+            if medium_bit(ev.medium.as_ref()) == GPU && entry.copies > 1 {
+                // Another physical copy of this hash is still cached.
+                entry.copies -= 1;
+                self.stats.removed_duplicates += 1;
+                continue;
+            }
+            if medium_bit(ev.medium.as_ref()) == GPU {
+                entry.copies = 0;
+            }
             match &ev.medium {
                 None if self.ignore_block_removed => {
                     // Reference L2 mode: the block lives on in an unnamed
@@ -639,11 +683,51 @@ impl Mapping {
                 tokens,
                 adapter: Arc::from(""),
                 residency: GPU,
+                block_size: 16,
+                copies: 1,
                 stamp,
             },
         );
         self.order.push_back((BlockKey { group, hash }, stamp));
     }
+}
+
+/// What block `i` of `ev` is keyed by besides its tokens: vLLM's
+/// `extra_keys` (a cache salt on a salted request's first block, multimodal
+/// `(identifier, offset)` pairs, prompt-embedding digests) and SGLang's
+/// `cache_salt` (on a chain's root; the chain carries it on). The LoRA name
+/// vLLM lists first is left out: the adapter partition already keys it.
+fn extra_keys(ev: &BlockStored, i: usize, adapter: &str) -> ExtraKeys {
+    let mut keys = ExtraKeys::new();
+    if let Some(Some(v)) = ev.extra_keys.as_ref().and_then(|k| k.get(i)) {
+        let items = match v {
+            rmpv::Value::Array(a) => a.as_slice(),
+            other => std::slice::from_ref(other),
+        };
+        for (j, key) in items.iter().enumerate() {
+            match key {
+                rmpv::Value::Nil => {}
+                rmpv::Value::String(s)
+                    if j == 0 && !adapter.is_empty() && s.as_str() == Some(adapter) => {}
+                rmpv::Value::String(s) => match s.as_str() {
+                    Some(text) => keys.push_str(text),
+                    None => keys.push_encoded(s.as_bytes()),
+                },
+                other => {
+                    let mut buf = Vec::new();
+                    // Writing to a Vec cannot fail.
+                    let _ = rmpv::encode::write_value(&mut buf, other);
+                    keys.push_encoded(&buf);
+                }
+            }
+        }
+    }
+    if i == 0 && ev.parent_block_hash.is_none() {
+        if let Some(salt) = ev.cache_salt.as_deref().filter(|s| !s.is_empty()) {
+            keys.push_str(salt);
+        }
+    }
+    keys
 }
 
 fn report_of(e: &Entry) -> PrefixReport {
@@ -652,6 +736,7 @@ fn report_of(e: &Entry) -> PrefixReport {
         token_count: e.tokens,
         tier: tier_of(e.residency),
         adapter: e.adapter.clone(),
+        block_size: e.block_size,
     }
 }
 

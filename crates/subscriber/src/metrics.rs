@@ -40,6 +40,8 @@ pub struct SidecarMetrics {
     pub lost_messages: Counter,
     /// Engine restarts detected.
     pub engine_restarts: Counter,
+    /// Engines disconnected past the grace, their blocks withdrawn.
+    pub engine_withdrawals: Counter,
     /// Full-state resyncs sent to the server.
     pub resyncs: Counter,
     /// Times the server's ingest limit pushed the sidecar back
@@ -110,6 +112,7 @@ impl SidecarMetrics {
             replays: Family::default(),
             lost_messages: Counter::default(),
             engine_restarts: Counter::default(),
+            engine_withdrawals: Counter::default(),
             resyncs: Counter::default(),
             throttled: Counter::default(),
             send_overflow: Counter::default(),
@@ -133,7 +136,7 @@ impl SidecarMetrics {
             );
             r.register(
                 "blocks",
-                "Engine blocks by outcome (stored, evicted, downgraded, overflow_evicted)",
+                "Engine blocks by outcome (stored, evicted, downgraded, overflow_evicted, removed_unknown, duplicate_stored: a second physical copy of a held hash, duplicate_removed: a copy removed while another stays)",
                 m.blocks.clone(),
             );
             r.register(
@@ -165,6 +168,11 @@ impl SidecarMetrics {
                 "engine_restarts",
                 "Engine restarts detected (sequence reset)",
                 m.engine_restarts.clone(),
+            );
+            r.register(
+                "engine_withdrawals",
+                "Times the engine's event stream stayed down past --engine-down-grace and the replica's blocks were withdrawn",
+                m.engine_withdrawals.clone(),
             );
             r.register(
                 "resyncs",
@@ -286,6 +294,8 @@ impl SidecarMetrics {
             sum.blocks_downgraded += m.blocks_downgraded;
             sum.overflow_evicted += m.overflow_evicted;
             sum.removed_unknown += m.removed_unknown;
+            sum.duplicate_blocks += m.duplicate_blocks;
+            sum.removed_duplicates += m.removed_duplicates;
             sum.dropped_token_mismatch += m.dropped_token_mismatch;
             sum.dropped_unmapped_lora += m.dropped_unmapped_lora;
             sum.dropped_unknown_parent += m.dropped_unknown_parent;
@@ -301,6 +311,8 @@ impl SidecarMetrics {
         set_total(&b("downgraded"), sum.blocks_downgraded);
         set_total(&b("overflow_evicted"), sum.overflow_evicted);
         set_total(&b("removed_unknown"), sum.removed_unknown);
+        set_total(&b("duplicate_stored"), sum.duplicate_blocks);
+        set_total(&b("duplicate_removed"), sum.removed_duplicates);
         set_total(&b("held_back"), sum.held_back_events);
         set_total(&b("resolved_after_hold"), sum.resolved_events);
         let d = |r| self.dropped_blocks.get_or_create(&[("reason", r)]).clone();
@@ -314,7 +326,7 @@ impl SidecarMetrics {
 
     /// Copies the transports' counters and link state.
     pub fn sync_transports(&self, ranks: &[(u32, Arc<TransportStatus>)]) {
-        let mut t = [0u64; 6];
+        let mut t = [0u64; 7];
         for (rank, s) in ranks {
             let up = s.connected.load(Ordering::Relaxed);
             self.engine_connected
@@ -326,7 +338,9 @@ impl SidecarMetrics {
             t[3] += s.lost.load(Ordering::Relaxed);
             t[4] += s.malformed.load(Ordering::Relaxed);
             t[5] += s.duplicates.load(Ordering::Relaxed);
+            t[6] += s.withdrawals.load(Ordering::Relaxed);
         }
+        set_total(&self.engine_withdrawals, t[6]);
         set_total(&self.gaps, t[0]);
         set_total(
             &self

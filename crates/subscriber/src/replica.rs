@@ -72,6 +72,15 @@ impl ReplicaState {
         self.ranks.get(&rank)
     }
 
+    /// The engine's block size (the first rank that stored a block; 0 before).
+    pub fn block_size(&self) -> u32 {
+        self.ranks
+            .values()
+            .map(Mapping::block_size)
+            .find(|&b| b > 0)
+            .unwrap_or(0)
+    }
+
     /// Every tracked block of every rank, e.g. to re-seed a restarted server.
     pub fn current_reports(&self) -> Vec<PrefixReport> {
         self.ranks

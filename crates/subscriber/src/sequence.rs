@@ -189,6 +189,20 @@ impl<P> Sequencer<P> {
         out
     }
 
+    /// The engine has been unreachable past the grace: its cache is no
+    /// longer vouched for. Everything is forgotten and the caller withdraws
+    /// the replica like a restart ([`Action::EngineRestarted`]); when the
+    /// engine is back, [`Sequencer::reconnected`] replays from 0 (a full
+    /// resync of whatever it still holds).
+    pub fn engine_down(&mut self) -> Vec<Action<P>> {
+        self.last = None;
+        self.next = None;
+        self.replay = None;
+        self.buffered.clear();
+        self.recent.clear();
+        vec![Action::EngineRestarted]
+    }
+
     /// Call after the SUB socket reconnected (messages may have been missed).
     pub fn reconnected(&mut self) -> Vec<Action<P>> {
         let mut out = Vec::new();

@@ -84,12 +84,20 @@ pub async fn start(
     let mut tasks = JoinSet::new();
     let mut http_addr = None;
     if let Some(addr) = &config.http_bind {
-        let listener = tokio::net::TcpListener::bind(addr)
+        let bind_err = |source| SidecarError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        // `:8090` (what the injected sidecar gets) is Go's "every interface".
+        let parsed = inferencecache_control_api::listen::parse_listen_addr(addr).map_err(|e| {
+            bind_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                e.to_string(),
+            ))
+        })?;
+        let listener = tokio::net::TcpListener::bind(parsed)
             .await
-            .map_err(|source| SidecarError::Bind {
-                addr: addr.clone(),
-                source,
-            })?;
+            .map_err(bind_err)?;
         http_addr = listener.local_addr().ok();
         let app = router(HttpState {
             metrics: Arc::clone(&metrics),

@@ -38,12 +38,21 @@ pub struct TransportConfig {
     pub replay_timeout: Duration,
     /// Pause between attempts to (re)connect or bind.
     pub retry_backoff: Duration,
+    /// How long the engine's stream may stay disconnected before its blocks
+    /// are withdrawn (`ALL_CLEARED`): past it the replica gets no hints
+    /// until the engine is back and fully replayed. `None` keeps them.
+    pub engine_down_grace: Option<Duration>,
     /// Sequencer bounds.
     pub sequencer: SequencerConfig,
     /// Live view of this rank's link and sequence counters, read by the
     /// sidecar's `/metrics` and `/readyz` while [`run`] updates it.
     pub status: Arc<TransportStatus>,
 }
+
+/// Default [`TransportConfig::engine_down_grace`]: long enough for a
+/// reconnect after a network blip, short enough that a dead engine stops
+/// getting hints within seconds.
+pub const DEFAULT_ENGINE_DOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// What one rank's transport reports while it runs (lock-free, so the HTTP
 /// endpoints never wait on the event path).
@@ -52,6 +61,9 @@ pub struct TransportStatus {
     /// The SUB socket has a live peer (connected or accepted, not since
     /// disconnected).
     pub connected: AtomicBool,
+    /// Times the engine stayed disconnected past the grace and its blocks
+    /// were withdrawn.
+    pub withdrawals: AtomicU64,
     /// Messages applied (copied from [`SequenceStats`](crate::SequenceStats)).
     pub applied: AtomicU64,
     /// Messages lost for good.
@@ -96,6 +108,7 @@ impl Default for TransportConfig {
             data_parallel_rank: 0,
             replay_timeout: Duration::from_secs(5),
             retry_backoff: Duration::from_secs(1),
+            engine_down_grace: Some(DEFAULT_ENGINE_DOWN_GRACE),
             sequencer: SequencerConfig::default(),
             status: Arc::default(),
         }
@@ -229,9 +242,17 @@ pub async fn run(
     // Connect mode: `connect` returned connected, so the first Connected event
     // is the initial one. Bind mode: the first Accepted is.
     let mut seen_connection = false;
+    // When a disconnected engine's blocks are withdrawn, unless it is back.
+    let mut withdraw_at: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
+            () = sleep_until(withdraw_at) => {
+                withdraw_at = None;
+                tracing::warn!(%endpoint, rank, grace_ms = config.engine_down_grace.unwrap_or_default().as_millis() as u64, "engine unreachable past the grace: its blocks are withdrawn (ALL_CLEARED) until it is back and replayed");
+                status.withdrawals.fetch_add(1, Ordering::Relaxed);
+                ctx.handle(sequencer.engine_down()).await?;
+            }
             msg = sub.recv() => match msg {
                 Ok(msg) => {
                     let frames = msg.into_vec();
@@ -258,6 +279,7 @@ pub async fn run(
             ev = next_event(&mut monitor) => match ev {
                 Some(SocketEvent::Connected(..) | SocketEvent::Accepted(..)) => {
                     status.connected.store(true, Ordering::Relaxed);
+                    withdraw_at = None;
                     if seen_connection {
                         tracing::info!(%endpoint, "reconnected to the engine; checking continuity");
                         ctx.handle(sequencer.reconnected()).await?;
@@ -267,6 +289,11 @@ pub async fn run(
                 Some(SocketEvent::Disconnected(_)) => {
                     status.connected.store(false, Ordering::Relaxed);
                     tracing::info!(%endpoint, "engine disconnected");
+                    if withdraw_at.is_none() {
+                        withdraw_at = config
+                            .engine_down_grace
+                            .map(|g| tokio::time::Instant::now() + g);
+                    }
                 }
                 Some(_) => {}
                 None => monitor = None,
@@ -287,6 +314,13 @@ pub async fn run(
             }
         }
         status.copy_from(sequencer.stats());
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

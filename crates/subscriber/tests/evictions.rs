@@ -39,14 +39,18 @@ struct Rig {
 
 impl Rig {
     async fn start() -> Self {
+        // One call in flight makes the eviction backlog long.
+        Self::start_with(|c| c.forward.max_in_flight = 1).await
+    }
+
+    async fn start_with(tweak: impl FnOnce(&mut sidecar::SidecarConfig)) -> Self {
         let server_cancel = CancellationToken::new();
         let server = Server::bind(&ServerConfig::ephemeral()).await.unwrap();
         let grpc = server.grpc_addr();
         tokio::spawn(server.serve(server_cancel.clone()));
         let engine = FakeEngine::start(TOPIC, true).await;
         let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
-        // One call in flight makes the eviction backlog long.
-        config.forward.max_in_flight = 1;
+        tweak(&mut config);
         config.http_bind = None;
         let cancel = CancellationToken::new();
         let running = sidecar::start(config, cancel.clone()).await.unwrap();
@@ -95,7 +99,9 @@ impl Rig {
                 model_id: "m".into(),
                 tenant_id: "t".into(),
                 hash_scheme: "vllm".into(),
-                token_ids: tokens_of(n).collect(),
+                // One token past the chain: the engine recomputes a
+                // prompt's last token, so only then are all 64 reusable.
+                token_ids: tokens_of(n).chain(std::iter::once(7)).collect(),
                 ..LookupRouteRequest::default()
             })
             .await
@@ -225,6 +231,48 @@ async fn a_clear_drops_the_queued_evictions() {
     assert_eq!(
         rig.metric("inferencecache_subscriber_eviction_backlog"),
         0.0
+    );
+    rig.stop().await;
+}
+
+/// Eviction-to-lookup latency with the default 100 ms report window: an
+/// engine batch that removes blocks is flushed as it arrives, so a lookup
+/// stops matching within an RPC, not after up to a window (the median was
+/// half a window before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_reaches_lookups_without_waiting_for_the_window() {
+    let defaults = inferencecache_subscriber::forward::ForwardConfig::default();
+    let mut rig = Rig::start_with(|c| {
+        c.forward.window = defaults.window;
+        c.forward.max_in_flight = defaults.max_in_flight;
+    })
+    .await;
+    const N: u64 = 40;
+    rig.publish((0..N).map(stored).collect()).await;
+    rig.wait(N - 1, true).await;
+    let mut took = Vec::new();
+    for n in 0..N {
+        let hashes: Vec<u64> = (1 + 4 * n..1 + 4 * n + 4).collect();
+        let t0 = Instant::now();
+        rig.publish(vec![vllm_removed(&hashes, "GPU")]).await;
+        while rig.visible(n).await {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "chain {n} never left"
+            );
+        }
+        took.push(t0.elapsed());
+    }
+    took.sort();
+    let (p50, p99) = (took[took.len() / 2], took[took.len() * 99 / 100]);
+    eprintln!(
+        "eviction to lookup, window {:?}: p50 {p50:?}, p99 {p99:?}, max {:?}",
+        defaults.window,
+        took[took.len() - 1]
+    );
+    assert!(
+        p50 < defaults.window / 2,
+        "p50 {p50:?}: evictions wait for the window"
     );
     rig.stop().await;
 }

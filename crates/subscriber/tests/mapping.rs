@@ -420,7 +420,8 @@ fn removal_without_medium() {
             prefix_hash: fp,
             token_count: 16,
             tier: Tier::T2,
-            adapter: "".into()
+            adapter: "".into(),
+            block_size: 16,
         })]
     );
     assert_eq!(m.tracked_blocks(), 0);
@@ -685,7 +686,14 @@ proptest! {
             }
         }
         let mut m = mapping();
-        let mut known: HashSet<(u64, u64)> = HashSet::new();
+        // Tracked blocks and their GPU copies: a re-store of a held hash is
+        // a second copy, and each removal drops one.
+        let mut known: HashMap<(u64, u64), u32> = HashMap::new();
+        let store = |known: &mut HashMap<(u64, u64), u32>, c: u64, ks: std::ops::Range<u64>| {
+            for k in ks {
+                *known.entry((c, k)).or_default() += 1;
+            }
+        };
         let mut held: Vec<(u64, u64, u64)> = Vec::new();
         let mut reported: HashSet<u64> = HashSet::new();
         for op in ops {
@@ -696,16 +704,16 @@ proptest! {
                     let hashes: Vec<u64> = (from..from + len).map(|k| engine_hash(c, k)).collect();
                     let parent = (from > 0).then(|| engine_hash(c, from - 1));
                     m.apply(&stored_ev(&hashes, parent, tokens, BS, None), &mut out);
-                    if from == 0 || known.contains(&(c, from - 1)) {
-                        known.extend((from..from + len).map(|k| (c, k)));
+                    if from == 0 || known.contains_key(&(c, from - 1)) {
+                        store(&mut known, c, from..from + len);
                         // release held events transitively
                         loop {
                             let before = held.len();
                             let (ready, rest): (Vec<_>, Vec<_>) =
-                                held.drain(..).partition(|&(c, f, _)| known.contains(&(c, f - 1)));
+                                held.drain(..).partition(|&(c, f, _)| known.contains_key(&(c, f - 1)));
                             held = rest;
                             for (c, f, l) in ready {
-                                known.extend((f..f + l).map(|k| (c, k)));
+                                store(&mut known, c, f..f + l);
                             }
                             if held.len() == before { break; }
                         }
@@ -715,7 +723,12 @@ proptest! {
                 }
                 Op::Remove { c, k } => {
                     m.apply(&removed_ev(&[engine_hash(c, k)], Some(Medium::Gpu)), &mut out);
-                    known.remove(&(c, k));
+                    if let Some(n) = known.get_mut(&(c, k)) {
+                        *n -= 1;
+                        if *n == 0 {
+                            known.remove(&(c, k));
+                        }
+                    }
                 }
                 Op::Clear => {
                     m.apply(&EngineEvent::AllBlocksCleared, &mut out);

@@ -459,3 +459,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_engine_down_past_the_grace_is_withdrawn_then_fully_replayed() {
+    let mut s = caught_up_at(5);
+    assert_eq!(s.engine_down(), vec![Action::EngineRestarted]);
+    assert_eq!(s.last_applied(), None);
+    // Back: a full replay from 0 (the same engine re-delivers what it still
+    // buffers; everything is applied again, as after a restart).
+    let id = replay_id(&s.reconnected(), 0);
+    let mut all = Vec::new();
+    for q in 0..=6 {
+        all.extend(replayed(&mut s, id, 0, q));
+    }
+    all.extend(s.replay_ended(id));
+    assert_eq!(applied(&all), (0..=6).collect::<Vec<_>>());
+}

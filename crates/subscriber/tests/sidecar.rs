@@ -143,7 +143,9 @@ async fn lookup(
             model_id: MODEL.into(),
             tenant_id: TENANT.into(),
             hash_scheme: "vllm".into(),
-            token_ids: tokens.collect(),
+            // One token past the range: the engine recomputes a prompt's
+            // last token, so only then is all of it reusable.
+            token_ids: tokens.chain(std::iter::once(7)).collect(),
             adapter_id: adapter.into(),
             ..LookupRouteRequest::default()
         })

@@ -7,6 +7,10 @@
 //! The server's TokenReview tests and the operator's and CLI's Kubernetes
 //! tests all start their cluster here, so there is one way to do it.
 //!
+//! [`kube_node`]: a whole single-node Kubernetes (kubelet, containerd,
+//! scheduler, controller-manager, kube-proxy) where pods really run, for the
+//! suite that installs `config/default` from an image built here.
+//!
 //! `server` (feature `server`): a real server in-process, the one
 //! running-server harness of the server's and the client's suites.
 //!
@@ -19,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod kube;
+pub mod kube_node;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod vllm;

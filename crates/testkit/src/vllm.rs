@@ -169,7 +169,22 @@ pub struct Engine {
 impl Engine {
     /// Spawns the engine (not yet ready: see [`Engine::wait_ready`]).
     pub fn spawn(venv: &Path, config: EngineConfig) -> Self {
-        let (port, events_port, replay_port) = (free_port(), free_port(), free_port());
+        Self::spawn_on(venv, config, (free_port(), free_port(), free_port()))
+    }
+
+    /// Kills the engine (if it still runs) and starts it again with the same
+    /// configuration and ports, as a restarted pod would come back; not yet
+    /// ready (see [`Engine::wait_ready`]).
+    pub fn restart(&mut self, venv: &Path) {
+        self.kill();
+        let ports = (self.port, self.events_port, self.replay_port);
+        let next = Self::spawn_on(venv, self.config.clone(), ports);
+        // `self` has no child left, so replacing it runs no kill.
+        *self = next;
+    }
+
+    fn spawn_on(venv: &Path, config: EngineConfig, ports: (u16, u16, u16)) -> Self {
+        let (port, events_port, replay_port) = ports;
         let log = std::env::temp_dir().join(format!(
             "ic-vllm-{}-{}-{port}.log",
             config.served_name,

@@ -367,6 +367,7 @@ async fn metrics(t: &Target, out: &mut Vec<Check>) {
                     NAME,
                     "/metrics serves inferencecache_server_up 1",
                 ));
+                out.push(block_size(&a.body));
             } else {
                 out.push(Check::fail(
                     NAME,
@@ -387,6 +388,40 @@ async fn metrics(t: &Target, out: &mut Vec<Check>) {
             "check the server's public listener",
         )),
     }
+}
+
+/// `server.block_size`: the engines' block size (as their producers report
+/// it) agrees with `--engine-block-size` and among the replicas of a model.
+fn block_size(body: &str) -> Check {
+    const NAME: &str = "server.block_size";
+    let bad: Vec<String> = samples(body, "inferencecache_engine_block_size_mismatch{")
+        .filter(|&(_, v)| v > 0.0)
+        .map(|(series, _)| {
+            let labels = series
+                .split_once('{')
+                .map_or(series, |(_, l)| l.trim_end_matches('}'));
+            let learned = samples(body, "inferencecache_engine_block_size{")
+                .find(|(s, _)| s.ends_with(&format!("{{{labels}}}")))
+                .map_or_else(|| "?".to_owned(), |(_, v)| v.to_string());
+            format!("{labels}: engines report {learned}")
+        })
+        .collect();
+    if bad.is_empty() {
+        return Check::ok(
+            NAME,
+            "every reported engine block size matches --engine-block-size",
+        );
+    }
+    Check::warn(
+        NAME,
+        format!(
+            "engine block size differs from --engine-block-size ({})",
+            bad.join("; ")
+        ),
+        "lookups by token_ids / prompt_text use the engines' size, but set serve \
+         --engine-block-size to the engines' --block-size (and give every replica of a model \
+         the same size) so both agree",
+    )
 }
 
 fn auth_fix(status: u16) -> &'static str {

@@ -24,6 +24,7 @@ const LONG_HELP: &str = r#"Walks the path a routing hint takes and says what is 
   server.grpc      the gRPC port answers, in the TLS mode you dialled
   server.health    /healthz and /readyz on the public listener
   server.metrics   /metrics serves and says the server is up
+  server.block_size the engines' block size (as sidecars report it) is --engine-block-size
   server.probe     a /probe round trip on the control listener (ingest + routing)
   policy.tenant    a CachePolicy is in force for --tenant
   tenant.replicas  replicas report under --tenant, and how fresh

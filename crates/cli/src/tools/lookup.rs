@@ -63,6 +63,12 @@ pub(crate) struct LookupArgs {
     #[arg(long, default_value = "")]
     adapter: String,
 
+    /// The request's cache salt (vLLM / SGLang `cache_salt`): only blocks
+    /// the engine stored under the same salt match. With
+    /// --client-fingerprint the salt is folded into the chain here.
+    #[arg(long, default_value = "")]
+    cache_salt: String,
+
     /// Prompt token ids, comma-separated (e.g. 1,2,3).
     #[arg(long, value_delimiter = ',', num_args = 1.., group = "input")]
     tokens: Option<Vec<u32>>,
@@ -144,6 +150,7 @@ fn query(args: &LookupArgs) -> Result<RouteQuery, String> {
     let mut query = RouteQuery::new(args.tenant.clone(), args.model.clone(), input);
     query.hash_scheme.clone_from(&args.hash_scheme);
     query.adapter_id.clone_from(&args.adapter);
+    query.cache_salt.clone_from(&args.cache_salt);
     query.slo_ttft_ms = args.slo_ttft_ms;
     Ok(query)
 }
@@ -162,7 +169,15 @@ fn input(args: &LookupArgs) -> Result<RouteInput, String> {
     }
     if let Some(tokens) = tokens {
         return Ok(if args.client_fingerprint {
-            RouteInput::chain_from_tokens(&tokens, args.block_size)
+            let (hashes, token_counts) = inferencecache_client::block_hashes_salted(
+                &tokens,
+                args.block_size,
+                &args.cache_salt,
+            );
+            RouteInput::BlockHashes {
+                hashes,
+                token_counts,
+            }
         } else {
             RouteInput::TokenIds(tokens)
         });

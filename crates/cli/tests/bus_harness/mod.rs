@@ -358,6 +358,7 @@ pub(crate) fn workload(seed: u64, n: usize) -> Vec<Op> {
                         }
                     }),
                     adapter_id: String::new(),
+                    block_size: 0,
                 }));
             }
             70..=97 => ops.push(Op::Event(CacheEvent {

@@ -132,13 +132,17 @@ impl Drop for Publisher {
 }
 
 /// A child whose JSON log is drained on a thread (so it never blocks on a
-/// full pipe), killed on drop.
+/// full pipe; the last lines are kept, see [`Proc::logs`]), killed on drop.
 pub(crate) struct Proc {
     /// The process.
     pub child: Child,
     /// The `listening` log line.
     pub listening: Value,
+    logs: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// Log lines a [`Proc`] keeps.
+const KEPT_LOG_LINES: usize = 4096;
 
 impl Proc {
     /// Spawns `inferencecache <args>` and waits for its `listening` line.
@@ -154,8 +158,27 @@ impl Proc {
             .lines()
             .map(unwrap);
         let listening = wait_for_log(&mut lines, "listening");
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, listening }
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let keep = std::sync::Arc::clone(&logs);
+        std::thread::spawn(move || {
+            for l in lines {
+                let mut k = keep.lock().unwrap();
+                if k.len() == KEPT_LOG_LINES {
+                    k.pop_front();
+                }
+                k.push_back(l);
+            }
+        });
+        Self {
+            child,
+            listening,
+            logs,
+        }
+    }
+
+    /// The JSON log lines after `listening` so far (the last 4096).
+    pub(crate) fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().iter().cloned().collect()
     }
 
     /// An address from the `listening` line.

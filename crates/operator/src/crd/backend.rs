@@ -22,10 +22,11 @@ pub const CACHE_DOMAIN_LABEL: &str = "inferencecache.io/cache-domain";
     namespaced,
     shortname = "cb",
     status = "CacheBackendStatus",
-    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    // Only fields something writes: the spec's runtime, and the poller's
+    // matchedEnginePods and indexParticipation (no Ready condition or
+    // remote storage: the provisioning side is not implemented).
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
     printcolumn = r#"{"name":"Matched","type":"integer","jsonPath":".status.matchedEnginePods"}"#,
-    printcolumn = r#"{"name":"Remote","type":"string","jsonPath":".status.remoteStorage.endpoint"}"#,
     printcolumn = r#"{"name":"Prefixes","type":"integer","jsonPath":".status.indexParticipation.prefixCount"}"#,
     printcolumn = r#"{"name":"LastEvent","type":"date","jsonPath":".status.indexParticipation.lastEventAt"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

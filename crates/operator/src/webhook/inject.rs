@@ -10,10 +10,11 @@
 
 use crate::crd::{CacheBackend, IntegrationMode, Runtime};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod,
-    ResourceRequirements, SecurityContext,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, Pod, Probe, ResourceRequirements, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 
@@ -31,6 +32,8 @@ pub const INJECTED_GENERATION: &str = "inferencecache.io/injected-generation";
 pub const ENGINE_EVENTS_ENDPOINT: &str = "tcp://127.0.0.1:5557";
 /// The subscriber's own metrics/health port.
 pub const SIDECAR_METRICS_PORT: i32 = 8090;
+/// That port's name in the sidecar container.
+pub const SIDECAR_PORT_NAME: &str = "sub-metrics";
 
 /// Webhook settings (controller flags).
 #[derive(Debug, Clone)]
@@ -126,6 +129,27 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
+/// A probe of the sidecar's own HTTP listener.
+///
+/// Both probes use `/healthz` (the process serves), not `/readyz` (engine
+/// stream and server both up): a pod is ready only when every container
+/// is, so probing `/readyz` would take the engine out of its Service
+/// whenever the inference-cache server is down, and the cache must fail
+/// open. `/readyz` stays for people and monitoring.
+fn sidecar_probe(period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::String(SIDECAR_PORT_NAME.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
 fn quantities(cpu: &str, mem: &str) -> BTreeMap<String, Quantity> {
     BTreeMap::from([
         ("cpu".to_owned(), Quantity(cpu.into())),
@@ -165,11 +189,13 @@ pub fn sidecar(cfg: &InjectConfig, backend: &CacheBackend, model: &str, port: u1
             field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(vec![ContainerPort {
-            name: Some("sub-metrics".into()),
+            name: Some(SIDECAR_PORT_NAME.into()),
             container_port: SIDECAR_METRICS_PORT,
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
+        readiness_probe: Some(sidecar_probe(5, 3)),
+        liveness_probe: Some(sidecar_probe(10, 6)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities("10m", "64Mi")),
             limits: Some(quantities("200m", "128Mi")),
@@ -355,6 +381,21 @@ mod tests {
         let sc = side.security_context.clone().unwrap();
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert!(
+            args.iter().any(|a| a == "--http-bind-address=:8090"),
+            "{args:?}"
+        );
+        // Probed on the port it serves, on /healthz (failing open: the
+        // server being down must not make the engine pod unready).
+        for probe in [&side.readiness_probe, &side.liveness_probe] {
+            let get = probe.clone().and_then(|p| p.http_get).expect("http probe");
+            assert_eq!(get.path.as_deref(), Some("/healthz"));
+            assert_eq!(get.port, IntOrString::String(SIDECAR_PORT_NAME.into()));
+        }
+        assert_eq!(
+            side.ports.clone().unwrap()[0].name.as_deref(),
+            Some(SIDECAR_PORT_NAME)
+        );
         assert_eq!(p.metadata.annotations.unwrap()[INJECTED_BY], "team/b");
     }
 

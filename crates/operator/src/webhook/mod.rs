@@ -9,6 +9,8 @@
 //! error, so an operator outage never blocks engine pods.
 
 pub mod inject;
+pub mod provision;
+pub mod selfsigned;
 mod server;
 pub mod tls;
 pub mod validate;

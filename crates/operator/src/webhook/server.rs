@@ -78,12 +78,18 @@ impl WebhookServer {
     pub async fn bind(addr: &str, cert_dir: &Path) -> Result<Self, WebhookError> {
         let certs = CertDir::open(cert_dir)?;
         let acceptor = TlsAcceptor::from(Arc::new(certs.server_config()?));
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| WebhookError::Bind {
-                addr: addr.to_owned(),
-                source,
-            })?;
+        let bind_err = |source| WebhookError::Bind {
+            addr: addr.to_owned(),
+            source,
+        };
+        // `:9443` (the default) is Go's "every interface".
+        let parsed = inferencecache_control_api::listen::parse_listen_addr(addr).map_err(|e| {
+            bind_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                e.to_string(),
+            ))
+        })?;
+        let listener = TcpListener::bind(parsed).await.map_err(bind_err)?;
         Ok(Self { listener, acceptor })
     }
 
@@ -336,5 +342,40 @@ async fn mutate_pod(State(state): State<WebhookState>, body: Bytes) -> Review {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::selfsigned::{Bundle, Lifetimes};
+
+    fn cert_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ic-webhook-bind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let b = Bundle::issue(
+            &["svc.ns.svc".to_owned()],
+            std::time::SystemTime::now(),
+            Lifetimes::default(),
+        )
+        .unwrap();
+        std::fs::write(dir.join("tls.crt"), b.tls_crt).unwrap();
+        std::fs::write(dir.join("tls.key"), b.tls_key).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn the_webhook_listener_accepts_the_go_port_form() {
+        let dir = cert_dir();
+        // `:PORT` (the flag's default form) binds every interface.
+        let server = WebhookServer::bind(":0", &dir).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        assert!(addr.ip().is_unspecified(), "{addr}");
+        assert_ne!(addr.port(), 0);
+        let lo = WebhookServer::bind("127.0.0.1:0", &dir).await.unwrap();
+        assert!(lo.local_addr().unwrap().ip().is_loopback());
+        let err = WebhookServer::bind("webhook:9443", &dir).await.unwrap_err();
+        assert!(err.to_string().contains(":PORT"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

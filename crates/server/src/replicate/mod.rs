@@ -155,6 +155,7 @@ pub fn apply(core: &Core, d: Delivery) -> Applied {
             if u.timestamp_us == 0 {
                 u.timestamp_us = stored_us;
             }
+            core.block_sizes.learn(&u);
             core.ingest(&crate::convert::update_from_proto(u));
         }
         BusMessage::Event(mut e) => {

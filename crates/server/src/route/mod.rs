@@ -41,7 +41,7 @@ pub struct LookupPipeline {
     index: Arc<Index>,
     policies: PolicyStore,
     metrics: Arc<Metrics>,
-    block_size: u32,
+    block_sizes: crate::block_size::BlockSizes,
     tokenizers: Tokenizers,
     ranking: RankingMode,
     tokenize_budget: crate::tokenize_budget::TokenizeBudget,
@@ -50,7 +50,7 @@ pub struct LookupPipeline {
 impl std::fmt::Debug for LookupPipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LookupPipeline")
-            .field("block_size", &self.block_size)
+            .field("block_size", &self.block_sizes.configured())
             .finish_non_exhaustive()
     }
 }
@@ -77,13 +77,13 @@ impl LookupPipeline {
         index: Arc<Index>,
         policies: PolicyStore,
         metrics: Arc<Metrics>,
-        block_size: u32,
+        block_sizes: crate::block_size::BlockSizes,
         tokenizers: Tokenizers,
     ) -> Self {
         Self {
             index,
             policies,
-            block_size,
+            block_sizes,
             tokenizers,
             ranking: RankingMode::default(),
             tokenize_budget: crate::tokenize_budget::TokenizeBudget::new(
@@ -165,10 +165,19 @@ impl LookupPipeline {
             return envelope(Reason::PolicyRequiresChain, start, Vec::new());
         }
         // Step 6-8.
-        let mut resolved = match resolve::resolve(req, self.block_size, chain_enabled) {
+        let ranking = policy.ranking.unwrap_or(self.ranking);
+        // How the server fingerprints tokens itself: the engines' block size
+        // where their producers said it, the request's salt, and (outside
+        // contract mode) the engine's rule that the last token is recomputed.
+        let cut = resolve::Cut {
+            block_size: self.block_sizes.for_scope(req.tenant, req.model),
+            salt: req.cache_salt,
+            reuse_rule: ranking != RankingMode::Contract,
+        };
+        let mut resolved = match resolve::resolve(req, cut, chain_enabled) {
             Input::Ready(r) => r,
             Input::FailOpen => return envelope(Reason::NoHint, start, Vec::new()),
-            Input::PromptText => match self.tokenize(req, chain_enabled, deadline).await {
+            Input::PromptText => match self.tokenize(req, cut, chain_enabled, deadline).await {
                 Tokenized::Ready(r) => r,
                 Tokenized::FailOpen(echo) => return envelope(Reason::NoHint, start, echo),
                 Tokenized::Timeout => return envelope(Reason::Timeout, start, Vec::new()),
@@ -187,7 +196,6 @@ impl LookupPipeline {
         if !chain_enabled {
             resolved.clear_chain();
         }
-        let ranking = policy.ranking.unwrap_or(self.ranking);
         self.metrics.routing.ranked(ranking.name());
         if ranking == RankingMode::Ttft {
             return self.run_ttft(req, &policy, resolved, below_min_prefix, start, deadline);
@@ -210,6 +218,7 @@ impl LookupPipeline {
     async fn tokenize(
         &self,
         req: &RouteRequest<'_>,
+        cut: resolve::Cut<'_>,
         chain_enabled: bool,
         deadline: Option<Instant>,
     ) -> Tokenized {
@@ -240,7 +249,7 @@ impl LookupPipeline {
             Ok(Ok(t)) if !t.is_empty() && t.len() <= MAX_LOOKUP_TOKENS => t,
             _ => return Tokenized::FailOpen(Vec::new()),
         };
-        match resolve::from_tokens(&tokens, self.block_size, chain_enabled, tokens.clone()) {
+        match resolve::from_tokens(&tokens, cut, chain_enabled, tokens.clone()) {
             Ok(r) => Tokenized::Ready(r),
             Err(fail) => Tokenized::FailOpen(fail.echo_tokens),
         }

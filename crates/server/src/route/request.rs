@@ -33,6 +33,8 @@ pub struct RouteRequest<'a> {
     pub prompt_text: &'a str,
     /// The request's time-to-first-token objective in ms (0 = none).
     pub slo_ttft_ms: i32,
+    /// The request's cache salt (`""` = none; our extension).
+    pub cache_salt: &'a str,
 }
 
 impl RouteRequest<'_> {

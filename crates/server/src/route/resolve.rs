@@ -102,6 +102,43 @@ impl<'a> Resolved<'a> {
     }
 }
 
+/// How the server fingerprints the tokens it sees itself (`token_ids`,
+/// `prompt_text`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cut<'a> {
+    /// The engines' block size for the lookup's scope.
+    pub block_size: u32,
+    /// The request's cache salt (`""` = none), folded into the first block
+    /// as the engine does.
+    pub salt: &'a str,
+    /// The engine's reuse rule: the last prompt token is always recomputed
+    /// (vLLM caps a prefix-cache hit at `num_tokens - 1`), so only the full
+    /// blocks before it can be reused and hinted. Off in contract mode, which
+    /// counts every full block as the reference does.
+    pub reuse_rule: bool,
+}
+
+impl Cut<'_> {
+    /// Blocks of `block_size`, no salt, every full block counted.
+    #[cfg(test)]
+    pub(super) fn plain(block_size: u32) -> Self {
+        Cut {
+            block_size,
+            salt: "",
+            reuse_rule: false,
+        }
+    }
+
+    /// The tokens whose full blocks the engine can reuse.
+    fn reusable<'t>(&self, tokens: &'t [u32]) -> &'t [u32] {
+        if self.reuse_rule {
+            &tokens[..tokens.len().saturating_sub(1)]
+        } else {
+            tokens
+        }
+    }
+}
+
 /// Why resolution failed open (the response is NO_HINT, echoing tokens if any).
 #[derive(Debug, Default)]
 pub(super) struct FailOpen {
@@ -112,14 +149,14 @@ pub(super) struct FailOpen {
 /// Fingerprints tokens into a resolved chain + exact key (last block).
 pub(super) fn from_tokens<'a>(
     tokens: &[u32],
-    block_size: u32,
+    cut: Cut<'_>,
     chain_enabled: bool,
     echo_tokens: Vec<u32>,
 ) -> Result<Resolved<'a>, FailOpen> {
     if tokens.len() > MAX_LOOKUP_TOKENS {
         return Err(FailOpen { echo_tokens });
     }
-    let chain = fingerprint::chain(tokens, block_size as usize);
+    let chain = fingerprint::chain_salted(cut.reusable(tokens), cut.block_size as usize, cut.salt);
     let Some(&last) = chain.block_hashes.last() else {
         return Err(FailOpen { echo_tokens });
     };
@@ -150,11 +187,7 @@ pub(super) enum Input<'a> {
 }
 
 /// Resolves everything that needs no tokenizer.
-pub(super) fn resolve<'a>(
-    req: &RouteRequest<'a>,
-    block_size: u32,
-    chain_enabled: bool,
-) -> Input<'a> {
+pub(super) fn resolve<'a>(req: &RouteRequest<'a>, cut: Cut<'_>, chain_enabled: bool) -> Input<'a> {
     let has_chain = req.has_chain();
     let mut ignored_chain = false;
     if !chain_enabled {
@@ -173,7 +206,7 @@ pub(super) fn resolve<'a>(
         });
     }
     if !req.token_ids.is_empty() {
-        return match from_tokens(req.token_ids, block_size, chain_enabled, Vec::new()) {
+        return match from_tokens(req.token_ids, cut, chain_enabled, Vec::new()) {
             Ok(r) => Input::Ready(r),
             Err(_) => Input::FailOpen,
         };
@@ -207,7 +240,7 @@ mod tests {
             token_ids: &(0..64).collect::<Vec<u32>>(),
             ..Default::default()
         };
-        let r = ready(resolve(&req, 16, true));
+        let r = ready(resolve(&req, Cut::plain(16), true));
         assert!(matches!(r.chain, ChainHashes::Request(h) if h.len() == 1));
         assert_eq!(r.effective_prefix_tokens(), 16);
     }
@@ -219,7 +252,7 @@ mod tests {
             token_ids: &tokens,
             ..Default::default()
         };
-        let r = ready(resolve(&req, 16, true));
+        let r = ready(resolve(&req, Cut::plain(16), true));
         let want = fingerprint::chain(&tokens, 16);
         match &r.chain {
             ChainHashes::Computed(h) => assert_eq!(h, &want.block_hashes),
@@ -238,7 +271,7 @@ mod tests {
             token_ids: &tokens,
             ..Default::default()
         };
-        let r = ready(resolve(&req, 16, false));
+        let r = ready(resolve(&req, Cut::plain(16), false));
         assert!(matches!(&r.chain, ChainHashes::Computed(h) if h.is_empty()));
         assert_eq!(r.exact_count, 48);
         assert_eq!(
@@ -253,24 +286,36 @@ mod tests {
             token_ids: &[1, 2, 3],
             ..Default::default()
         };
-        assert!(matches!(resolve(&sub_block, 16, true), Input::FailOpen));
+        assert!(matches!(
+            resolve(&sub_block, Cut::plain(16), true),
+            Input::FailOpen
+        ));
         let counts_only = RouteRequest {
             block_token_counts: &[16],
             ..Default::default()
         };
-        assert!(matches!(resolve(&counts_only, 16, true), Input::FailOpen));
+        assert!(matches!(
+            resolve(&counts_only, Cut::plain(16), true),
+            Input::FailOpen
+        ));
         let too_many = RouteRequest {
             token_ids: &vec![0; MAX_LOOKUP_TOKENS + 1],
             ..Default::default()
         };
-        assert!(matches!(resolve(&too_many, 16, true), Input::FailOpen));
+        assert!(matches!(
+            resolve(&too_many, Cut::plain(16), true),
+            Input::FailOpen
+        ));
         // Chain ignored (matching disabled) and nothing else to go on.
         let ignored = RouteRequest {
             block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
             block_token_counts: &[16],
             ..Default::default()
         };
-        assert!(matches!(resolve(&ignored, 16, false), Input::FailOpen));
+        assert!(matches!(
+            resolve(&ignored, Cut::plain(16), false),
+            Input::FailOpen
+        ));
     }
 
     #[test]
@@ -282,9 +327,53 @@ mod tests {
             block_token_counts: &[16, 16],
             ..Default::default()
         };
-        let r = ready(resolve(&req, 16, false));
+        let r = ready(resolve(&req, Cut::plain(16), false));
         assert!(matches!(r.chain, ChainHashes::Request(h) if h.is_empty()));
         assert_eq!(r.effective_prefix_tokens(), 100);
+    }
+
+    #[test]
+    fn the_reuse_rule_leaves_out_the_block_of_the_last_token() {
+        let aligned: Vec<u32> = (0..64).collect();
+        let req = RouteRequest {
+            token_ids: &aligned,
+            ..Default::default()
+        };
+        let rule = Cut {
+            reuse_rule: true,
+            ..Cut::plain(16)
+        };
+        assert_eq!(ready(resolve(&req, rule, true)).exact_count, 48);
+        assert_eq!(ready(resolve(&req, Cut::plain(16), true)).exact_count, 64);
+        let unaligned: Vec<u32> = (0..70).collect();
+        let req = RouteRequest {
+            token_ids: &unaligned,
+            ..Default::default()
+        };
+        assert_eq!(ready(resolve(&req, rule, true)).exact_count, 64);
+        let one_block: Vec<u32> = (0..16).collect();
+        let req = RouteRequest {
+            token_ids: &one_block,
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&req, rule, true), Input::FailOpen));
+    }
+
+    #[test]
+    fn a_salted_lookup_fingerprints_like_the_salted_engine() {
+        let tokens: Vec<u32> = (0..40).collect();
+        let req = RouteRequest {
+            token_ids: &tokens,
+            ..Default::default()
+        };
+        let salted = Cut {
+            salt: "s",
+            ..Cut::plain(16)
+        };
+        let r = ready(resolve(&req, salted, true));
+        let want = fingerprint::chain_salted(&tokens, 16, "s");
+        assert!(matches!(&r.chain, ChainHashes::Computed(h) if h == &want.block_hashes));
+        assert_ne!(want, fingerprint::chain(&tokens, 16));
     }
 
     #[test]
@@ -293,6 +382,9 @@ mod tests {
             prompt_text: "hello",
             ..Default::default()
         };
-        assert!(matches!(resolve(&req, 16, true), Input::PromptText));
+        assert!(matches!(
+            resolve(&req, Cut::plain(16), true),
+            Input::PromptText
+        ));
     }
 }

@@ -132,8 +132,11 @@ pub async fn run(
                     tracked,
                     pending,
                 );
+                // Removals leave at once (a stale block is a false hint);
+                // stores wait for the window.
+                let urgent = super::has_removal(&updates);
                 outbox.push_all(updates.drain(..));
-                if outbox.len() >= config.max_batch {
+                if urgent || outbox.len() >= config.max_batch {
                     p.flush(&mut outbox);
                 }
             }

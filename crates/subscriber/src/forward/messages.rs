@@ -43,6 +43,26 @@ impl Identity {
                 .collect(),
             stats: None,
             adapter_id: String::new(),
+            // Every block of a replica has its engine's size; the first says it.
+            block_size: reports
+                .iter()
+                .map(|r| i32::try_from(r.block_size).unwrap_or(0))
+                .find(|&b| b > 0)
+                .unwrap_or(0),
+        }
+    }
+
+    /// An empty `CacheStateUpdate`: the heartbeat that keeps the replica
+    /// live at a server that withdraws silent producers. It says the block
+    /// size, which is also the promise of heartbeats.
+    pub fn heartbeat(&self, block_size: u32) -> CacheStateUpdate {
+        CacheStateUpdate {
+            replica_id: self.replica_id.clone(),
+            model_id: self.model_id.clone(),
+            tenant_id: self.tenant_id.clone(),
+            hash_scheme: self.hash_scheme.clone(),
+            block_size: i32::try_from(block_size).unwrap_or(0),
+            ..CacheStateUpdate::default()
         }
     }
 
@@ -65,6 +85,7 @@ impl Identity {
                 t2_query_tokens: s.t2_query_tokens,
             }),
             adapter_id: String::new(),
+            block_size: 0,
         }
     }
 

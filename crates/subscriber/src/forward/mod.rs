@@ -13,9 +13,11 @@
 //!   [`Outbox`]), so a window's evictions and reports name disjoint keys,
 //!   and its reports can go first;
 //! - before a window's evictions are queued, if the stream carried reports
-//!   that are not acknowledged yet, the stream is closed and its `Ack`
-//!   awaited (the only proof of ingestion), then reopened for the next
-//!   reports;
+//!   of any evicted key that are not acknowledged yet, the stream is closed
+//!   and its `Ack` awaited (the only proof of ingestion), then reopened for
+//!   the next reports; evictions of keys not reported since the last `Ack`
+//!   (the usual case: an engine evicts other prompts' blocks) are queued at
+//!   once;
 //! - queued evictions are sent in the background, pipelined (at most
 //!   `max_in_flight` at once, [`evictions`]), while the loop goes on; a
 //!   later report of a key whose eviction is still queued drops that
@@ -23,6 +25,11 @@
 //!   flight waits for it;
 //! - a clear drops the queued evictions, waits for those in flight, and is
 //!   acknowledged before anything after it is sent.
+//!
+//! A window ends early when an engine batch removes anything (an eviction
+//! or a clear): removals are flushed as they arrive, with the reports
+//! before them, so a lookup stops hinting a block within an RPC of its
+//! removal rather than after up to a window.
 //!
 //! So the stream lives as long as the engine only stores, and is cut at
 //! window boundaries only when an eviction must not overtake a report; it is
@@ -74,6 +81,7 @@ mod stream;
 pub mod thread;
 pub mod token;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -95,6 +103,15 @@ pub use messages::Identity;
 pub use outbox::{Flush, Outbox};
 use stream::ReportStream;
 pub use token::{BearerToken, ServerClient};
+
+/// A report at least this often (an empty one when there is nothing else):
+/// the server withdraws a heartbeating producer's replica after
+/// `--producer-silence` (10 s by default) without one.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keys remembered per report stream before any eviction has to wait for
+/// the stream's `Ack` again (bounds the set on a long-lived stream).
+const MAX_UNACKED_KEYS: usize = 1 << 16;
 
 /// Most ingest-limit pushbacks one resync waits out before it gives up and
 /// the reconnect backoff takes over.
@@ -147,6 +164,13 @@ fn check_ack(
     }
 }
 
+/// Whether `updates` remove anything (an eviction or a clear).
+fn has_removal(updates: &[Update]) -> bool {
+    updates
+        .iter()
+        .any(|u| matches!(u, Update::Evict(_) | Update::AllCleared))
+}
+
 /// The event loop's inputs besides the configuration.
 pub struct Inputs {
     /// The replica state (empty at start).
@@ -169,9 +193,14 @@ struct Forwarder {
     stream: Option<ReportStream>,
     /// Reports sent on the current stream and not yet acknowledged.
     dirty: bool,
+    /// Keys reported on the current stream since its last `Ack` (`None`
+    /// past [`MAX_UNACKED_KEYS`]: any eviction then waits for the `Ack`).
+    unacked: Option<HashSet<(u64, Arc<str>)>>,
     connected: bool,
     backoff: Backoff,
     next_attempt: Instant,
+    /// When a report last went out (heartbeats fill the gaps).
+    last_report: Instant,
 }
 
 /// Runs the event path until `cancel` fires or every transport is gone,
@@ -209,8 +238,10 @@ pub async fn run(
         evictions,
         stream: None,
         dirty: false,
+        unacked: Some(HashSet::new()),
         connected: false,
         next_attempt: Instant::now(),
+        last_report: Instant::now(),
     };
     fw.metrics.set_server_up(false);
     let mut tick = tokio::time::interval(fw.config.window);
@@ -244,8 +275,13 @@ pub async fn run(
                 // While unreachable nothing is buffered: the resync sends
                 // the state these updates were applied to.
                 if fw.connected {
+                    // Removals leave at once, with the stores before them:
+                    // until the server drops a block, lookups hint a replica
+                    // that no longer holds it. Stores alone wait for the
+                    // window (a late store is a missed hint, not a false one).
+                    let urgent = has_removal(&updates);
                     fw.outbox.push_all(updates.drain(..));
-                    if fw.outbox.len() >= fw.config.max_batch {
+                    if urgent || fw.outbox.len() >= fw.config.max_batch {
                         fw.flush().await;
                     }
                 }
@@ -261,6 +297,15 @@ pub async fn run(
                     // the open stream fails when the connection does.
                     if fw.connected && fw.stream.is_none() {
                         fw.stream = Some(ReportStream::open(&fw.client, fw.config.stream_buffer));
+                    }
+                    if fw.connected && fw.last_report.elapsed() >= HEARTBEAT {
+                        let msg = fw.config.identity.heartbeat(state.block_size());
+                        // Like stats, a heartbeat need not hold evictions back.
+                        let dirty = fw.dirty;
+                        match fw.send_report(msg).await {
+                            Ok(()) => fw.dirty = dirty,
+                            Err(e) => fw.disconnect(e),
+                        }
                     }
                 } else if Instant::now() >= fw.next_attempt {
                     fw.resync(&state).await;
@@ -302,6 +347,7 @@ impl Forwarder {
         self.outbox.discard();
         self.stream = None;
         self.dirty = false;
+        self.unacked = Some(HashSet::new());
         self.metrics
             .rpc_errors
             .get_or_create(&[("rpc", why.rpc)])
@@ -428,6 +474,12 @@ impl Forwarder {
         if wait {
             self.evictions.drain_in_flight().await?;
         }
+        if let Some(keys) = &mut self.unacked {
+            keys.extend(f.reports.iter().map(|r| (r.prefix_hash, r.adapter.clone())));
+            if keys.len() > MAX_UNACKED_KEYS {
+                self.unacked = None;
+            }
+        }
         for chunk in f.reports.chunks(self.config.max_batch.max(1)) {
             let msg = self.config.identity.update(chunk);
             self.send_report(msg).await?;
@@ -436,7 +488,15 @@ impl Forwarder {
             self.evictions.resume();
             return Ok(());
         }
-        if self.dirty {
+        // Only an eviction of a key whose report may still be in flight on
+        // the stream has to wait for the stream's Ack; the others (most: an
+        // engine evicts other prompts' blocks) leave at once.
+        let overtakes = self.unacked.as_ref().is_none_or(|keys| {
+            f.evicts
+                .iter()
+                .any(|e| keys.contains(&(e.prefix_hash, e.adapter.clone())))
+        });
+        if self.dirty && overtakes {
             self.close_stream().await?;
         }
         self.evictions.extend(f.evicts);
@@ -470,6 +530,7 @@ impl Forwarder {
         };
         stream.send(msg, self.config.rpc_timeout).await?;
         self.dirty = true;
+        self.last_report = Instant::now();
         self.metrics.record_sent("ReportCacheState", started);
         Ok(())
     }
@@ -483,6 +544,7 @@ impl Forwarder {
         let started = Instant::now();
         s.close(self.config.rpc_timeout).await?;
         self.dirty = false;
+        self.unacked = Some(HashSet::new());
         self.metrics.record_sent("ReportCacheState_ack", started);
         Ok(())
     }

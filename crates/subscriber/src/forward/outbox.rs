@@ -117,6 +117,7 @@ mod tests {
             token_count: 16,
             tier: Tier::T1,
             adapter: Arc::from(""),
+            block_size: 16,
         })
     }
 

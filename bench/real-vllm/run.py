@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Routing policies on real vLLM engines: one run, policies interleaved.
+
+Two real vLLM engines (CPU build, one core each, the tiny random Qwen3 the
+tests make) serve the same workload under each routing policy in turn; the
+prefix caches are reset between policies. Per policy it reports client-side
+TTFT (mean / p50 / p90), the engines' prefix-cache hit rate (cached prompt
+tokens over prompt tokens, from each response's
+usage.prompt_tokens_details.cached_tokens), full misses (requests whose
+system prompt was not reused at all) and, where a hint was asked for, hint
+accuracy (hinted matched tokens against what the engine then reused).
+
+Policies:
+  rr             the client alternates the engines itself
+  hints          a Python gateway over `inferencecache serve` + one
+                 `inferencecache subscribe` per engine, all on default flags:
+                 LookupRoute(token_ids) per request, the top replica, else the
+                 engine with fewest requests in flight
+  gateway        `inferencecache gateway --engine A --engine B` (issue 34)
+  vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
+  sglang-router  sglang-router 0.3.2 --policy cache_aware
+
+Run it with the vLLM venv's Python (.ci/install-vllm); the routers come from
+a separate venv (ROUTERS_VENV, default /var/cache/inferencecache/routers-venv:
+`pip install vllm-router==0.1.17 sglang-router==0.3.2`). Example:
+
+  V=/var/cache/inferencecache/vllm-venv
+  cargo build --release -p inferencecache-cli
+  $V/bin/python bench/real-vllm/run.py --cache 256 --concurrency 1 4 \
+      --policies rr hints gateway vllm-router-cache vllm-router-kv sglang-router
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = Path(tempfile.gettempdir()) / "inferencecache-vllm-models"
+VENV = Path(sys.executable).parent.parent
+ROUTERS = Path(os.environ.get("ROUTERS_VENV", "/var/cache/inferencecache/routers-venv"))
+BLOCK = 32
+
+
+def free_port():
+    import socket
+
+    while True:
+        p = random.randint(20000, 31999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return p
+            except OSError:
+                continue
+
+
+def wait_http(url, timeout, proc=None, log=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited\n{tail(log)}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready in {timeout}s\n{tail(log)}")
+
+
+def tail(log, n=30):
+    if not log:
+        return ""
+    try:
+        return "\n".join(Path(log).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+class Proc:
+    """A child in its own process group, killed (group) on stop."""
+
+    def __init__(self, args, log, env=None):
+        self.log = log
+        self.f = open(log, "w")
+        self.p = subprocess.Popen(
+            args, stdout=self.f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    def stop(self):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGTERM)
+                self.p.wait(timeout=15)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                try:
+                    os.killpg(self.p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.p.wait()
+        self.f.close()
+
+
+def make_model():
+    d = MODELS / "qwen3-v1"
+    if not (d / "config.json").is_file():
+        MODELS.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "crates/testkit/python/make_model.py"), "qwen3", str(d),
+             str(ROOT / ".cache/tokenizers/Qwen/Qwen3"), str(MODELS / "qwen3-v1-lora")],
+            check=True,
+        )
+    return d
+
+
+class Engine:
+    def __init__(self, model, cpu, blocks, work):
+        self.port, self.ev, self.replay = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        kv = {"enable_kv_cache_events": True, "publisher": "zmq",
+              "endpoint": f"tcp://*:{self.ev}", "replay_endpoint": f"tcp://*:{self.replay}",
+              "topic": "kv-events"}
+        args = [str(VENV / "bin/vllm"), "serve", str(model), "--served-model-name", "m",
+                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16",
+                "--max-model-len", "4096", "--enable-prefix-caching", "--block-size", str(BLOCK),
+                "--enable-prompt-tokens-details", "--max-num-seqs", "8",
+                "--kv-events-config", json.dumps(kv), "--enable-scale-out"]
+        if blocks:
+            args += ["--num-gpu-blocks-override", str(blocks)]
+        env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_CPU_OMP_THREADS_BIND=str(cpu),
+                   OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
+                   VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1")
+        self.proc = Proc(args, work / f"engine-{cpu}.log", env)
+
+    def reset(self):
+        r = httpx.post(f"{self.url}/reset_prefix_cache", timeout=30)
+        r.raise_for_status()
+
+
+def workload(tok, n_sys, n_req, sys_tokens, seed):
+    rng = random.Random(seed)
+    vocab = [t for t in range(1000, 30000)]
+
+    def text(n):
+        # Decode random ids, then re-encode: the prompt is text whose own
+        # tokenization is what the engine will see.
+        return tok.decode([rng.choice(vocab) for _ in range(n)])
+
+    systems = [text(sys_tokens) for _ in range(n_sys)]
+    reqs = []
+    for i in range(n_req):
+        s = i % n_sys if i < n_sys else rng.randrange(n_sys)
+        reqs.append((s, systems[s] + f"\n\nQuestion {i}: " + text(40)))
+    return reqs
+
+
+class Result:
+    def __init__(self):
+        self.rows = []
+        self.lock = threading.Lock()
+
+    def add(self, **kw):
+        with self.lock:
+            self.rows.append(kw)
+
+
+def send(url, prompt, extra_headers=None):
+    """Streams one completion; returns (ttft seconds, prompt tokens, cached tokens)."""
+    body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    ttft = None
+    usage = {}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=600,
+                      headers=extra_headers or {}) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ttft is None and ev.get("choices"):
+                ttft = time.perf_counter() - t0
+            if ev.get("usage"):
+                usage = ev["usage"]
+    pt = usage.get("prompt_tokens", 0)
+    ct = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return ttft or (time.perf_counter() - t0), pt, ct
+
+
+class HintClient:
+    """The Python gateway: LookupRoute(token_ids) then forward."""
+
+    def __init__(self, grpc_addr, engines, tok, work):
+        import grpc
+        from grpc_tools import protoc
+
+        out = work / "pb"
+        out.mkdir(exist_ok=True)
+        proto = ROOT / "proto"
+        rc = protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
+                          str(proto / "inferencecache/v1alpha1/inferencecache.proto")])
+        assert rc == 0, "protoc failed"
+        sys.path.insert(0, str(out))
+        from inferencecache.v1alpha1 import inferencecache_pb2 as pb
+        from inferencecache.v1alpha1 import inferencecache_pb2_grpc as pbg
+
+        self.pb = pb
+        self.stub = pbg.InferenceCacheStub(grpc.insecure_channel(grpc_addr))
+        self.engines = engines
+        self.ids = {f"r{i}": e for i, e in enumerate(engines)}
+        self.tok = tok
+        self.inflight = {e.url: 0 for e in engines}
+        self.lock = threading.Lock()
+        self.rr = 0
+
+    def pick(self, prompt):
+        ids = self.tok.encode(prompt)
+        t0 = time.perf_counter()
+        hinted, engine = 0, None
+        try:
+            resp = self.stub.LookupRoute(
+                self.pb.LookupRouteRequest(model_id="m", tenant_id="", hash_scheme="vllm",
+                                           token_ids=ids), timeout=0.05)
+            if resp.replica_scores and resp.reason_code == "PREFIX_MATCH":
+                engine = self.ids.get(resp.replica_scores[0].replica_id)
+                hinted = resp.replica_scores[0].matched_tokens
+            elif resp.replica_scores:
+                engine = self.ids.get(resp.replica_scores[0].replica_id)
+        except Exception:  # fail open
+            pass
+        cost = time.perf_counter() - t0
+        with self.lock:
+            if engine is None:
+                engine = min(self.engines, key=lambda e: self.inflight[e.url])
+            self.inflight[engine.url] += 1
+        return engine, hinted, cost
+
+    def done(self, engine):
+        with self.lock:
+            self.inflight[engine.url] -= 1
+
+
+def run_policy(name, engines, reqs, conc, ctx):
+    res = Result()
+    router = None
+    url = None
+    hc = None
+    rr = [0]
+    rr_lock = threading.Lock()
+    work = ctx["work"]
+    try:
+        if name in ("vllm-router-cache", "vllm-router-kv"):
+            port = free_port()
+            args = [str(ROUTERS / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+                    "--worker-urls", *[e.url for e in engines]]
+            if name == "vllm-router-cache":
+                args += ["--policy", "cache_aware"]
+            else:
+                args += ["--policy", "kv_aware", "--kv-event-block-size", str(BLOCK),
+                         "--kv-event-model", "m"]
+                for e in engines:
+                    args += ["--kv-event-source", f"{e.url}=tcp://127.0.0.1:{e.ev}"]
+            router = Proc(args, work / f"{name}.log")
+            url = f"http://127.0.0.1:{port}"
+            wait_http(f"{url}/health", 120, router.p, router.log)
+        elif name == "sglang-router":
+            port = free_port()
+            router = Proc([str(ROUTERS / "bin/python"), "-m", "sglang_router.launch_router",
+                           "--host", "127.0.0.1", "--port", str(port), "--policy", "cache_aware",
+                           "--worker-urls", *[e.url for e in engines]], work / f"{name}.log")
+            url = f"http://127.0.0.1:{port}"
+            wait_http(f"{url}/health", 120, router.p, router.log)
+        elif name == "gateway":
+            port = free_port()
+            args = [str(ctx["bin"]), "gateway", "--listen", f"127.0.0.1:{port}",
+                    "--tokenizer-models-dir", str(ctx["models_dir"])]
+            for e in engines:
+                args += ["--engine", e.url]
+            router = Proc(args, work / "gateway.log")
+            url = f"http://127.0.0.1:{port}"
+            wait_http(f"{url}/health", 120, router.p, router.log)
+        elif name == "hints":
+            hc = ctx["hints"]
+
+        def one(i_req):
+            i, (s, prompt) = i_req
+            hinted, cost = None, None
+            if name == "rr":
+                with rr_lock:
+                    e = engines[rr[0] % len(engines)]
+                    rr[0] += 1
+                target, eng = e.url, e.url
+            elif name == "hints":
+                e, hinted, cost = hc.pick(prompt)
+                target, eng = e.url, e.url
+            else:
+                target, eng = url, None
+            try:
+                ttft, pt, ct = send(target, prompt)
+            finally:
+                if name == "hints":
+                    hc.done(e)
+            res.add(i=i, sys=s, ttft=ttft, prompt=pt, cached=ct, hinted=hinted, engine=eng,
+                    lookup=cost)
+
+        with ThreadPoolExecutor(max_workers=conc) as ex:
+            list(ex.map(one, enumerate(reqs)))
+    finally:
+        if router:
+            router.stop()
+    return res.rows
+
+
+def summarize(name, rows, sys_tokens):
+    ttfts = sorted(r["ttft"] * 1000 for r in rows)
+    q = statistics.quantiles(ttfts, n=10)
+    prompt = sum(r["prompt"] for r in rows)
+    cached = sum(r["cached"] for r in rows)
+    full_miss = sum(1 for r in rows if r["cached"] < sys_tokens // 2)
+    out = {"policy": name, "n": len(rows), "ttft_mean": statistics.mean(ttfts),
+           "ttft_p50": statistics.median(ttfts), "ttft_p90": q[8],
+           "hit_rate": cached / prompt if prompt else 0.0, "full_misses": full_miss}
+    hinted = [r for r in rows if r.get("hinted")]
+    if hinted:
+        exact = sum(1 for r in hinted if r["hinted"] == r["cached"])
+        over = sum(1 for r in hinted if r["hinted"] > r["cached"])
+        out.update(hints=len(hinted), hints_exact=exact, hints_over=over,
+                   hinted_tokens=sum(r["hinted"] for r in hinted),
+                   reused_tokens=sum(r["cached"] for r in hinted))
+    lk = [r["lookup"] * 1000 for r in rows if r.get("lookup") is not None]
+    if lk:
+        out["lookup_ms_p50"] = statistics.median(lk)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", nargs="+", default=["256"], help="KV cache per engine: 1g or a block count")
+    ap.add_argument("--concurrency", nargs="+", type=int, default=[1, 4])
+    ap.add_argument("--policies", nargs="+", default=["rr", "hints"])
+    ap.add_argument("--systems", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--system-tokens", type=int, default=1536)
+    ap.add_argument("--bin", default=str(ROOT / "target/release/inferencecache"))
+    ap.add_argument("--out", default=None, help="write every row and summary as JSON here")
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args()
+
+    from transformers import AutoTokenizer
+
+    model = make_model()
+    tok = AutoTokenizer.from_pretrained(str(model))
+    reqs = workload(tok, a.systems, a.requests, a.system_tokens, a.seed)
+    work = Path(tempfile.mkdtemp(prefix="ic-real-vllm-"))
+    models_dir = work / "models"
+    (models_dir).mkdir()
+    os.symlink(model, models_dir / "m")
+    report = {"machine": os.uname().nodename, "nproc": os.cpu_count(), "runs": []}
+    for cache in a.cache:
+        blocks = None if cache == "1g" else int(cache)
+        engines = [Engine(model, cpu, blocks, work) for cpu in (0, 1)]
+        side = []
+        try:
+            for e in engines:
+                wait_http(f"{e.url}/health", 900, e.proc.p, e.proc.log)
+            ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir}
+            if "hints" in a.policies:
+                g, h = free_port(), free_port()
+                side.append(Proc([a.bin, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
+                                  "--http-bind-address", f"127.0.0.1:{h}",
+                                  "--snapshot-bind-address", f"127.0.0.1:{free_port()}"],
+                                 work / "serve.log"))
+                wait_http(f"http://127.0.0.1:{h}/readyz", 60, side[-1].p, side[-1].log)
+                for i, e in enumerate(engines):
+                    side.append(Proc([a.bin, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
+                                      "--engine-endpoint", f"tcp://127.0.0.1:{e.ev}",
+                                      "--replay-endpoint", f"tcp://127.0.0.1:{e.replay}",
+                                      "--engine-metrics-url", f"{e.url}/metrics",
+                                      "--server", f"127.0.0.1:{g}",
+                                      "--http-bind-address", f"127.0.0.1:{free_port()}"],
+                                     work / f"subscribe-{i}.log"))
+                ctx["hints"] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
+            for conc in a.concurrency:
+                for name in a.policies:
+                    for e in engines:
+                        e.reset()
+                    time.sleep(0.5)  # let the clear reach the index before the first lookup
+                    rows = run_policy(name, engines, reqs, conc, ctx)
+                    s = summarize(name, rows, a.system_tokens)
+                    s.update(cache=cache, concurrency=conc)
+                    report["runs"].append({"summary": s, "rows": rows})
+                    print(json.dumps(s), flush=True)
+        finally:
+            for p in side:
+                p.stop()
+            for e in engines:
+                e.proc.stop()
+    print("\n| cache | clients | policy | TTFT mean ms | p50 | p90 | hit rate | full misses | hints exact / over |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in report["runs"]:
+        s = r["summary"]
+        h = f"{s['hints_exact']}/{s['hints']} exact, {s['hints_over']} over" if "hints" in s else ""
+        print(f"| {s['cache']} | {s['concurrency']} | {s['policy']} | {s['ttft_mean']:.0f} | "
+              f"{s['ttft_p50']:.0f} | {s['ttft_p90']:.0f} | {s['hit_rate']:.1%} | {s['full_misses']} | {h} |")
+    if a.out:
+        Path(a.out).write_text(json.dumps(report, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+//! `inferencecache gateway` in front of two real vLLM engines (the CPU build,
+//! the tiny random Qwen3 with a LoRA adapter, `testkit::vllm`), driven by the
+//! official `openai` SDK and plain HTTP. Every hint is judged by the engine:
+//! the tokens the gateway expected an engine to reuse (the
+//! `x-inferencecache-reusable-tokens` header) must equal the
+//! `usage.prompt_tokens_details.cached_tokens` the engine reports.
+//!
+//! Fail-open cases on the same engines: the hint server down (remote mode
+//! pointed at a dead address), a client that disconnects mid-stream, an
+//! engine killed mid-stream. Without the vLLM venv the test skips, unless
+//! INFERENCECACHE_REQUIRE_REAL_PARTS=1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "common/engine.rs"]
+mod engine;
+
+use engine::{Proc, metric};
+use inferencecache_testkit::vllm::{self, Engine, EngineConfig, ModelKind};
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn start_gateway(engines: &[Engine], extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "gateway".to_owned(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--health-interval".into(),
+        "300ms".into(),
+    ];
+    for e in engines {
+        args.push("--engine".into());
+        args.push(e.url.clone());
+    }
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Proc::start(&refs)
+}
+
+/// One answer: (status, headers, body).
+async fn post(base: &str, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await
+        .unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    let text = r.text().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn header(h: &reqwest::header::HeaderMap, k: &str) -> String {
+    h.get(k)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn text(url: &str) -> String {
+    reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Polls `cond` until true or `timeout` (then panics with `what`).
+async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (bounded, polling the gateway's dry-run endpoint) until a repeat of
+/// `body` would be routed to the engine holding its `prompt_tokens`: the
+/// engine's KV events have reached the index.
+async fn settle(base: &str, kind: &str, body: &Value, prompt_tokens: u64) {
+    let want = (prompt_tokens - 1) / 32 * 32;
+    let path = format!("/inferencecache/route/{kind}");
+    wait_until(
+        Duration::from_secs(15),
+        "the index to hold the prompt",
+        || {
+            let (base, path, body) = (base.to_owned(), path.clone(), body.clone());
+            async move {
+                let (_, _, d) = post(&base, &path, &body).await;
+                d["reusable_tokens"].as_u64().unwrap_or(0) >= want
+            }
+        },
+    )
+    .await;
+}
+
+fn long_prompt(tag: &str) -> String {
+    (0..30)
+        .map(|i| format!("Line {i} of the {tag} document."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_engines_behind_the_gateway() {
+    let Some(venv) = vllm::venv() else { return };
+    let model = vllm::model(&venv, ModelKind::Qwen3);
+    let configs = (0..2)
+        .map(|cpu| {
+            let mut c = EngineConfig::new(&model, "tiny", cpu);
+            c.lora = true;
+            c
+        })
+        .collect();
+    let mut engines = Engine::start_all(&venv, configs).await;
+    let gw = start_gateway(&engines, &[]);
+    let base = format!("http://{}", gw.addr("addr"));
+
+    // 1. The openai SDK: chat and completions, streamed and not, each twice.
+    let py = venv.join("bin/python");
+    let script = common::repo_root().join("crates/cli/tests/python/gateway_openai.py");
+    let out = Command::new(&py)
+        .arg(&script)
+        .args([&base, "tiny", "sdk"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gateway_openai.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<&Value> = lines.iter().filter(|l| l.get("kind").is_some()).collect();
+    assert_eq!(calls.len(), 8, "{lines:?}");
+    for c in &calls {
+        assert!(!c["content"].as_str().unwrap_or_default().is_empty(), "{c}");
+        assert_eq!(
+            c["cached_tokens"], c["reusable"],
+            "the engine reused exactly what the gateway expected: {c}"
+        );
+    }
+    // Each request's repeat (two calls later in the script's order) went to
+    // the engine holding it, as a prefix match.
+    for pair in calls.chunks(4) {
+        for i in 0..2 {
+            let (first, again) = (pair[i], pair[i + 2]);
+            assert_eq!(first["engine"], again["engine"], "{first} / {again}");
+            assert_eq!(again["route"], "prefix_match", "{again}");
+            assert!(again["reusable"].as_u64().unwrap() > 0, "{again}");
+        }
+    }
+    let models = &lines.last().unwrap()["models"];
+    assert_eq!(models, &json!(["tiny", "tiny-lora"]));
+
+    // 2. LoRA: cached per adapter; the base model does not claim the
+    // adapter's blocks.
+    let lora_body = json!({"model": "tiny-lora", "prompt": long_prompt("lora"), "max_tokens": 2, "temperature": 0});
+    let (s1, h1, b1) = post(&base, "/v1/completions", &lora_body).await;
+    assert_eq!(s1, 200, "{b1}");
+    settle(&base, "completions", &lora_body, vllm::usage_of(&b1).0).await;
+    let (_, h2, b2) = post(&base, "/v1/completions", &lora_body).await;
+    assert_eq!(
+        header(&h1, "x-inferencecache-engine"),
+        header(&h2, "x-inferencecache-engine")
+    );
+    assert_eq!(header(&h2, "x-inferencecache-route"), "prefix_match");
+    let (_, cached) = vllm::usage_of(&b2);
+    assert!(cached > 0);
+    assert_eq!(
+        header(&h2, "x-inferencecache-reusable-tokens"),
+        cached.to_string()
+    );
+    let base_body =
+        json!({"model": "tiny", "prompt": long_prompt("lora"), "max_tokens": 2, "temperature": 0});
+    let (_, h3, b3) = post(&base, "/v1/completions", &base_body).await;
+    let (_, cached) = vllm::usage_of(&b3);
+    assert_eq!(
+        header(&h3, "x-inferencecache-reusable-tokens"),
+        cached.to_string(),
+        "{b3}"
+    );
+
+    // 3. Accuracy metrics: every checked response, no over-claim.
+    let m = text(&format!("{base}/metrics")).await;
+    assert!(
+        metric(&m, "inferencecache_gateway_hint_checks_total") >= 11.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "inferencecache_gateway_hint_overclaims_total"),
+        0.0,
+        "{m}"
+    );
+
+    // 4. The hint server down: a second gateway asks a dead address; every
+    // request is still answered, routed by load.
+    let dead = format!("127.0.0.1:{}", inferencecache_testkit::free_port());
+    let remote = start_gateway(&engines, &["--server", &dead, "--block-size", "32"]);
+    let rbase = format!("http://{}", remote.addr("addr"));
+    for i in 0..3 {
+        let body = json!({"model": "tiny", "messages": [{"role": "user", "content": format!("down {i}")}], "max_tokens": 2});
+        let (s, h, b) = post(&rbase, "/v1/chat/completions", &body).await;
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(header(&h, "x-inferencecache-route"), "least_loaded");
+    }
+    let m = text(&format!("{rbase}/metrics")).await;
+    assert!(
+        metric(
+            &m,
+            "inferencecache_gateway_fallbacks_total{cause=\"hint_server_unavailable\"}"
+        ) + metric(
+            &m,
+            "inferencecache_gateway_fallbacks_total{cause=\"timeout\"}"
+        ) >= 3.0,
+        "{m}"
+    );
+    drop(remote);
+
+    // 5. A client that disconnects mid-stream: the engine stops working on
+    // it and the gateway's load returns to zero.
+    let long = json!({"model": "tiny", "prompt": "count forever", "max_tokens": 3000,
+        "ignore_eos": true, "stream": true});
+    let mut resp = reqwest::Client::new()
+        .post(format!("{base}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(long.to_string())
+        .send()
+        .await
+        .unwrap();
+    let victim = header(resp.headers(), "x-inferencecache-engine");
+    assert!(resp.chunk().await.unwrap().is_some());
+    let engine_url = engines
+        .iter()
+        .find(|e| e.url.ends_with(&victim))
+        .map(|e| e.url.clone())
+        .unwrap();
+    let running = || {
+        let (b, e) = (base.clone(), engine_url.clone());
+        async move {
+            let g = metric(
+                &text(&format!("{b}/metrics")).await,
+                "inferencecache_gateway_running_requests",
+            );
+            let v = metric(
+                &text(&format!("{e}/metrics")).await,
+                "vllm:num_requests_running",
+            );
+            (g, v)
+        }
+    };
+    assert!(running().await.0 >= 1.0);
+    drop(resp);
+    wait_until(
+        Duration::from_secs(30),
+        "the aborted request to end everywhere",
+        || {
+            let r = running();
+            async move { r.await == (0.0, 0.0) }
+        },
+    )
+    .await;
+
+    // 6. An engine killed mid-stream: the client gets an OpenAI error event,
+    // and the next requests go to the engine that is left.
+    let mut resp = reqwest::Client::new()
+        .post(format!("{base}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(long.to_string())
+        .send()
+        .await
+        .unwrap();
+    let victim = header(resp.headers(), "x-inferencecache-engine");
+    assert!(resp.chunk().await.unwrap().is_some());
+    let (dead_engine, survivor) = if engines[0].url.ends_with(&victim) {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    engines[dead_engine].kill();
+    let mut rest = Vec::new();
+    while let Ok(Some(c)) = resp.chunk().await {
+        rest.extend_from_slice(&c);
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("failed mid-stream"), "{rest}");
+    let left = engines[survivor]
+        .url
+        .trim_start_matches("http://")
+        .to_owned();
+    for i in 0..4 {
+        let body =
+            json!({"model": "tiny", "prompt": format!("after the crash {i}"), "max_tokens": 2});
+        let (s, h, b) = post(&base, "/v1/completions", &body).await;
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(header(&h, "x-inferencecache-engine"), left);
+    }
+    let health: Value = serde_json::from_str(&text(&format!("{base}/health")).await).unwrap();
+    assert_eq!(health["healthy_engines"], json!([left]));
+}

@@ -1,0 +1,235 @@
+//! The gateway's settings (the CLI's flags, validated) and the `--engine`
+//! value syntax.
+
+use crate::error::GatewayError;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One engine behind the gateway: `URL[,id=REPLICA][,events=tcp://..][,replay=tcp://..]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSpec {
+    /// Base URL of its OpenAI server, without a trailing slash.
+    pub url: String,
+    /// The replica id its KV events are indexed under (default: `host:port`).
+    pub id: String,
+    /// KV-event publisher endpoint; `None`: ask the engine (`GET /kv_event_sources`).
+    pub events: Option<String>,
+    /// Replay endpoint; `None`: the engine's, when it has one.
+    pub replay: Option<String>,
+}
+
+impl EngineSpec {
+    /// Parses an `--engine` value.
+    pub fn parse(spec: &str) -> Result<Self, GatewayError> {
+        let bad = |why: &str| GatewayError::Config(format!("--engine {spec:?}: {why}"));
+        let mut parts = spec.split(',').map(str::trim);
+        let url = parts.next().unwrap_or_default().trim_end_matches('/');
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("needs an http:// URL, e.g. http://127.0.0.1:8000"))?;
+        let host_port = rest.split('/').next().unwrap_or_default();
+        if host_port.is_empty() {
+            return Err(bad("the URL has no host"));
+        }
+        let mut out = Self {
+            url: url.to_owned(),
+            id: host_port.to_owned(),
+            events: None,
+            replay: None,
+        };
+        for part in parts.filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad("options are key=value: id=, events=, replay="))?;
+            let v = v.trim();
+            if v.is_empty() {
+                return Err(bad(&format!("{k}= is empty")));
+            }
+            match k.trim() {
+                "id" => out.id = v.to_owned(),
+                "events" | "replay" if !v.contains("://") => {
+                    return Err(bad(&format!(
+                        "{k}={v} needs a transport, e.g. tcp://127.0.0.1:5557"
+                    )));
+                }
+                "events" => out.events = Some(v.to_owned()),
+                "replay" => out.replay = Some(v.to_owned()),
+                other => {
+                    return Err(bad(&format!(
+                        "unknown option {other:?} (id, events, replay)"
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The host part of the URL (what `*` in a discovered endpoint means).
+    pub fn host(&self) -> &str {
+        let rest = self.url.trim_start_matches("http://");
+        let host_port = rest.split('/').next().unwrap_or_default();
+        if let Some(v6) = host_port.strip_prefix('[') {
+            return v6.split(']').next().unwrap_or_default();
+        }
+        host_port.rsplit_once(':').map_or(host_port, |(h, _)| h)
+    }
+}
+
+/// Where hints come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HintMode {
+    /// One machine: the index and one KV-event subscriber per engine run
+    /// inside the gateway.
+    Embedded(EmbeddedIndex),
+    /// A remote `inferencecache serve` (gRPC address); its subscribers run
+    /// next to the engines.
+    Remote(String),
+}
+
+/// Settings of the in-process index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedIndex {
+    /// Its gRPC listener (the subscribers report here; `inferencecache
+    /// lookup/state/watch` can attach). Loopback, any port by default.
+    pub grpc_addr: SocketAddr,
+    /// Its control listener (`/ui` status page, `/snapshot`).
+    pub control_addr: SocketAddr,
+    /// Its public listener (`/metrics` of the index, `/readyz`).
+    pub http_addr: SocketAddr,
+}
+
+impl Default for EmbeddedIndex {
+    fn default() -> Self {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self {
+            grpc_addr: any,
+            control_addr: any,
+            http_addr: any,
+        }
+    }
+}
+
+/// Everything [`crate::Gateway::start`] needs.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Where the OpenAI API is served.
+    pub listen: SocketAddr,
+    /// The engines.
+    pub engines: Vec<EngineSpec>,
+    /// Hint source.
+    pub hints: HintMode,
+    /// Tenant the engines' blocks are indexed under.
+    pub tenant: String,
+    /// Hash scheme the subscribers report (`vllm` or `sglang`).
+    pub hash_scheme: String,
+    /// Engine KV block size; `None`: read from the engines' `/metrics`.
+    pub block_size: Option<u32>,
+    /// `MODEL=DIR` tokenizers; models without one use the engine's model
+    /// directory when it is local, else route without hints.
+    pub tokenizers: Vec<(String, PathBuf)>,
+    /// Longest a lookup may take before the request is routed without it.
+    pub lookup_timeout: Duration,
+    /// Engine health-check period.
+    pub health_interval: Duration,
+    /// Connect timeout towards an engine (a refused or slow connect moves
+    /// the request to the next engine).
+    pub connect_timeout: Duration,
+    /// Prefill-token equivalent of one running request in the pick's cost.
+    pub decode_weight_tokens: u64,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// How long discovery waits for the engines at startup.
+    pub startup_timeout: Duration,
+}
+
+impl GatewayConfig {
+    /// Defaults for `engines` in embedded mode, listening on `listen`.
+    pub fn new(listen: SocketAddr, engines: Vec<EngineSpec>) -> Self {
+        Self {
+            listen,
+            engines,
+            hints: HintMode::Embedded(EmbeddedIndex::default()),
+            tenant: DEFAULT_TENANT.to_owned(),
+            hash_scheme: "vllm".to_owned(),
+            block_size: None,
+            tokenizers: Vec::new(),
+            lookup_timeout: Duration::from_millis(20),
+            health_interval: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
+            max_body_bytes: 32 << 20,
+            startup_timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// Checks what can be checked before anything starts.
+    pub fn validate(&self) -> Result<(), GatewayError> {
+        if self.engines.is_empty() {
+            return Err(GatewayError::Config(
+                "at least one --engine is needed, e.g. --engine http://127.0.0.1:8000".into(),
+            ));
+        }
+        let mut ids: Vec<&str> = self.engines.iter().map(|e| e.id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(GatewayError::Config(format!(
+                "two engines share the replica id {:?}; give one an id=... option",
+                w[0]
+            )));
+        }
+        if self.tenant.is_empty() {
+            return Err(GatewayError::Config(
+                "--tenant must not be empty (lookups for an empty tenant never match)".into(),
+            ));
+        }
+        if self.block_size == Some(0) {
+            return Err(GatewayError::Config("--block-size must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The tenant of the engines' blocks when `--tenant` is not given.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// A running request's weight in the pick, in prompt tokens to prefill: a
+/// decode step of each running sequence shares the engine with the new
+/// request's prefill.
+pub const DEFAULT_DECODE_WEIGHT_TOKENS: u64 = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_spec_defaults_and_options() {
+        let e = EngineSpec::parse("http://10.0.0.1:8000/").unwrap();
+        assert_eq!(
+            (e.url.as_str(), e.id.as_str(), e.host()),
+            ("http://10.0.0.1:8000", "10.0.0.1:8000", "10.0.0.1")
+        );
+        let e =
+            EngineSpec::parse("http://h:8000,id=vllm-0,events=tcp://h:5557,replay=tcp://h:5558")
+                .unwrap();
+        assert_eq!(e.id, "vllm-0");
+        assert_eq!(e.events.as_deref(), Some("tcp://h:5557"));
+        assert_eq!(e.replay.as_deref(), Some("tcp://h:5558"));
+        for bad in [
+            "h:8000",
+            "http://",
+            "http://h:8000,events=h:5557",
+            "http://h:8000,color=red",
+            "http://h:8000,id=",
+        ] {
+            assert!(EngineSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn duplicate_ids_are_refused() {
+        let e = EngineSpec::parse("http://h:8000").unwrap();
+        let c = GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), vec![e.clone(), e]);
+        assert!(c.validate().unwrap_err().to_string().contains("share"));
+    }
+}

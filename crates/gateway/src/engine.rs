@@ -1,0 +1,207 @@
+//! The engines behind the gateway: what each serves, whether it is healthy,
+//! and the gateway's own load signal for it.
+//!
+//! The load signal is exact for the traffic the gateway routes: requests in
+//! flight, and prompt tokens the engine still has to prefill (each request's
+//! uncached tokens, counted from dispatch until its first output byte). An
+//! engine's own `/metrics` lag by a scrape interval; these counters move
+//! with every request.
+
+use crate::config::EngineSpec;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// What an engine serves: base models and LoRA adapters (`GET /v1/models`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Base model names (`parent` null).
+    pub models: Vec<String>,
+    /// LoRA adapter name → its base model.
+    pub adapters: Vec<(String, String)>,
+}
+
+impl Served {
+    /// Parses a `/v1/models` answer.
+    pub fn from_models_json(v: &serde_json::Value) -> Self {
+        let mut out = Self::default();
+        for m in v["data"].as_array().into_iter().flatten() {
+            let Some(id) = m["id"].as_str() else { continue };
+            match m["parent"].as_str() {
+                Some(parent) if parent != id => {
+                    out.adapters.push((id.to_owned(), parent.to_owned()));
+                }
+                _ => out.models.push(id.to_owned()),
+            }
+        }
+        out
+    }
+
+    /// The (index model, adapter) of a request's `model`: a base model is
+    /// itself with no adapter, a LoRA name is its base with the adapter.
+    ///
+    /// An engine has one KV cache whatever name its model is served under,
+    /// and its subscriber reports it under the first name, so every alias
+    /// (`--served-model-name a b`) resolves to that one.
+    pub fn resolve(&self, model: &str) -> Option<(&str, &str)> {
+        let canonical = |m: &str| -> Option<&str> {
+            self.models
+                .iter()
+                .any(|x| x == m)
+                .then(|| self.models.first().map(String::as_str))
+                .flatten()
+        };
+        if let Some(m) = canonical(model) {
+            return Some((m, ""));
+        }
+        self.adapters
+            .iter()
+            .find(|(a, _)| a == model)
+            .map(|(a, base)| (canonical(base).unwrap_or(base.as_str()), a.as_str()))
+    }
+
+    /// The index model id: the first base model.
+    pub fn index_model(&self) -> Option<&str> {
+        self.models.first().map(String::as_str)
+    }
+}
+
+/// One engine and its live state.
+#[derive(Debug)]
+pub struct Engine {
+    /// Its settings.
+    pub spec: EngineSpec,
+    /// The replica id (`spec.id`, shared for cheap comparisons with hints).
+    pub id: Arc<str>,
+    healthy: AtomicBool,
+    in_flight: AtomicU64,
+    pending_prefill: AtomicU64,
+    served: RwLock<Served>,
+}
+
+impl Engine {
+    /// A new engine, healthy until a check says otherwise.
+    pub fn new(spec: EngineSpec, served: Served) -> Self {
+        Self {
+            id: Arc::from(spec.id.as_str()),
+            spec,
+            healthy: AtomicBool::new(true),
+            in_flight: AtomicU64::new(0),
+            pending_prefill: AtomicU64::new(0),
+            served: RwLock::new(served),
+        }
+    }
+
+    /// Whether the last health check (or request) found it up.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Records a health outcome; true when it changed.
+    pub fn set_healthy(&self, up: bool) -> bool {
+        self.healthy.swap(up, Ordering::Relaxed) != up
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Prompt tokens dispatched and not yet prefilled.
+    pub fn pending_prefill(&self) -> u64 {
+        self.pending_prefill.load(Ordering::Relaxed)
+    }
+
+    /// What it serves.
+    pub fn served(&self) -> Served {
+        self.served.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Replaces what it serves (after a `/v1/models` refresh).
+    pub fn set_served(&self, served: Served) {
+        if let Ok(mut s) = self.served.write() {
+            *s = served;
+        }
+    }
+
+    /// The (index model, adapter) of `model` on this engine, if it serves it.
+    pub fn resolve(&self, model: &str) -> Option<(String, String)> {
+        let s = self.served.read().ok()?;
+        s.resolve(model).map(|(m, a)| (m.to_owned(), a.to_owned()))
+    }
+
+    /// Counts a dispatched request until the returned guard is dropped;
+    /// `uncached` prompt tokens count as pending prefill until
+    /// [`Dispatch::prefilled`].
+    pub fn dispatch(self: &Arc<Self>, uncached: u64) -> Dispatch {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.pending_prefill.fetch_add(uncached, Ordering::Relaxed);
+        Dispatch {
+            engine: Arc::clone(self),
+            pending: uncached,
+        }
+    }
+}
+
+/// One request's share of an engine's load; released on drop, so an
+/// abandoned or failed request never leaks load.
+#[derive(Debug)]
+pub struct Dispatch {
+    engine: Arc<Engine>,
+    pending: u64,
+}
+
+impl Dispatch {
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The prompt is prefilled (first output arrived): its tokens no longer
+    /// wait.
+    pub fn prefilled(&mut self) {
+        let n = std::mem::take(&mut self.pending);
+        if n > 0 {
+            self.engine.pending_prefill.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Dispatch {
+    fn drop(&mut self) {
+        self.prefilled();
+        self.engine.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_json_splits_bases_and_adapters() {
+        let v = serde_json::json!({"data": [
+            {"id": "tiny", "parent": null},
+            {"id": "alias", "parent": null},
+            {"id": "tiny-lora", "parent": "tiny"},
+        ]});
+        let s = Served::from_models_json(&v);
+        assert_eq!(s.resolve("tiny"), Some(("tiny", "")));
+        assert_eq!(s.resolve("tiny-lora"), Some(("tiny", "tiny-lora")));
+        assert_eq!(s.resolve("alias"), Some(("tiny", "")));
+        assert_eq!(s.resolve("other"), None);
+    }
+
+    #[test]
+    fn dispatch_counts_and_releases() {
+        let spec = EngineSpec::parse("http://h:1").unwrap();
+        let e = Arc::new(Engine::new(spec, Served::default()));
+        let mut d = e.dispatch(100);
+        assert_eq!((e.in_flight(), e.pending_prefill()), (1, 100));
+        d.prefilled();
+        assert_eq!((e.in_flight(), e.pending_prefill()), (1, 0));
+        let d2 = e.dispatch(50);
+        drop(d);
+        drop(d2);
+        assert_eq!((e.in_flight(), e.pending_prefill()), (0, 0));
+    }
+}

@@ -1,0 +1,374 @@
+//! The OpenAI-compatible front: `/v1/chat/completions`, `/v1/completions`
+//! (routed by hint and load), `/v1/models` (the engines' lists merged),
+//! `/health`, `/metrics`; any other path goes to the least-loaded engine
+//! that serves the model, unchanged.
+
+use crate::engine::Engine;
+use crate::hints::{Hint, HintQuery, HintSource};
+use crate::metrics::Metrics;
+use crate::pick::{self, PickReason};
+use crate::prompt::{self, Api, Tokenizers};
+use crate::proxy::{self, Outgoing, error};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bodies up to this size are tokenized on the request's task; larger
+/// ones on the blocking pool, so a huge prompt never stalls other requests.
+const INLINE_TOKENIZE_BYTES: usize = 16 << 10;
+
+/// Everything a request handler needs.
+#[derive(Debug)]
+pub struct Shared {
+    /// The engines.
+    pub engines: Vec<Arc<Engine>>,
+    /// Hint source.
+    pub hints: HintSource,
+    /// Tokenizers by base model.
+    pub tokenizers: Arc<Tokenizers>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Upstream HTTP client.
+    pub http: reqwest::Client,
+    /// Tenant.
+    pub tenant: String,
+    /// Hash scheme.
+    pub hash_scheme: String,
+    /// Engine block size.
+    pub block_size: u32,
+    /// Lookup budget.
+    pub lookup_timeout: Duration,
+    /// The pick's decode weight.
+    pub decode_weight: u64,
+}
+
+type St = State<Arc<Shared>>;
+
+/// The router.
+pub fn router(shared: Arc<Shared>, max_body: usize) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/inferencecache/route/{api}", post(dry_run))
+        .fallback(passthrough)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(shared)
+}
+
+async fn chat(State(s): St, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
+    route_request(&s, Api::Chat, &headers, &uri, body).await
+}
+
+async fn completions(State(s): St, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
+    route_request(&s, Api::Completions, &headers, &uri, body).await
+}
+
+/// Engines serving `model`, with its index model and adapter; when no engine
+/// lists it (lists not fetched yet, or a model the engines load lazily), all
+/// engines, so the engine gives its own answer.
+fn eligible(s: &Shared, model: &str) -> (Vec<Arc<Engine>>, Option<(String, String)>) {
+    let mut keys = None;
+    let serving: Vec<Arc<Engine>> = s
+        .engines
+        .iter()
+        .filter(|e| match e.resolve(model) {
+            Some(k) => {
+                keys.get_or_insert(k);
+                true
+            }
+            None => false,
+        })
+        .cloned()
+        .collect();
+    if serving.is_empty() {
+        (s.engines.clone(), None)
+    } else {
+        (serving, keys)
+    }
+}
+
+/// A routing decision, before forwarding.
+struct Decision {
+    choices: Vec<pick::Choice>,
+    reason: PickReason,
+    hint: Hint,
+    prompt_tokens: u64,
+}
+
+/// Parses, tokenizes, looks up and ranks; an `Err` is the answer to send.
+async fn decide(
+    s: &Arc<Shared>,
+    api: Api,
+    body: &Bytes,
+    start: Instant,
+) -> Result<Decision, Response> {
+    let route = api.label();
+    let json: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            s.metrics.request(route, 400, start.elapsed().as_secs_f64());
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &format!("the body is not JSON: {e}"),
+            ));
+        }
+    };
+    let mut p = prompt::header_fields(&json);
+    let (engines, keys) = eligible(s, &p.model);
+    let (hint, tokens_len, seed) = match &keys {
+        None => {
+            s.metrics.fallback("unknown_model");
+            (Hint::none("UNKNOWN_MODEL"), 0, 0)
+        }
+        Some((model, adapter)) => match s.tokenizers.get(model) {
+            None => {
+                s.metrics.fallback("no_tokenizer");
+                (Hint::none("NO_TOKENIZER"), 0, 0)
+            }
+            Some(tok) => {
+                let tokens = if body.len() <= INLINE_TOKENIZE_BYTES {
+                    prompt::tokens(api, &json, &tok)
+                } else {
+                    let json = json.clone();
+                    tokio::task::spawn_blocking(move || prompt::tokens(api, &json, &tok))
+                        .await
+                        .unwrap_or(Err("tokenizer_panicked"))
+                };
+                match tokens {
+                    Ok(t) => p.tokens = t,
+                    Err(why) => p.no_tokens = Some(why),
+                }
+                if let Some(why) = p.no_tokens {
+                    s.metrics.fallback(why);
+                    (Hint::none("NO_TOKENS"), 0, 0)
+                } else {
+                    let q = HintQuery {
+                        tenant: &s.tenant,
+                        model,
+                        adapter,
+                        hash_scheme: &s.hash_scheme,
+                        tokens: &p.tokens,
+                        cache_salt: p.cache_salt.as_deref(),
+                    };
+                    let t = Instant::now();
+                    let hint = s.hints.lookup(&q, s.block_size, s.lookup_timeout).await;
+                    s.metrics.lookup(&hint.reason, t.elapsed().as_secs_f64());
+                    if hint.candidates.is_empty() {
+                        s.metrics.fallback(match hint.reason.as_str() {
+                            "TIMEOUT" | "DEADLINE_EXCEEDED" => "timeout",
+                            "UNAVAILABLE" => "hint_server_unavailable",
+                            _ => "no_hint",
+                        });
+                    }
+                    let seed = prompt::first_block_seed(&p.tokens, s.block_size);
+                    (hint, p.tokens.len() as u64, seed)
+                }
+            }
+        },
+    };
+    let (choices, reason) = pick::rank(
+        &engines,
+        &hint,
+        tokens_len,
+        s.block_size,
+        s.decode_weight,
+        seed,
+    );
+    if let Some(first) = choices.first() {
+        if !first.engine.healthy() {
+            s.metrics.fallback("all_unhealthy");
+        } else if hint
+            .candidates
+            .first()
+            .and_then(|c| engines.iter().find(|e| e.id == c.replica_id))
+            .is_some_and(|e| !e.healthy())
+        {
+            s.metrics.fallback("hinted_unhealthy");
+        }
+    }
+    s.metrics.decision(reason.as_str());
+    s.metrics.overhead(start.elapsed().as_secs_f64());
+    tracing::debug!(
+        route,
+        model = %p.model,
+        prompt_tokens = tokens_len,
+        hint = %hint.reason,
+        engine = choices.first().map(|c| c.engine.id.to_string()).unwrap_or_default(),
+        reusable = choices.first().map_or(0, |c| c.reusable),
+        reason = reason.as_str(),
+        "routed"
+    );
+    Ok(Decision {
+        choices,
+        reason,
+        hint,
+        prompt_tokens: tokens_len,
+    })
+}
+
+async fn route_request(
+    s: &Arc<Shared>,
+    api: Api,
+    headers: &HeaderMap,
+    uri: &Uri,
+    body: Bytes,
+) -> Response {
+    let start = Instant::now();
+    let d = match decide(s, api, &body, start).await {
+        Ok(d) => d,
+        Err(answer) => return answer,
+    };
+    let path_and_query = uri.path_and_query().map_or(api.path(), |p| p.as_str());
+    let out = Outgoing {
+        method: Method::POST,
+        path_and_query,
+        headers,
+        body,
+        route: api.label(),
+        start,
+        reason: d.reason.as_str(),
+    };
+    proxy::forward(&s.http, &s.metrics, out, &d.choices).await
+}
+
+/// `POST /inferencecache/route/{chat|completions}`: the decision the gateway
+/// would take for this body, without forwarding it (operators: "why did
+/// this go there?"; tests: wait until the index has caught up).
+async fn dry_run(State(s): St, Path(api): Path<String>, body: Bytes) -> Response {
+    let api = match api.as_str() {
+        "chat" => Api::Chat,
+        "completions" => Api::Completions,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                &format!("no route kind {other:?}: use chat or completions"),
+            );
+        }
+    };
+    match decide(&s, api, &body, Instant::now()).await {
+        Err(answer) => answer,
+        Ok(d) => axum::Json(serde_json::json!({
+            "engine": d.choices.first().map(|c| c.engine.id.to_string()),
+            "reason": d.reason.as_str(),
+            "reusable_tokens": d.choices.first().map_or(0, |c| c.reusable),
+            "prompt_tokens": d.prompt_tokens,
+            "hint": {
+                "reason": d.hint.reason,
+                "candidates": d.hint.candidates.iter().map(|c| serde_json::json!({
+                    "replica_id": c.replica_id.as_ref(),
+                    "matched_tokens": c.matched_tokens,
+                })).collect::<Vec<_>>(),
+            },
+            "ranking": d.choices.iter().map(|c| serde_json::json!({
+                "engine": c.engine.id.as_ref(),
+                "cost": c.cost,
+                "reusable_tokens": c.reusable,
+                "healthy": c.engine.healthy(),
+                "in_flight": c.engine.in_flight(),
+                "pending_prefill_tokens": c.engine.pending_prefill(),
+            })).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+    }
+}
+
+async fn passthrough(
+    State(s): St,
+    method: Method,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let start = Instant::now();
+    let model = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["model"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let (engines, _) = eligible(&s, &model);
+    let (choices, reason) = pick::rank(
+        &engines,
+        &Hint::none("NO_HINT"),
+        0,
+        s.block_size,
+        s.decode_weight,
+        0,
+    );
+    debug_assert_eq!(reason, PickReason::LeastLoaded);
+    let out = Outgoing {
+        method,
+        path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+        headers: &headers,
+        body,
+        route: "other",
+        start,
+        reason: reason.as_str(),
+    };
+    proxy::forward(&s.http, &s.metrics, out, &choices).await
+}
+
+async fn models(State(s): St) -> Response {
+    let asks = s.engines.iter().filter(|e| e.healthy()).map(|e| {
+        let http = s.http.clone();
+        let url = format!("{}/v1/models", e.spec.url);
+        async move {
+            let r = http
+                .get(url)
+                .timeout(crate::discover::PROBE_TIMEOUT)
+                .send()
+                .await
+                .ok()?;
+            serde_json::from_slice::<serde_json::Value>(&r.bytes().await.ok()?).ok()
+        }
+    });
+    let answers = futures::future::join_all(asks).await;
+    let mut data: Vec<serde_json::Value> = Vec::new();
+    for a in answers.into_iter().flatten() {
+        for m in a["data"].as_array().into_iter().flatten() {
+            if !data.iter().any(|d| d["id"] == m["id"]) {
+                data.push(m.clone());
+            }
+        }
+    }
+    axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+}
+
+async fn health(State(s): St) -> Response {
+    let up: Vec<&str> = s
+        .engines
+        .iter()
+        .filter(|e| e.healthy())
+        .map(|e| e.id.as_ref())
+        .collect();
+    let body = serde_json::json!({
+        "healthy_engines": up,
+        "engines": s.engines.len(),
+    });
+    let status = if up.is_empty() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics(State(s): St) -> Response {
+    s.metrics.refresh(&s.engines);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}

@@ -1,0 +1,401 @@
+//! `inferencecache gateway`: an OpenAI-compatible router in front of vLLM
+//! (or SGLang) engines that sends each request where its prompt is already
+//! cached, and fails open.
+//!
+//! Per request ([`http`]): parse the body, tokenize the prompt exactly as
+//! the engine will (the model's chat template and tokenizer, the code the
+//! server's `prompt_text` path uses: [`prompt`]), ask for a hint
+//! ([`hints`]: the in-process index, or a remote server through the
+//! fail-open SDK), rank the engines by the prefill work each would have
+//! before this request's first token, from the hint's matched tokens and the
+//! gateway's own load signal ([`pick`], [`engine`]), and forward the body
+//! unchanged, streaming the answer back chunk by chunk ([`proxy`]). No hint,
+//! a slow lookup or an unhealthy hinted engine all end in the least-loaded
+//! engine; a refused connection moves the request to the next engine.
+//!
+//! In the default mode ([`embedded`]) the gateway runs `inferencecache
+//! serve`'s index and one `inferencecache subscribe` sidecar per engine in
+//! its own process, each engine's KV-event endpoints discovered from the
+//! engine ([`discover`]). With a remote server it only asks.
+//!
+//! Every response's `usage.prompt_tokens_details.cached_tokens` is compared
+//! with the reuse the hint promised ([`metrics`], [`usage`]): the engine is
+//! the judge of a hint.
+
+mod config;
+pub mod discover;
+pub mod embedded;
+pub mod engine;
+mod error;
+pub mod hints;
+pub mod http;
+pub mod metrics;
+pub mod pick;
+pub mod prompt;
+pub mod proxy;
+pub mod usage;
+
+pub use config::{
+    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig,
+    HintMode,
+};
+pub use error::GatewayError;
+
+use engine::{Engine, Served};
+use hints::HintSource;
+use prompt::Tokenizers;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// A started gateway.
+#[derive(Debug)]
+pub struct Running {
+    /// Where the OpenAI API is served.
+    pub addr: SocketAddr,
+    /// The in-process index's listeners (embedded mode).
+    pub index: Option<IndexAddrs>,
+    /// The engines (live state).
+    pub engines: Vec<Arc<Engine>>,
+    tasks: JoinSet<Result<(), GatewayError>>,
+    cancel: CancellationToken,
+}
+
+/// The embedded index's addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexAddrs {
+    /// gRPC (`inferencecache lookup/state/watch --server`).
+    pub grpc: SocketAddr,
+    /// Status page (`/ui`) and `/snapshot`.
+    pub control: SocketAddr,
+    /// `/metrics`, `/readyz` of the index.
+    pub http: SocketAddr,
+}
+
+/// The gateway.
+#[derive(Debug)]
+pub struct Gateway;
+
+impl Gateway {
+    /// Discovers the engines, starts the index and subscribers (embedded
+    /// mode), binds the listener and serves until `cancel`.
+    pub async fn start(
+        config: GatewayConfig,
+        cancel: CancellationToken,
+    ) -> Result<Running, GatewayError> {
+        config.validate()?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+        let block_size = match config.block_size {
+            Some(b) => b,
+            None => discover_block_size(&http, &config).await?,
+        };
+        let engines: Vec<Arc<Engine>> = config
+            .engines
+            .iter()
+            .map(|s| Arc::new(Engine::new(s.clone(), Served::default())))
+            .collect();
+        let tokenizers = Arc::new(Tokenizers::default());
+        for (model, dir) in &config.tokenizers {
+            tokenizers.load(model, dir).map_err(|e| {
+                GatewayError::Config(format!("--tokenizer {model}={}: {e}", dir.display()))
+            })?;
+        }
+        let mut tasks = JoinSet::new();
+        let (hints, index) = match &config.hints {
+            HintMode::Embedded(settings) => {
+                let e = embedded::start_index(settings, block_size, &mut tasks, &cancel).await?;
+                let addrs = IndexAddrs {
+                    grpc: e.grpc_addr,
+                    control: e.control_addr,
+                    http: e.http_addr,
+                };
+                (HintSource::Embedded(e.pipeline), Some(addrs))
+            }
+            HintMode::Remote(addr) => {
+                let endpoint = if addr.contains("://") {
+                    addr.clone()
+                } else {
+                    format!("http://{addr}")
+                };
+                let client = inferencecache_client::Client::connect_lazy(
+                    inferencecache_client::ClientConfig::new(endpoint)
+                        .lookup_deadline(config.lookup_timeout),
+                )
+                .map_err(|e| GatewayError::Config(format!("--server {addr}: {e}")))?;
+                (HintSource::Remote(client), None)
+            }
+        };
+        // Attach every engine (models, tokenizer, subscriber); wait for them
+        // up to the startup timeout, then keep trying in the background.
+        let attach = Attach {
+            http: http.clone(),
+            tokenizers: Arc::clone(&tokenizers),
+            tenant: config.tenant.clone(),
+            hash_scheme: config.hash_scheme.clone(),
+            index_grpc: index.map(|i| i.grpc),
+        };
+        let mut pending = JoinSet::new();
+        for e in &engines {
+            let (a, e, c) = (attach.clone(), Arc::clone(e), cancel.clone());
+            pending.spawn(async move { a.run(e, c).await });
+        }
+        let deadline = tokio::time::Instant::now() + config.startup_timeout;
+        let mut subscriber_tasks = JoinSet::new();
+        loop {
+            match tokio::time::timeout_at(deadline, pending.join_next()).await {
+                Ok(Some(Ok(Some(t)))) => {
+                    subscriber_tasks.spawn(t);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        waiting = pending.len(),
+                        "engines not attached within the startup timeout; routing to them without hints until they are"
+                    );
+                    let mut subs = JoinSet::new();
+                    std::mem::swap(&mut subs, &mut subscriber_tasks);
+                    tasks.spawn(async move {
+                        while let Some(r) = pending.join_next().await {
+                            if let Ok(Some(t)) = r {
+                                subs.spawn(t);
+                            }
+                        }
+                        while subs.join_next().await.is_some() {}
+                        Ok(())
+                    });
+                    break;
+                }
+            }
+        }
+        tasks.spawn(async move {
+            while subscriber_tasks.join_next().await.is_some() {}
+            Ok(())
+        });
+        let metrics = Arc::new(metrics::Metrics::new());
+        let shared = Arc::new(http::Shared {
+            engines: engines.clone(),
+            hints,
+            tokenizers,
+            metrics,
+            http: http.clone(),
+            tenant: config.tenant.clone(),
+            hash_scheme: config.hash_scheme.clone(),
+            block_size,
+            lookup_timeout: config.lookup_timeout,
+            decode_weight: config.decode_weight_tokens,
+        });
+        {
+            let (engines, http, c) = (engines.clone(), http.clone(), cancel.clone());
+            let every = config.health_interval;
+            tasks.spawn(async move {
+                health_loop(engines, http, every, c).await;
+                Ok(())
+            });
+        }
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| GatewayError::Bind {
+                addr: config.listen.to_string(),
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| GatewayError::Serve(e.to_string()))?;
+        let app = http::router(shared, config.max_body_bytes);
+        let c = cancel.clone();
+        tasks.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(c.cancelled_owned())
+                .await
+                .map_err(|e| GatewayError::Serve(e.to_string()))
+        });
+        Ok(Running {
+            addr,
+            index,
+            engines,
+            tasks,
+            cancel,
+        })
+    }
+}
+
+impl Running {
+    /// Waits until every task ended (after cancellation) or one failed
+    /// (which stops the rest); returns the first failure.
+    pub async fn wait(mut self) -> Result<(), GatewayError> {
+        let mut first = None;
+        while let Some(r) = self.tasks.join_next().await {
+            let r = r
+                .map_err(|e| GatewayError::Serve(e.to_string()))
+                .and_then(|r| r);
+            if let Err(e) = r {
+                if first.is_none() {
+                    tracing::error!(error = %e, "gateway task failed; shutting down");
+                    self.cancel.cancel();
+                    first = Some(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// Reads the KV block size from the first engine that says, within the
+/// startup timeout.
+async fn discover_block_size(
+    http: &reqwest::Client,
+    config: &GatewayConfig,
+) -> Result<u32, GatewayError> {
+    let deadline = Instant::now() + config.startup_timeout;
+    loop {
+        for e in &config.engines {
+            if let Some(b) = discover::block_size(http, &e.url).await {
+                tracing::info!(engine = %e.id, block_size = b, "block size discovered");
+                return Ok(b);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(GatewayError::Config(format!(
+                "no engine reported its KV block size (vllm:cache_config_info on /metrics) within {:?}; start the engines first or give --block-size",
+                config.startup_timeout
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+type SubscriberTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Attaching one engine: what it serves, its tokenizer, its subscriber.
+#[derive(Clone)]
+struct Attach {
+    http: reqwest::Client,
+    tokenizers: Arc<Tokenizers>,
+    tenant: String,
+    hash_scheme: String,
+    index_grpc: Option<SocketAddr>,
+}
+
+impl Attach {
+    /// Retries until the engine answers; returns the subscriber's task.
+    async fn run(self, engine: Arc<Engine>, cancel: CancellationToken) -> Option<SubscriberTask> {
+        let mut warned = false;
+        loop {
+            match self.once(&engine, &cancel).await {
+                Ok(task) => {
+                    tracing::info!(engine = %engine.id, url = %engine.spec.url, served = ?engine.served().models, "engine attached");
+                    return task;
+                }
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!(engine = %engine.id, error = %e, "engine not attached yet; retrying");
+                        warned = true;
+                    }
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    async fn once(
+        &self,
+        engine: &Arc<Engine>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<SubscriberTask>, String> {
+        let (served, roots) = discover::models(&self.http, &engine.spec.url).await?;
+        let Some(model) = served.index_model().map(str::to_owned) else {
+            return Err("GET /v1/models lists no base model".into());
+        };
+        engine.set_served(served);
+        for (m, dir) in roots {
+            if !self.tokenizers.has(&m) {
+                match self.tokenizers.load(&m, &dir) {
+                    Ok(()) => {
+                        tracing::info!(model = %m, dir = %dir.display(), "tokenizer loaded from the engine's model directory")
+                    }
+                    Err(e) => {
+                        tracing::warn!(model = %m, error = %e, "tokenizer not loaded; this model is routed without hints")
+                    }
+                }
+            }
+        }
+        if !self.tokenizers.has(&model) {
+            tracing::warn!(model = %model, "no tokenizer for this model (its directory is not local): give --tokenizer MODEL=DIR; routed by load only");
+        }
+        let Some(grpc) = self.index_grpc else {
+            return Ok(None);
+        };
+        let sources = discover::event_sources(&self.http, &engine.spec).await?;
+        tracing::info!(engine = %engine.id, endpoint = %sources.endpoint, replay = ?sources.replay, ranks = sources.ranks, "KV events");
+        let spec = embedded::SubscriberSpec {
+            replica_id: engine.spec.id.clone(),
+            model,
+            sources,
+        };
+        let mut set = JoinSet::new();
+        embedded::start_subscriber(
+            &spec,
+            &self.tenant,
+            &self.hash_scheme,
+            grpc,
+            &mut set,
+            cancel,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let id = engine.id.clone();
+        Ok(Some(Box::pin(async move {
+            while let Some(r) = set.join_next().await {
+                if let Ok(Err(e)) = r {
+                    tracing::error!(engine = %id, error = %e, "KV-event subscriber stopped; this engine's hints go stale");
+                }
+            }
+        })))
+    }
+}
+
+/// Checks every engine each `every`; a recovered engine's model list is
+/// refreshed (LoRA adapters come and go).
+async fn health_loop(
+    engines: Vec<Arc<Engine>>,
+    http: reqwest::Client,
+    every: Duration,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let checks = engines.iter().map(|e| {
+            let http = http.clone();
+            async move {
+                let up = discover::healthy(&http, &e.spec.url).await;
+                if up {
+                    if let Ok((served, _)) = discover::models(&http, &e.spec.url).await {
+                        e.set_served(served);
+                    }
+                }
+                if e.set_healthy(up) {
+                    if up {
+                        tracing::info!(engine = %e.id, "engine_healthy");
+                    } else {
+                        tracing::warn!(engine = %e.id, "engine_unhealthy");
+                    }
+                }
+            }
+        });
+        futures::future::join_all(checks).await;
+    }
+}

@@ -1,0 +1,228 @@
+//! The pick: which engine gets a request, and in which order the others are
+//! tried if it refuses the connection.
+//!
+//! One cost, in prompt tokens the engine must process before this request's
+//! first token, ranks every engine that serves the model:
+//!
+//! ```text
+//! cost = pending_prefill + (prompt_tokens - reusable) + decode_weight * in_flight
+//! ```
+//!
+//! `reusable` is the hint's matched tokens for that engine, capped at what
+//! vLLM can reuse (whole blocks, and never the prompt's last token: the
+//! engine always computes it). With no hint every `reusable` is 0 and the
+//! cost is plain least-loaded. Ties go to the hint's order (an
+//! AFFINITY_HINT's replica first, so repeats of a new prefix meet on one
+//! engine), then to a rendezvous hash of the prompt's first block, so idle
+//! engines split new prefixes evenly instead of piling onto the first one.
+//! Unhealthy engines come last: tried only when nothing healthy is left.
+
+use crate::engine::Engine;
+use crate::hints::{Hint, HintKind};
+use std::sync::Arc;
+
+/// One ranked engine.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// Prompt tokens the hint says it can reuse (capped, see the module docs).
+    pub reusable: u64,
+    /// Prompt tokens it must prefill for this request.
+    pub uncached: u64,
+    /// The cost it was ranked by.
+    pub cost: u64,
+}
+
+/// Why the first choice won.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PickReason {
+    /// It holds part of the prompt (a PREFIX_MATCH candidate) and was cheapest.
+    PrefixMatch,
+    /// The AFFINITY_HINT replica (no cache evidence), among equals.
+    Affinity,
+    /// No usable hint: the least-loaded engine.
+    LeastLoaded,
+    /// A hint named another engine, whose load made it the costlier one.
+    LoadOverride,
+}
+
+impl PickReason {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PrefixMatch => "prefix_match",
+            Self::Affinity => "affinity",
+            Self::LeastLoaded => "least_loaded",
+            Self::LoadOverride => "load_override",
+        }
+    }
+}
+
+/// The most of a `prompt_tokens`-token prompt vLLM can serve from cache.
+pub fn reusable_cap(prompt_tokens: u64, block_size: u32) -> u64 {
+    let bs = u64::from(block_size.max(1));
+    (prompt_tokens.saturating_sub(1) / bs) * bs
+}
+
+fn rendezvous(seed: u64, id: &str) -> u64 {
+    // FNV-1a over the id, mixed with the seed (stable across restarts).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in id.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^ (h >> 29)
+}
+
+/// Ranks `engines` for a request of `prompt_tokens` tokens.
+pub fn rank(
+    engines: &[Arc<Engine>],
+    hint: &Hint,
+    prompt_tokens: u64,
+    block_size: u32,
+    decode_weight: u64,
+    seed: u64,
+) -> (Vec<Choice>, PickReason) {
+    let cap = reusable_cap(prompt_tokens, block_size);
+    let mut ranked: Vec<(bool, u64, usize, u64, Choice)> = engines
+        .iter()
+        .map(|e| {
+            let (hint_pos, matched) = hint
+                .candidates
+                .iter()
+                .position(|c| c.replica_id.as_ref() == e.id.as_ref())
+                .map_or((usize::MAX, 0), |i| (i, hint.candidates[i].matched_tokens));
+            let reusable = matched.min(cap);
+            let uncached = prompt_tokens - reusable;
+            let cost = e
+                .pending_prefill()
+                .saturating_add(uncached)
+                .saturating_add(decode_weight.saturating_mul(e.in_flight()));
+            let choice = Choice {
+                engine: Arc::clone(e),
+                reusable,
+                uncached,
+                cost,
+            };
+            (
+                !e.healthy(),
+                cost,
+                hint_pos,
+                rendezvous(seed, &e.id),
+                choice,
+            )
+        })
+        .collect();
+    ranked.sort_by_key(|r| (r.0, r.1, r.2, r.3));
+    let choices: Vec<Choice> = ranked.into_iter().map(|r| r.4).collect();
+    let reason = match choices.first() {
+        Some(first) if first.reusable > 0 => PickReason::PrefixMatch,
+        Some(first) => {
+            let named_first = hint
+                .candidates
+                .first()
+                .is_some_and(|c| c.replica_id.as_ref() == first.engine.id.as_ref());
+            let hint_had_cache = hint
+                .candidates
+                .iter()
+                .any(|c| c.matched_tokens.min(cap) > 0);
+            match hint.kind {
+                HintKind::Affinity | HintKind::TenantHot if named_first => PickReason::Affinity,
+                _ if hint_had_cache => PickReason::LoadOverride,
+                _ => PickReason::LeastLoaded,
+            }
+        }
+        None => PickReason::LeastLoaded,
+    };
+    (choices, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EngineSpec;
+    use crate::engine::Served;
+    use crate::hints::Candidate;
+
+    fn engines(n: usize) -> Vec<Arc<Engine>> {
+        (0..n)
+            .map(|i| {
+                let spec = EngineSpec::parse(&format!("http://e{i}:8000,id=e{i}")).unwrap();
+                Arc::new(Engine::new(spec, Served::default()))
+            })
+            .collect()
+    }
+
+    fn hint(kind: HintKind, c: &[(&str, u64)]) -> Hint {
+        Hint {
+            kind,
+            reason: "X".into(),
+            candidates: c
+                .iter()
+                .map(|(id, m)| Candidate {
+                    replica_id: Arc::from(*id),
+                    matched_tokens: *m,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_cap_is_whole_blocks_short_of_the_last_token() {
+        assert_eq!(reusable_cap(64, 32), 32);
+        assert_eq!(reusable_cap(65, 32), 64);
+        assert_eq!(reusable_cap(1, 32), 0);
+        assert_eq!(reusable_cap(0, 32), 0);
+    }
+
+    #[test]
+    fn a_cache_hit_wins_on_idle_engines() {
+        let e = engines(3);
+        let h = hint(HintKind::PrefixMatch, &[("e2", 256)]);
+        let (c, why) = rank(&e, &h, 300, 32, 64, 7);
+        assert_eq!(c[0].engine.id.as_ref(), "e2");
+        assert_eq!((c[0].reusable, c[0].uncached), (256, 44));
+        assert_eq!(why, PickReason::PrefixMatch);
+    }
+
+    #[test]
+    fn load_outweighs_a_small_hit() {
+        let e = engines(2);
+        let _busy = e[1].dispatch(1000);
+        let h = hint(HintKind::PrefixMatch, &[("e1", 64)]);
+        let (c, why) = rank(&e, &h, 300, 32, 64, 7);
+        assert_eq!(c[0].engine.id.as_ref(), "e0");
+        assert_eq!(why, PickReason::LoadOverride);
+    }
+
+    #[test]
+    fn no_hint_is_least_loaded_and_unhealthy_goes_last() {
+        let e = engines(3);
+        let _a = e[0].dispatch(10);
+        e[1].set_healthy(false);
+        let h = hint(HintKind::None, &[]);
+        let (c, why) = rank(&e, &h, 100, 32, 64, 7);
+        let order: Vec<&str> = c.iter().map(|c| c.engine.id.as_ref()).collect();
+        assert_eq!(order, ["e2", "e0", "e1"]);
+        assert_eq!(why, PickReason::LeastLoaded);
+    }
+
+    #[test]
+    fn affinity_breaks_ties_and_new_prefixes_spread() {
+        let e = engines(2);
+        let h = hint(HintKind::Affinity, &[("e1", 0)]);
+        let (c, why) = rank(&e, &h, 100, 32, 64, 7);
+        assert_eq!((c[0].engine.id.as_ref(), why), ("e1", PickReason::Affinity));
+        let none = hint(HintKind::None, &[]);
+        let firsts: std::collections::HashSet<String> = (0..64)
+            .map(|seed| {
+                rank(&e, &none, 100, 32, 64, seed).0[0]
+                    .engine
+                    .id
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(firsts.len(), 2, "idle engines share new prefixes");
+    }
+}

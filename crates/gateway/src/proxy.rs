@@ -1,0 +1,291 @@
+//! Forwarding one request to the ranked engines and relaying the answer.
+//!
+//! The body goes out byte for byte, with the client's headers (hop-by-hop
+//! ones aside). A refused or timed-out connect marks the engine unhealthy
+//! and moves the request to the next engine in the ranking; any other
+//! failure before the answer starts is a 502 naming the engine. The answer
+//! streams back chunk by chunk as the engine writes it; usage is read on
+//! the way. When the client goes away the relay is dropped, which drops the
+//! engine connection (vLLM aborts the request when its client disconnects)
+//! and releases the engine's load. An engine that fails mid-stream ends an
+//! SSE answer with an OpenAI-shaped `error` event, so SDKs raise instead of
+//! hanging or mistaking it for the end.
+
+use crate::engine::{Dispatch, Engine};
+use crate::metrics::Metrics;
+use crate::pick::Choice;
+use crate::usage::{SseUsage, Usage};
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Headers that describe one connection, never forwarded.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    )
+}
+
+/// An OpenAI-shaped error answer.
+pub fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    let body = serde_json::json!({"error": {
+        "message": message,
+        "type": kind,
+        "code": status.as_u16(),
+    }});
+    (status, axum::Json(body)).into_response()
+}
+
+/// One request to forward.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    /// Method.
+    pub method: Method,
+    /// Path and query on the engine.
+    pub path_and_query: &'a str,
+    /// The client's headers.
+    pub headers: &'a HeaderMap,
+    /// The body, as received.
+    pub body: Bytes,
+    /// Metric label of the route.
+    pub route: &'static str,
+    /// When the request arrived.
+    pub start: Instant,
+    /// Why the first engine was chosen (a response header).
+    pub reason: &'static str,
+}
+
+/// Tries `choices` in order; the first engine that accepts the connection
+/// answers.
+pub async fn forward(
+    http: &reqwest::Client,
+    metrics: &Arc<Metrics>,
+    out: Outgoing<'_>,
+    choices: &[Choice],
+) -> Response {
+    for (i, choice) in choices.iter().enumerate() {
+        let engine = &choice.engine;
+        let dispatch = engine.dispatch(choice.uncached);
+        let url = format!("{}{}", engine.spec.url, out.path_and_query);
+        let mut req = http.request(out.method.clone(), &url);
+        for (name, value) in out.headers {
+            if !hop_by_hop(name) {
+                req = req.header(name, value);
+            }
+        }
+        match req.body(out.body.clone()).send().await {
+            Ok(resp) => {
+                metrics.processed(engine);
+                return relay(resp, dispatch, metrics, &out, choice, i > 0);
+            }
+            Err(e) if e.is_connect() || (e.is_timeout() && !e.is_body()) => {
+                drop(dispatch);
+                if engine.set_healthy(false) {
+                    tracing::warn!(engine = %engine.id, error = %e, "engine_unreachable");
+                }
+                metrics.retry(engine);
+            }
+            Err(e) => {
+                drop(dispatch);
+                tracing::warn!(engine = %engine.id, error = %e, "engine_request_failed");
+                metrics.request(out.route, 502, out.start.elapsed().as_secs_f64());
+                return error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    &format!("engine {} failed: {e}", engine.id),
+                );
+            }
+        }
+    }
+    metrics.request(out.route, 503, out.start.elapsed().as_secs_f64());
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no_engine",
+        "no engine accepted the connection (all refused or unreachable); see the gateway's /health",
+    )
+}
+
+/// Streams an engine's answer back to the client.
+fn relay(
+    resp: reqwest::Response,
+    dispatch: Dispatch,
+    metrics: &Arc<Metrics>,
+    out: &Outgoing<'_>,
+    choice: &Choice,
+    retried: bool,
+) -> Response {
+    let status = resp.status();
+    let mut headers = HeaderMap::new();
+    for (name, value) in resp.headers() {
+        if !hop_by_hop(name) || name == header::CONTENT_LENGTH {
+            headers.append(name, value.clone());
+        }
+    }
+    let sse = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if sse {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    let resp_len = resp.content_length();
+    let engine = Arc::clone(dispatch.engine());
+    if let Ok(v) = HeaderValue::from_str(&engine.id) {
+        headers.insert("x-inferencecache-engine", v);
+    }
+    let reason = if retried { "retry" } else { out.reason };
+    headers.insert("x-inferencecache-route", HeaderValue::from_static(reason));
+    headers.insert(
+        "x-inferencecache-reusable-tokens",
+        HeaderValue::from(choice.reusable),
+    );
+    let state = Relay {
+        resp: Some(resp),
+        dispatch,
+        metrics: Arc::clone(metrics),
+        route: out.route,
+        start: out.start,
+        status: status.as_u16(),
+        first: true,
+        sse: sse.then(SseUsage::default),
+        json: (!sse).then(Vec::new),
+        expected_reuse: choice.reusable,
+        done: false,
+        remaining: resp_len,
+    };
+    let body = Body::from_stream(futures::stream::unfold(state, Relay::next));
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// Largest non-streamed answer kept to read its usage.
+const MAX_JSON_KEPT: usize = 4 << 20;
+
+struct Relay {
+    resp: Option<reqwest::Response>,
+    dispatch: Dispatch,
+    metrics: Arc<Metrics>,
+    route: &'static str,
+    start: Instant,
+    status: u16,
+    first: bool,
+    sse: Option<SseUsage>,
+    json: Option<Vec<u8>>,
+    expected_reuse: u64,
+    done: bool,
+    /// Bytes still to come of a sized body: hyper stops polling a body once
+    /// its content-length is written, so the relay finishes on the last
+    /// byte rather than waiting for an end it would never be asked for.
+    remaining: Option<u64>,
+}
+
+type Item = Result<Bytes, std::io::Error>;
+
+impl Relay {
+    async fn next(mut self) -> Option<(Item, Self)> {
+        let resp = self.resp.as_mut()?;
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if self.first {
+                    self.first = false;
+                    self.dispatch.prefilled();
+                    self.metrics.first_token(
+                        self.route,
+                        self.engine(),
+                        self.start.elapsed().as_secs_f64(),
+                    );
+                }
+                if let Some(s) = &mut self.sse {
+                    s.feed(&chunk);
+                } else if let Some(j) = &mut self.json {
+                    if j.len() + chunk.len() <= MAX_JSON_KEPT {
+                        j.extend_from_slice(&chunk);
+                    } else {
+                        self.json = None;
+                    }
+                }
+                if let Some(r) = &mut self.remaining {
+                    *r = r.saturating_sub(chunk.len() as u64);
+                    if *r == 0 {
+                        self.finish();
+                    }
+                }
+                Some((Ok(chunk), self))
+            }
+            Ok(None) => {
+                self.finish();
+                None
+            }
+            Err(e) => {
+                self.resp = None;
+                let engine = Arc::clone(self.engine());
+                tracing::warn!(engine = %engine.id, error = %e, "engine_failed_mid_response");
+                if engine.set_healthy(false) {
+                    tracing::warn!(engine = %engine.id, "engine_marked_unhealthy");
+                }
+                self.done = true;
+                self.metrics
+                    .request(self.route, 502, self.start.elapsed().as_secs_f64());
+                if self.sse.is_some() {
+                    let event = serde_json::json!({"error": {
+                        "message": format!("engine {} failed mid-stream: {e}", engine.id),
+                        "type": "upstream_error",
+                        "code": 502,
+                    }});
+                    let bytes = Bytes::from(format!("data: {event}\n\n"));
+                    return Some((Ok(bytes), self));
+                }
+                Some((Err(std::io::Error::other(e)), self))
+            }
+        }
+    }
+
+    fn engine(&self) -> &Arc<Engine> {
+        self.dispatch.engine()
+    }
+
+    fn finish(&mut self) {
+        self.resp = None;
+        self.done = true;
+        let usage = match (&self.sse, &self.json) {
+            (Some(s), _) => s.usage,
+            (None, Some(j)) => serde_json::from_slice(j)
+                .ok()
+                .and_then(|v| Usage::from_response(&v)),
+            (None, None) => None,
+        };
+        if let Some(u) = usage {
+            self.metrics.usage(self.engine(), &u, self.expected_reuse);
+        }
+        self.metrics
+            .request(self.route, self.status, self.start.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if !self.done {
+            // The client went away: dropping `resp` closes the engine
+            // connection, which aborts the request there.
+            tracing::info!(engine = %self.engine().id, "client_disconnected");
+            self.metrics
+                .request(self.route, 499, self.start.elapsed().as_secs_f64());
+        }
+    }
+}
