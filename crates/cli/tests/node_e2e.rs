@@ -385,8 +385,7 @@ async fn config_default_serves_routed_traffic_on_a_real_node() {
 
     // --- the server pod is deleted: the sidecar's state comes back --------
     // The stand-in stops re-publishing 40 s after it started, so from then
-    // on only the sidecar's resync can refill a new server.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // on only the sidecar's resync can refill a new server (waited for below).
     let quiet = || async {
         let logs = node.kubectl(&["logs", "-n", TEAM, "engine-0", "-c", "engine"]);
         String::from_utf8_lossy(&logs.stdout)

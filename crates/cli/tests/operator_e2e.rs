@@ -264,9 +264,14 @@ where
     }
 }
 
-fn install_crds_with_kubectl(cluster: &Cluster) {
+/// Applies `inferencecache crds` and waits until every CRD is Established;
+/// returns how many there are.
+fn install_crds_with_kubectl(cluster: &Cluster) -> usize {
     let crds = Command::new(BIN).arg("crds").output().unwrap();
     assert!(crds.status.success());
+    let kinds = String::from_utf8_lossy(&crds.stdout)
+        .matches("kind: CustomResourceDefinition")
+        .count();
     let mut kubectl = Command::new("kubectl")
         .arg(format!("--kubeconfig={}", cluster.kubeconfig.display()))
         .args(["apply", "-f", "-"])
@@ -299,6 +304,7 @@ fn install_crds_with_kubectl(cluster: &Cluster) {
         "{}",
         String::from_utf8_lossy(&wait.stderr)
     );
+    kinds
 }
 
 async fn setup() -> Option<Cluster> {
@@ -307,9 +313,22 @@ async fn setup() -> Option<Cluster> {
         return None;
     }
     let cluster = Cluster::start(&bin).await;
-    install_crds_with_kubectl(&cluster);
+    let kinds = install_crds_with_kubectl(&cluster);
     // Discovery catches up with new CRDs a moment after Established.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let client = cluster.client().await;
+    eventually(
+        Duration::from_secs(10),
+        "discovery serves every CRD",
+        || {
+            let client = client.clone();
+            async move {
+                kube::discovery::group(&client, "inferencecache.io")
+                    .await
+                    .is_ok_and(|g| g.recommended_resources().len() >= kinds)
+            }
+        },
+    )
+    .await;
     cluster.namespace(TENANT).await;
     Some(cluster)
 }
@@ -522,7 +541,7 @@ async fn cachepolicy_routing_switches_the_ranking_and_the_push_version() {
 async fn cacheindex_and_cachetenant_status_follow_the_snapshot() {
     let Some(cluster) = setup().await else { return };
     let server = Server::start();
-    let _op = OperatorProc::start(&cluster, &server, &[], "operator");
+    let op = OperatorProc::start(&cluster, &server, &[], "operator");
     let client = cluster.client().await;
     let tenants: Api<CacheTenant> = Api::namespaced(client.clone(), TENANT);
     tenants
@@ -656,7 +675,19 @@ async fn cacheindex_and_cachetenant_status_follow_the_snapshot() {
         .status
         .unwrap()
         .last_updated;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Three more snapshot polls (one a second): three chances to write.
+    let polls = || {
+        series_sum(
+            &op.metrics_text(),
+            "inferencecache_operator_snapshot_polls_total",
+        )
+    };
+    let before = polls();
+    eventually(Duration::from_secs(15), "three more snapshot polls", || {
+        let now = polls();
+        async move { now >= before + 3.0 }
+    })
+    .await;
     assert_eq!(
         indices
             .get("cluster-default")
@@ -668,6 +699,29 @@ async fn cacheindex_and_cachetenant_status_follow_the_snapshot() {
         stamp,
         "lastUpdated moves only on change"
     );
+}
+
+/// The lease's last renewal time, as the API server has it.
+async fn renew_time(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("inference-cache-controller-leader-lock")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.renew_time)
+        .map(|t| format!("{:?}", t.0))
+}
+
+/// The sum of every sample of `name` (any labels) in a metrics body.
+fn series_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
@@ -716,8 +770,19 @@ async fn two_operators_elect_exactly_one_leader_and_fail_over() {
         holder(&leases).await.is_some()
     })
     .await;
-    // Both settle: exactly one reports leadership.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Both settle: exactly one reports leadership once the holder has
+    // renewed the lease twice more (each renewal is a retry period in which
+    // the other replica could have taken it).
+    let mut renewals = vec![renew_time(&leases).await];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while renewals.len() < 3 {
+        let t = renew_time(&leases).await;
+        if renewals.last() != Some(&t) {
+            renewals.push(t);
+        }
+        assert!(Instant::now() < deadline, "the lease was not renewed twice");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let leading = |o: &OperatorProc| {
         o.metrics_text()
             .contains("inferencecache_operator_leader 1\n")

@@ -289,9 +289,25 @@ fn python_engine_to_real_server_with_faults() {
 
     // 9. engine restarted (sequence back to 0): the old state is cleared
     engine.send(json!({"op": "restart"}));
-    std::thread::sleep(Duration::from_millis(300)); // slow joiner
-    engine.store_form("tuple", 500, 4, None, 5000, json!({}));
-    expect(port, "vllm", "", 5000..5064, 64);
+    // The store is sent again every 500 ms until it lands: what the new PUB
+    // sends before the sidecar's subscription reaches it is dropped (slow
+    // joiner), and a repeated store is idempotent.
+    let landed = || matches!(lookup(port, "vllm", "", 5000..5064), (r, Some((64, _))) if r == "PREFIX_MATCH");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    'sent: loop {
+        engine.store_form("tuple", 500, 4, None, 5000, json!({}));
+        let resend = std::time::Instant::now() + Duration::from_millis(500);
+        while std::time::Instant::now() < resend {
+            if landed() {
+                break 'sent;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the restarted engine's store never landed"
+        );
+    }
     expect(port, "vllm", "", 0..144, 0);
     assert!(sub.metric("inferencecache_subscriber_engine_restarts_total") >= 1.0);
 

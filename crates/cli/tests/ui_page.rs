@@ -203,16 +203,17 @@ fn page_shows_the_replica_and_live_evictions() {
         json!("2")
     );
 
-    // Some traffic so the picture has charts, then the screenshot.
+    // Traffic until the picture has a PREFIX_MATCH chart, then the screenshot.
     eng.store(1, 4, None, 0);
-    for _ in 0..4 {
+    let chart = "!!document.querySelector('#charts .chart[data-reason=\"PREFIX_MATCH\"]')";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while page.eval(chart) != json!(true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no PREFIX_MATCH chart after 10 s of lookups"
+        );
         lookups(&grpc, 60);
-        std::thread::sleep(Duration::from_millis(700));
     }
-    page.wait_true(
-        "!!document.querySelector('#charts .chart[data-reason=\"PREFIX_MATCH\"]')",
-        Duration::from_secs(3),
-    );
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     page.screenshot(&shot);
     let png = std::fs::read(&shot).unwrap();

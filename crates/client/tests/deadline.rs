@@ -88,7 +88,7 @@ async fn the_servers_own_budget_is_a_timeout_no_hint() {
     let s = Running::start().await;
     s.policy(r#"{"version":7,"policies":[{"namespace":"t","lookupTimeoutMs":1}]}"#)
         .await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     let answer = client
         .lookup_route(&query(RouteInput::TokenIds(vec![7; 1 << 20])))
         .await;
@@ -101,7 +101,7 @@ async fn the_servers_own_budget_is_a_timeout_no_hint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_deadline_answers_at_once() {
     let s = Running::start().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     let mut q = query(RouteInput::TokenIds(vec![1; 16]));
     q.deadline = Some(Duration::ZERO);
     let answer = client.lookup_route(&q).await;

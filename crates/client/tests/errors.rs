@@ -83,7 +83,7 @@ async fn malformed_endpoints_and_tls_files_are_refused_up_front() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_error_from_the_real_server_is_no_hint() {
     let s = Running::start().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     // 2 Mi ids of 5 varint bytes each (10 MiB) pass the client's 16 MiB
     // limit but not the server's 8 MiB one: the server refuses the message
     // with a gRPC status (RESOURCE_EXHAUSTED).

@@ -20,7 +20,7 @@ fn prompt() -> Vec<u32> {
 async fn reported_state_is_a_prefix_match_for_every_input_form() {
     let s = Running::start_contract().await;
     s.policy(NO_AFFINITY).await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     let ack = client
         .report_state(vec![update("r1", vec![chain_entry(&prompt())])])
         .await
@@ -65,7 +65,7 @@ async fn reported_state_is_a_prefix_match_for_every_input_form() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_prefix_hashes_match_exactly() {
     let s = Running::start_contract().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     let entry = PrefixEntry {
         prefix_hash: vec![9; 8],
         token_count: 128,
@@ -94,7 +94,7 @@ async fn legacy_prefix_hashes_match_exactly() {
 async fn a_novel_prompt_for_a_hot_replica_is_tenant_hot() {
     let s = Running::start_contract().await;
     s.policy(NO_AFFINITY).await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     client
         .report_state(vec![hot_update("hot", vec![chain_entry(&prompt())])])
         .await
@@ -118,7 +118,7 @@ async fn a_novel_prompt_for_a_hot_replica_is_tenant_hot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_novel_prompt_in_a_known_domain_is_a_stable_affinity_hint() {
     let s = Running::start_contract().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     client
         .report_state(vec![
             update("a", vec![chain_entry(&prompt())]),
@@ -146,7 +146,7 @@ async fn a_novel_prompt_in_a_known_domain_is_a_stable_affinity_hint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misconfigured_keys_are_diagnosed_and_cold_start_is_no_hint() {
     let s = Running::start_contract().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     // Cold start: an empty index never blames the caller.
     let cold = client
         .lookup_route(&query(RouteInput::TokenIds(prompt())))
@@ -180,7 +180,7 @@ async fn misconfigured_keys_are_diagnosed_and_cold_start_is_no_hint() {
 async fn round_robin_follows_real_hints_and_rotates_without_them() {
     let s = Running::start_contract().await;
     s.policy(NO_AFFINITY).await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     client
         .report_state(vec![update("r2", vec![chain_entry(&prompt())])])
         .await

@@ -16,7 +16,7 @@ fn prompt() -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_sees_reports_and_evictions_filtered_by_tenant() {
     let s = Running::start().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     let mut events = client
         .watch(StreamEventsRequest {
             tenant_id: "t".into(),
@@ -48,7 +48,7 @@ async fn watch_sees_reports_and_evictions_filtered_by_tenant() {
 async fn a_published_eviction_stops_the_match() {
     let s = Running::start().await;
     s.policy(NO_AFFINITY).await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     let entry = inferencecache_client::PrefixEntry {
         prefix_hash: vec![3; 8],
         token_count: 128,
@@ -89,7 +89,7 @@ async fn a_published_eviction_stops_the_match() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_state_lists_reporting_replicas() {
     let s = Running::start().await;
-    let client = s.client().await;
+    let client = common::sdk(&s).await;
     client
         .report_state(vec![
             hot_update("r1", vec![chain_entry(&prompt())]),

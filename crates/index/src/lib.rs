@@ -156,8 +156,14 @@
 
 mod affinity;
 mod aggregate;
+// Public only for the benches that measure the arena on its own (feature
+// `bench`); its internals are no part of the crate's API.
+#[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod arena;
+#[cfg(not(feature = "bench"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod arena;
 mod batch;
 mod cap;
 mod catalog;

@@ -296,8 +296,22 @@ async fn the_apiserver_calls_the_webhooks_over_tls() {
     // Certificate rotation: a new CA and leaf on disk, the new CA in the
     // configurations. Our own denial message (not "failed calling webhook")
     // proves the apiserver completed a handshake with the new certificate.
-    std::thread::sleep(Duration::from_millis(1100)); // a distinct mtime
+    // The reloader compares mtimes, which a coarse file system may give
+    // in whole seconds: the new files are stamped 2 s past the old ones
+    // instead of waiting for the clock to move.
+    let old = std::fs::metadata(certs.join("tls.crt"))
+        .unwrap()
+        .modified()
+        .unwrap();
     let ca2 = write_webhook_certs(&certs);
+    for f in ["tls.crt", "tls.key"] {
+        std::fs::File::options()
+            .write(true)
+            .open(certs.join(f))
+            .unwrap()
+            .set_modified(old + Duration::from_secs(2))
+            .unwrap();
+    }
     let mut v = vwc.get("inference-cache-validating").await.unwrap();
     for h in v.webhooks.iter_mut().flatten() {
         h.client_config.ca_bundle = Some(ByteString(ca2.as_bytes().to_vec()));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Running;
+use common::{Running, cache_state};
 use inferencecache_proto::v1alpha1::*;
 use tonic::Code;
 
@@ -246,8 +246,17 @@ async fn open_report_stream(
         c.report_cache_state(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await
     });
+    // One real prefix, so a test can see the stream's first update land.
     tx.send(CacheStateUpdate {
         replica_id: "r".into(),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        prefixes: vec![PrefixEntry {
+            prefix_hash: vec![7; 8],
+            token_count: 16,
+            ..Default::default()
+        }],
         ..Default::default()
     })
     .await
@@ -423,7 +432,20 @@ async fn garbage_request_bytes_get_a_status_not_a_crash() {
 async fn cancelled_report_stream_gets_no_ack_and_server_survives() {
     let s = Running::start().await;
     let (tx, call) = open_report_stream(&s).await;
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Cancelled once the server has applied the stream's first update.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut c = s.client().await;
+    while cache_state(&mut c, "m", "t")
+        .await
+        .summary
+        .is_none_or(|s| s.total_prefixes < 1)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream's first update never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     call.abort();
     let _ = call.await;
     drop(tx);

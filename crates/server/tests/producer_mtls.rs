@@ -257,14 +257,16 @@ async fn open_streams_are_capped_per_identity() {
         });
         held.push((tx, call));
     }
-    // Both are open once their first update landed.
-    for _ in 0..200 {
-        if prefixes(&mut a, "team-a").await == 1 {
-            break;
-        }
+    // Both are open once the server's gauge says so.
+    let open = "inferencecache_producer_open_streams{identity=\"team-a\"} 2";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !s.metrics_text().await.contains(open) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two open streams never counted"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let err = report(&mut a, vec![update("team-a", "ra", 2, 1)])
         .await
         .expect_err("third stream refused");

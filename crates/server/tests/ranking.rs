@@ -77,7 +77,16 @@ async fn miss_picks(c: &mut Client) -> std::collections::BTreeSet<String> {
 
 #[tokio::test]
 async fn default_ranking_spreads_misses_over_the_whole_fleet_and_follows_up_tentatively() {
-    let s = Running::start().await;
+    // The index's time is the test's: the delivered-hint window drains as
+    // the clock moves, not as the machine happens to run.
+    let clock = std::sync::Arc::new(inferencecache_index::ManualClock::new(
+        1_700_000_000_000_000_000,
+    ));
+    let s = Running::start_with_clock(
+        inferencecache_server::ServerConfig::ephemeral(),
+        clock.clone(),
+    )
+    .await;
     // The bounded-load rule counts hints over minutes (120 s half-life): 30
     // misses fired into 4 replicas within a second would trip it wherever
     // the seeds cluster, so it is off here (its own tests are in
@@ -97,7 +106,7 @@ async fn default_ranking_spreads_misses_over_the_whole_fleet_and_follows_up_tent
         "stats-only replicas get misses: {picks:?}"
     );
     // Let the delivered-hint window drain (each miss queued ~8 ms of work).
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    clock.advance(std::time::Duration::from_millis(500));
     // A prefix match is still a prefix match.
     let r = lookup(&mut c, chain_req(1..=3)).await;
     assert_eq!(r.reason_code, "PREFIX_MATCH");
@@ -110,7 +119,7 @@ async fn default_ranking_spreads_misses_over_the_whole_fleet_and_follows_up_tent
     let first = lookup(&mut c, chain_req(200..=203)).await;
     assert_eq!(first.reason_code, "AFFINITY_HINT");
     // The follow-up comes after the first prefill (~18 ms of queued work).
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    clock.advance(std::time::Duration::from_millis(100));
     let again = lookup(&mut c, chain_req(200..=204)).await;
     assert_eq!(again.reason_code, "PREFIX_MATCH");
     assert_eq!(

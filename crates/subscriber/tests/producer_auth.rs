@@ -21,8 +21,9 @@ use inferencecache_subscriber::loopback::{LoopbackEngine, Stored, churn_batch, s
 use inferencecache_subscriber::mapping::MappingConfig;
 use inferencecache_subscriber::sidecar::{self, SidecarConfig};
 use inferencecache_subscriber::{DecodeOptions, TransportConfig};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tokio_util::sync::CancellationToken;
 
@@ -145,6 +146,29 @@ async fn wait_up(metrics: &inferencecache_subscriber::metrics::SidecarMetrics) {
     panic!("sidecar never connected");
 }
 
+/// Publishes `payload` until the server holds `want` prefixes. What a PUB
+/// sends before the sidecar's subscription has reached it is dropped (ZMQ's
+/// slow joiner) and the loopback engine has no replay socket, so the batch
+/// is sent again until it lands; a repeated store is idempotent.
+async fn publish_until(
+    engine: &mut LoopbackEngine,
+    server: &RunningServer,
+    payload: impl Fn() -> Vec<u8>,
+    want: i64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        engine.publish(payload()).await.unwrap();
+        if server.wait_prefixes(want, Duration::from_millis(250)).await == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never held {want} prefixes"
+        );
+    }
+}
+
 fn counter(body: &str, name: &str) -> f64 {
     body.lines()
         .find(|l| l.starts_with(name))
@@ -162,11 +186,8 @@ async fn a_rotated_token_file_is_used_after_the_old_token_dies() {
     cluster.service_account(TENANT, "old").await;
     cluster.service_account(TENANT, "new").await;
     let token_file = cluster.path("token");
-    std::fs::write(
-        &token_file,
-        cluster.mint(TENANT, "old", DEFAULT_PRODUCER_AUDIENCE).await,
-    )
-    .unwrap();
+    let old_token = cluster.mint(TENANT, "old", DEFAULT_PRODUCER_AUDIENCE).await;
+    std::fs::write(&token_file, &old_token).unwrap();
 
     let mut config = ServerConfig::ephemeral();
     config.kubeconfig = Some(cluster.kubeconfig.clone());
@@ -193,12 +214,16 @@ async fn a_rotated_token_file_is_used_after_the_old_token_dies() {
     .await
     .unwrap();
     wait_up(&running.metrics).await;
-    tokio::time::sleep(Duration::from_millis(300)).await; // slow joiner
-    engine
-        .publish(stored_batch(0.0, &[chain(0)], 16))
-        .await
-        .unwrap();
-    assert_eq!(server.wait_prefixes(4, Duration::from_secs(10)).await, 4);
+    publish_until(
+        &mut engine,
+        &server,
+        || stored_batch(0.0, &[chain(0)], 16),
+        4,
+    )
+    .await;
+    // The server reviewed the old token before this point; its cached
+    // answer lives `review_ttl` from then.
+    let reviewed_before = tokio::time::Instant::now();
 
     // Rotate: the kubelet writes a new token; the old one stops working
     // (its service account is gone) while the sidecar still holds it.
@@ -209,9 +234,33 @@ async fn a_rotated_token_file_is_used_after_the_old_token_dies() {
     .unwrap();
     let sas: Api<ServiceAccount> = Api::namespaced(cluster.client().await, TENANT);
     sas.delete("old", &DeleteParams::default()).await.unwrap();
-    // The apiserver caches a successful authentication for 10 s, our review
-    // cache for 0.5 s.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // The apiserver caches a successful authentication (10 s): wait until
+    // it refuses the old token, then until our review cache (0.5 s) has
+    // expired too.
+    let reviews: Api<TokenReview> = Api::all(cluster.client().await);
+    let refused_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(old_token.clone()),
+                audiences: Some(vec![DEFAULT_PRODUCER_AUDIENCE.into()]),
+            },
+            ..TokenReview::default()
+        };
+        let r = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .unwrap();
+        if !r.status.and_then(|s| s.authenticated).unwrap_or(false) {
+            break;
+        }
+        assert!(
+            Instant::now() < refused_by,
+            "the apiserver still accepts the deleted account's token"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep_until(reviewed_before + Duration::from_millis(500)).await;
 
     // An eviction forces a PublishEvent with the old token: refused, so the
     // sidecar reconnects, re-reads the file and resyncs with the new token.
@@ -310,7 +359,14 @@ async fn a_throttled_sidecar_waits_resyncs_and_loses_nothing() {
     .await
     .unwrap();
     wait_up(&running.metrics).await;
-    tokio::time::sleep(Duration::from_millis(300)).await; // slow joiner
+    // Chain 0 (one of the 1,000 below) until the subscription is live.
+    publish_until(
+        &mut engine,
+        &server,
+        || stored_batch(0.0, &[chain(0)], 16),
+        4,
+    )
+    .await;
     // 1,000 chains = 4,000 blocks at once: four bursts' worth.
     for batch in 0..50u64 {
         let chains: Vec<Stored> = (batch * 20..batch * 20 + 20).map(chain).collect();

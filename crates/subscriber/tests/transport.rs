@@ -84,6 +84,32 @@ async fn next(rx: &mut mpsc::Receiver<Delivery>) -> Delivery {
         .expect("open")
 }
 
+/// Publishes until the subscription has reached the engine's PUB and
+/// returns the last seq applied. What a PUB sends before the SUB's
+/// subscription arrives is dropped (ZMQ's "slow joiner"), so a probe is
+/// sent until one is delivered; a probe lost that way is a gap the next one
+/// reveals, which the transport recovers from the replay socket (or, when
+/// the replay stays silent, gives up on after its timeout). Every delivery
+/// up to the last probe's Apply and the CaughtUp that follows it is read.
+async fn until_live(engine: &mut Engine, rx: &mut mpsc::Receiver<Delivery>) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (last, mut d) = loop {
+        let s = engine.publish(true).await;
+        match tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+            Ok(d) => break (s, d.expect("open")),
+            Err(_) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the subscription never reached the PUB"
+            ),
+        }
+    };
+    while !matches!(d, Delivery::Apply { seq, .. } if seq == last) {
+        d = next(rx).await;
+    }
+    assert_eq!(next(rx).await, Delivery::CaughtUp { rank: 0 });
+    last
+}
+
 async fn expect_apply(rx: &mut mpsc::Receiver<Delivery>, want: u64) -> Bytes {
     match next(rx).await {
         Delivery::Apply {
@@ -118,12 +144,9 @@ async fn replays_gaps_and_restarts_over_real_sockets() {
         assert!(decode_batch(&payload).errors.is_empty());
     }
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
-    tokio::time::sleep(Duration::from_millis(500)).await; // let the subscription reach the PUB
 
-    // live in order
-    let s = engine.publish(true).await;
-    expect_apply(&mut rx, s).await;
-    assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
+    // live in order, once the subscription has reached the PUB
+    until_live(&mut engine, &mut rx).await;
 
     // a gap is filled from the replay socket
     let missed = engine.publish(false).await;
@@ -156,9 +179,7 @@ async fn a_silent_replay_socket_times_out_and_live_flows() {
     };
     let task = tokio::spawn(transport::run(config, tx, cancel.clone()));
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let s = engine.publish(true).await;
-    expect_apply(&mut rx, s).await;
+    until_live(&mut engine, &mut rx).await;
     stop(cancel, task).await;
 }
 
@@ -195,9 +216,8 @@ async fn reconnect_to_the_same_engine_recovers_the_blip() {
     // the reconnection triggers the continuity check and the recovery
     expect_apply(&mut rx, 1).await;
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    engine.publish(true).await;
-    expect_apply(&mut rx, 2).await;
+    // Live again on the new connection.
+    assert!(until_live(&mut engine, &mut rx).await >= 2);
     stop(cancel, task).await;
 }
 
@@ -251,20 +271,33 @@ async fn bind_mode_without_replay() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for seq in [3u64, 4] {
-        let frames = vec![
+    let frames = |seq: u64| {
+        ZmqMessage::try_from(vec![
             Bytes::new(),
             Bytes::copy_from_slice(&seq.to_be_bytes()),
             Bytes::from_static(b"\x92\x00\x90"),
-        ];
-        publisher
-            .send(ZmqMessage::try_from(frames).unwrap())
-            .await
-            .unwrap();
+        ])
+        .unwrap()
+    };
+    // Probes until the subscription has reached the PUB (slow joiner); with
+    // no replay socket, the first batch that arrives is applied as it is.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut seq = 3u64;
+    let mut d = loop {
+        publisher.send(frames(seq)).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+            Ok(d) => break d.expect("open"),
+            Err(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "never subscribed");
+                seq += 1;
+            }
+        }
+    };
+    while !matches!(d, Delivery::Apply { seq: s, .. } if s == seq) {
+        d = next(&mut rx).await;
     }
-    expect_apply(&mut rx, 3).await;
     assert_eq!(next(&mut rx).await, Delivery::CaughtUp { rank: 0 });
-    expect_apply(&mut rx, 4).await;
+    publisher.send(frames(seq + 1)).await.unwrap();
+    expect_apply(&mut rx, seq + 1).await;
     stop(cancel, task).await;
 }

@@ -11,6 +11,9 @@
 //! scheduler, controller-manager, kube-proxy) where pods really run, for the
 //! suite that installs `config/default` from an image built here.
 //!
+//! `server` (feature `server`): a real server in-process, the one
+//! running-server harness of the server's and the client's suites.
+//!
 //! [`vllm`]: real vLLM engines (CPU build) with a tiny model made at test
 //! time, for suites that judge hints by what the engine reuses.
 //!
@@ -21,6 +24,8 @@
 
 pub mod kube;
 pub mod kube_node;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod vllm;
 
 use std::process::Command;

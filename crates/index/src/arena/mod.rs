@@ -1,7 +1,7 @@
 //! The chain-run arena: where the index keeps 8-byte keys (chain blocks),
-//! behind the entry facade (`entries/`, crate README "Storage"). It is
-//! also public (hidden) so that `benches/arena.rs` and `bench/peers` can
-//! measure it on its own against the peers.
+//! behind the entry facade (`entries/`, crate README "Storage"). With the
+//! crate feature `bench` it is also public (hidden) so that
+//! `benches/arena.rs` and `bench/peers` can measure it on its own.
 //!
 //! ```text
 //!  256 shards, each two locks on 128-byte lines of their own:

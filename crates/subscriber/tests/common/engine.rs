@@ -155,8 +155,17 @@ impl FakeEngine {
     pub(crate) async fn rebind_publisher(&mut self) {
         let old = std::mem::replace(&mut self.publisher, PubSocket::new());
         let _ = old.close().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        self.publisher.bind(&self.pub_endpoint).await.unwrap();
+        // The port is free once the old socket has let go of it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while let Err(e) = self.publisher.bind(&self.pub_endpoint).await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "cannot bind {} again: {e}",
+                self.pub_endpoint
+            );
+            self.publisher = PubSocket::new();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// A new engine process: sequence back to 0, replay buffer empty.
