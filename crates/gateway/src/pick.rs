@@ -94,6 +94,13 @@ pub fn rank(
                 .position(|c| c.replica_id.as_ref() == e.id.as_ref())
                 .map_or((usize::MAX, 0), |i| (i, hint.candidates[i].matched_tokens));
             let reusable = matched.min(cap);
+            // The hint's order breaks ties only where it names cache. An
+            // AFFINITY_HINT picks among the replicas the index knows, and an
+            // idle engine whose cache is empty (just started, or cleared) is
+            // not among them: following it would pile every new prefix on
+            // the engines that already hold something. New prefixes spread
+            // by the gateway's own hash over every engine instead.
+            let hint_pos = if reusable > 0 { hint_pos } else { usize::MAX };
             let uncached = prompt_tokens - reusable;
             let cost = e
                 .pending_prefill()
@@ -209,20 +216,27 @@ mod tests {
     }
 
     #[test]
-    fn affinity_breaks_ties_and_new_prefixes_spread() {
+    fn new_prefixes_spread_over_every_engine_whatever_the_affinity() {
         let e = engines(2);
+        // The index's affinity names only e1 (e0 holds nothing yet).
         let h = hint(HintKind::Affinity, &[("e1", 0)]);
-        let (c, why) = rank(&e, &h, 100, 32, 64, 7);
-        assert_eq!((c[0].engine.id.as_ref(), why), ("e1", PickReason::Affinity));
         let none = hint(HintKind::None, &[]);
-        let firsts: std::collections::HashSet<String> = (0..64)
-            .map(|seed| {
-                rank(&e, &none, 100, 32, 64, seed).0[0]
-                    .engine
-                    .id
-                    .to_string()
-            })
-            .collect();
-        assert_eq!(firsts.len(), 2, "idle engines share new prefixes");
+        for h in [&h, &none] {
+            let firsts: std::collections::HashSet<String> = (0..64)
+                .map(|seed| rank(&e, h, 100, 32, 64, seed).0[0].engine.id.to_string())
+                .collect();
+            assert_eq!(firsts.len(), 2, "idle engines share new prefixes");
+        }
+        // The same prompt (seed) always lands on the same engine, and the
+        // reason says when that was the index's affinity pick.
+        let (a, _) = rank(&e, &h, 100, 32, 64, 7);
+        let (b, why) = rank(&e, &h, 100, 32, 64, 7);
+        assert_eq!(a[0].engine.id, b[0].engine.id);
+        let want = if b[0].engine.id.as_ref() == "e1" {
+            PickReason::Affinity
+        } else {
+            PickReason::LeastLoaded
+        };
+        assert_eq!(why, want);
     }
 }

@@ -210,13 +210,15 @@ async fn deployment(o: &Options, client: &Client, found: &mut Found) -> Serve {
         .and_then(|s| s.containers.first().cloned());
     let setting = |name: &str, env: &str| {
         server.as_ref().and_then(|c| {
-            flag(c, name).or_else(|| {
-                c.env
-                    .iter()
-                    .flatten()
-                    .find(|e| e.name == env)
-                    .and_then(|e| e.value.clone())
-            })
+            flag(c, name)
+                .or_else(|| {
+                    c.env
+                        .iter()
+                        .flatten()
+                        .find(|e| e.name == env)
+                        .and_then(|e| e.value.clone())
+                })
+                .map(|v| expand_env_refs(&v, c, ns))
         })
     };
     let tls =
@@ -249,5 +251,83 @@ async fn deployment(o: &Options, client: &Client, found: &mut Found) -> Serve {
         tls,
         controller_sa,
         audience,
+    }
+}
+
+/// Expands `$(VAR)` in a container argument the way the kubelet does, from
+/// the container's literal env values and the downward API's namespace
+/// (`config/default` passes `--allowed-controller-sa
+/// system:serviceaccount:$(POD_NAMESPACE):...`); an unknown reference stays
+/// as written, as in Kubernetes.
+fn expand_env_refs(value: &str, c: &k8s_openapi::api::core::v1::Container, ns: &str) -> String {
+    let resolve = |var: &str| -> Option<String> {
+        let e = c.env.iter().flatten().find(|e| e.name == var)?;
+        if let Some(v) = &e.value {
+            return Some(v.clone());
+        }
+        let field = e.value_from.as_ref()?.field_ref.as_ref()?;
+        (field.field_path == "metadata.namespace").then(|| ns.to_owned())
+    };
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("$(") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find(')') {
+            Some(end) => {
+                let var = &after[..end];
+                match resolve(var) {
+                    Some(v) => out.push_str(&v),
+                    None => {
+                        out.push_str("$(");
+                        out.push_str(var);
+                        out.push(')');
+                    }
+                }
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod expand_tests {
+    use super::expand_env_refs;
+    use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    #[test]
+    fn pod_namespace_from_the_downward_api_and_literal_values() {
+        let c = Container {
+            env: Some(vec![
+                EnvVar {
+                    name: "POD_NAMESPACE".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.namespace".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "SA".into(),
+                    value: Some("ctl".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            expand_env_refs("system:serviceaccount:$(POD_NAMESPACE):$(SA)", &c, "ic"),
+            "system:serviceaccount:ic:ctl"
+        );
+        assert_eq!(expand_env_refs("a$(NOPE)b$(", &c, "ic"), "a$(NOPE)b$(");
     }
 }
