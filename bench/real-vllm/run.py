@@ -194,8 +194,9 @@ class Result:
             self.rows.append(kw)
 
 
-def send(url, prompt, extra_headers=None):
-    """Streams one completion; returns (ttft seconds, prompt tokens, cached tokens)."""
+def send(url, prompt, extra_headers=None, meta=None):
+    """Streams one completion; returns (ttft seconds, prompt tokens, cached
+    tokens). `meta`, when given, receives the gateway's routing headers."""
     body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
@@ -204,6 +205,11 @@ def send(url, prompt, extra_headers=None):
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=600,
                       headers=extra_headers or {}) as r:
         r.raise_for_status()
+        if meta is not None:
+            for k in ("x-inferencecache-engine", "x-inferencecache-route",
+                      "x-inferencecache-reusable-tokens"):
+                if k in r.headers:
+                    meta[k] = r.headers[k]
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -328,13 +334,18 @@ def run_policy(name, engines, reqs, conc, ctx):
                 target, eng = e.url, e.url
             else:
                 target, eng = url, None
+            meta = {}
             try:
-                ttft, pt, ct = send(target, prompt)
+                ttft, pt, ct = send(target, prompt, meta=meta)
             finally:
                 if name == "hints":
                     hc.done(e)
+            if name == "gateway" and "x-inferencecache-reusable-tokens" in meta:
+                # The gateway's own claim: what it expected this engine to reuse.
+                hinted = int(meta["x-inferencecache-reusable-tokens"])
+                eng = meta.get("x-inferencecache-engine")
             res.add(i=i, sys=s, ttft=ttft, prompt=pt, cached=ct, hinted=hinted, engine=eng,
-                    lookup=cost)
+                    lookup=cost, route=meta.get("x-inferencecache-route"))
 
         with ThreadPoolExecutor(max_workers=conc) as ex:
             list(ex.map(one, enumerate(reqs)))
