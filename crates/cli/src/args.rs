@@ -388,43 +388,14 @@ fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
     }
 }
 
-/// Parses a Go-style duration: one or more `<number><unit>` parts with units
-/// ms, s, m, h (e.g. `90s`, `1h30m`). Zero is refused.
 /// `--ranking` values.
 fn parse_ranking(s: &str) -> Result<inferencecache_server::core::RankingMode, String> {
     inferencecache_server::core::RankingMode::parse(s)
         .ok_or_else(|| format!("unknown ranking {s:?}; expected ttft or contract"))
 }
 
-pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("{s:?} is not a duration; use e.g. 500ms, 90s, 30m or 1h30m");
-    let mut total = std::time::Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => std::time::Duration::from_millis(n),
-            "s" => std::time::Duration::from_secs(n),
-            "m" => std::time::Duration::from_secs(n * 60),
-            "h" => std::time::Duration::from_secs(n * 3600),
-            _ => return Err(bad()),
-        };
-        total += part;
-        rest = &rest[unit_len..];
-    }
-    if total.is_zero() {
-        return Err(format!("{s:?}: the duration must be positive"));
-    }
-    Ok(total)
-}
+/// Go-style durations (`90s`, `1h30m`), shared with the benchmark rigs.
+pub(crate) use inferencecache_control_api::duration::parse_duration;
 
 /// Accepts Go-style single-dash long flags (`-grpc-bind-address=:9090`), as
 /// existing manifests written for the reference server use them.

@@ -132,7 +132,10 @@ async fn lookup(server: &str) -> Option<(String, Vec<(String, i32)>)> {
             model_id: MODEL.into(),
             tenant_id: TEAM.into(),
             hash_scheme: "vllm".into(),
-            token_ids: (0..128).collect(),
+            // One token past the engine's 128 cached ones: the engine (and
+            // the default ranking) never reuses the block holding a
+            // prompt's last token.
+            token_ids: (0..129).collect(),
             ..Default::default()
         })
         .await

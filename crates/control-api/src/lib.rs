@@ -28,6 +28,7 @@
 /// enforce it.
 pub const PROBE_TENANT: &str = "inferencecache.io/probe";
 
+pub mod duration;
 pub mod listen;
 pub mod pd;
 pub mod policy;

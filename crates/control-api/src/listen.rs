@@ -29,6 +29,14 @@ impl std::fmt::Display for BadListenAddr {
 
 impl std::error::Error for BadListenAddr {}
 
+impl From<BadListenAddr> for std::io::Error {
+    /// For listeners whose bind errors are `io::Error`s: a bad value is
+    /// `InvalidInput`, reported like any other bind failure.
+    fn from(e: BadListenAddr) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+    }
+}
+
 /// Parses a listen address in any of the accepted forms.
 pub fn parse_listen_addr(value: &str) -> Result<SocketAddr, BadListenAddr> {
     let bad = || BadListenAddr {

@@ -89,12 +89,8 @@ pub async fn start(
             source,
         };
         // `:8090` (what the injected sidecar gets) is Go's "every interface".
-        let parsed = inferencecache_control_api::listen::parse_listen_addr(addr).map_err(|e| {
-            bind_err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                e.to_string(),
-            ))
-        })?;
+        let parsed = inferencecache_control_api::listen::parse_listen_addr(addr)
+            .map_err(|e| bind_err(e.into()))?;
         let listener = tokio::net::TcpListener::bind(parsed)
             .await
             .map_err(bind_err)?;

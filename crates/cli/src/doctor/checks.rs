@@ -18,8 +18,10 @@ use std::time::Duration;
 const PUBLIC_PORT: u16 = 8080;
 const CONTROL_PORT: u16 = 8081;
 
-/// Tokens of doctor's lookup: four 16-token blocks.
-const LOOKUP_TOKENS: std::ops::Range<u32> = 0..64;
+/// Tokens of doctor's lookup: four 16-token blocks and one token more, since
+/// the engine always recomputes a prompt's last token (so does the default
+/// ranking), and a prompt of exactly four blocks can reuse only three.
+const LOOKUP_TOKENS: std::ops::Range<u32> = 0..65;
 
 /// Everything doctor talks to, resolved from the flags.
 #[derive(Debug)]

@@ -83,12 +83,8 @@ impl WebhookServer {
             source,
         };
         // `:9443` (the default) is Go's "every interface".
-        let parsed = inferencecache_control_api::listen::parse_listen_addr(addr).map_err(|e| {
-            bind_err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                e.to_string(),
-            ))
-        })?;
+        let parsed = inferencecache_control_api::listen::parse_listen_addr(addr)
+            .map_err(|e| bind_err(e.into()))?;
         let listener = TcpListener::bind(parsed).await.map_err(bind_err)?;
         Ok(Self { listener, acceptor })
     }
