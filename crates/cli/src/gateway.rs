@@ -11,9 +11,7 @@ use inferencecache_gateway::{EmbeddedIndex, EngineSpec, Gateway, GatewayConfig, 
 use tokio_util::sync::CancellationToken;
 
 use crate::args::parse_duration;
-
-const EXIT_USAGE: u8 = 2;
-const EXIT_FAILURE: u8 = 1;
+use crate::runtime::{EXIT_FAILURE, EXIT_USAGE};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -193,15 +191,9 @@ pub(crate) fn run(args: GatewayArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime::multi_thread("gateway", None) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("inferencecache gateway: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_FAILURE);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,

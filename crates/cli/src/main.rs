@@ -9,6 +9,7 @@ mod doctor;
 mod gateway;
 mod logging;
 mod operator;
+mod runtime;
 mod serve;
 mod signals;
 mod simulate;

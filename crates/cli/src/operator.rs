@@ -223,15 +223,9 @@ fn config(a: OperatorArgs) -> OperatorConfig {
 
 /// Runs the operator until SIGINT/SIGTERM.
 pub(crate) fn run(args: OperatorArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime::multi_thread("operator", None) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("inferencecache operator: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         // Before "listening", so an early signal still shuts down cleanly.

@@ -8,10 +8,7 @@ use inferencecache_server::{ConfigError, Server, ServerConfig};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
-/// Exit code for flag errors (same as clap's usage errors).
-const EXIT_USAGE: u8 = 2;
-/// Exit code for runtime failures (bind, TLS files, listener errors).
-const EXIT_FAILURE: u8 = 1;
+use crate::runtime::{EXIT_FAILURE, EXIT_USAGE};
 
 /// Runs the server; returns the process exit code.
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
@@ -30,15 +27,9 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime::multi_thread("serve", None) {
         Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "serve_error");
-            return ExitCode::from(EXIT_FAILURE);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,9 +16,7 @@ use inferencecache_subscriber::{DecodeOptions, TransportConfig, parse_lora_adapt
 use tokio_util::sync::CancellationToken;
 
 use crate::args::parse_duration;
-
-const EXIT_USAGE: u8 = 2;
-const EXIT_FAILURE: u8 = 1;
+use crate::runtime::{EXIT_FAILURE, EXIT_USAGE};
 
 /// Shown after the flags in `--help`.
 const EXAMPLES: &str = "\
@@ -358,16 +356,9 @@ pub(crate) fn run(args: SubscribeArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime::multi_thread("subscribe", Some(2)) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("inferencecache subscribe: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_FAILURE);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
