@@ -295,19 +295,26 @@ impl Server {
         }
 
         {
-            let stop = stop.clone();
             let core = self.core.clone();
-            let period = self.sweep_interval;
+            let job = move || core.sweep();
+            let run = every(self.sweep_interval, stop.clone(), "index_sweep_failed", job);
             tasks.spawn(async move {
-                sweep_loop(core, period, stop).await;
+                run.await;
                 Ok(())
             });
         }
         {
-            let stop = stop.clone();
+            // Producers gone silent (`--producer-silence`), checked every second.
             let core = self.core.clone();
+            let job = move || core.withdraw_silent();
+            let run = every(
+                Duration::from_secs(1),
+                stop.clone(),
+                "silence_check_failed",
+                job,
+            );
             tasks.spawn(async move {
-                silence_loop(core, stop).await;
+                run.await;
                 Ok(())
             });
         }
@@ -398,9 +405,15 @@ async fn producer_gate(
         .map_err(ServeError::Producer)
 }
 
-/// Runs the TTL + cap sweep every `period` on the blocking pool (a sweep
-/// walks every shard; it must not occupy a runtime worker).
-async fn sweep_loop(core: Core, period: Duration, stop: CancellationToken) {
+/// Runs `job` on the blocking pool every `period` (the first time one period
+/// after start) until `stop`: the TTL + cap sweep walks every shard and the
+/// silence check may clear replicas, so neither may occupy a runtime worker.
+async fn every(
+    period: Duration,
+    stop: CancellationToken,
+    failed: &'static str,
+    job: impl Fn() + Clone + Send + 'static,
+) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -408,25 +421,8 @@ async fn sweep_loop(core: Core, period: Duration, stop: CancellationToken) {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let core = core.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || core.sweep()).await {
-            tracing::error!(error = %e, "index_sweep_failed");
-        }
-    }
-}
-
-/// Checks every second for producers gone silent (`--producer-silence`).
-async fn silence_loop(core: Core, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let core = core.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || core.withdraw_silent()).await {
-            tracing::error!(error = %e, "silence_check_failed");
+        if let Err(e) = tokio::task::spawn_blocking(job.clone()).await {
+            tracing::error!(error = %e, "{failed}");
         }
     }
 }
