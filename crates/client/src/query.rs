@@ -156,7 +156,7 @@ impl RouteInput {
     /// = none). Use this rather than [`RouteInput::chain_from_tokens`] when
     /// the tokens are the complete prompt the engine will see.
     pub fn chain_for_prompt(tokens: &[u32], block_size: usize, salt: &str) -> Self {
-        let reusable = &tokens[..tokens.len().saturating_sub(1)];
+        let reusable = inferencecache_fingerprint::reusable_prefix(tokens);
         let (hashes, token_counts) = crate::block_hashes_salted(reusable, block_size, salt);
         Self::BlockHashes {
             hashes,

@@ -133,6 +133,22 @@ fn full_blocks(tokens: &[u32], block_size: usize) -> std::slice::ChunksExact<'_,
     tokens.chunks_exact(block_size.max(1))
 }
 
+/// The part of a whole prompt whose full blocks an engine can serve from
+/// its prefix cache: every token but the last, which vLLM always recomputes
+/// (a prefix hit is capped at `num_tokens - 1`), so a block-aligned
+/// prompt's last block is never reused. The server, the SDK and the gateway
+/// all cut a prompt here.
+pub fn reusable_prefix(tokens: &[u32]) -> &[u32] {
+    &tokens[..tokens.len().saturating_sub(1)]
+}
+
+/// [`reusable_prefix`] as a count: the most of a `prompt_tokens`-token prompt
+/// an engine with `block_size`-token blocks can serve from cache.
+pub fn reusable_tokens(prompt_tokens: u64, block_size: u32) -> u64 {
+    let bs = u64::from(block_size.max(1));
+    (prompt_tokens.saturating_sub(1) / bs) * bs
+}
+
 /// Content hash of every full block.
 pub fn content_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
     full_blocks(tokens, block_size).map(content_hash).collect()

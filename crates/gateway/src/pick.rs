@@ -61,8 +61,7 @@ impl PickReason {
 
 /// The most of a `prompt_tokens`-token prompt vLLM can serve from cache.
 pub fn reusable_cap(prompt_tokens: u64, block_size: u32) -> u64 {
-    let bs = u64::from(block_size.max(1));
-    (prompt_tokens.saturating_sub(1) / bs) * bs
+    inferencecache_client::fingerprint::reusable_tokens(prompt_tokens, block_size)
 }
 
 fn rendezvous(seed: u64, id: &str) -> u64 {

@@ -132,7 +132,7 @@ impl Cut<'_> {
     /// The tokens whose full blocks the engine can reuse.
     fn reusable<'t>(&self, tokens: &'t [u32]) -> &'t [u32] {
         if self.reuse_rule {
-            &tokens[..tokens.len().saturating_sub(1)]
+            inferencecache_fingerprint::reusable_prefix(tokens)
         } else {
             tokens
         }
