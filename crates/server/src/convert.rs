@@ -146,3 +146,68 @@ pub fn stats_to_proto(s: &index::ReplicaStatsView) -> pb::ReplicaStats {
         t2_query_tokens: s.t2_query_tokens,
     }
 }
+
+/// Index cache state → `GetCacheStateResponse` (the summary is always set).
+pub fn cache_state_response(s: &index::CacheState) -> pb::GetCacheStateResponse {
+    pb::GetCacheStateResponse {
+        replicas: s.replicas.iter().map(stats_to_proto).collect(),
+        summary: Some(pb::CacheSummary {
+            total_prefixes: s.total_prefixes,
+            hot_prefixes: s.hot_prefixes,
+        }),
+    }
+}
+
+/// `LookupPdRouteRequest` → the PD router's question, borrowing every field.
+pub fn pd_request(r: &pb::LookupPdRouteRequest) -> crate::pd::PdRequest<'_> {
+    crate::pd::PdRequest {
+        tenant: &r.tenant_id,
+        model: &r.model_id,
+        prefix_hash: &r.prefix_hash,
+        prefix_token_count: r.prefix_token_count,
+        topology: &r.pd_topology_ref,
+    }
+}
+
+/// The PD router's pick → `LookupPdRouteResponse`.
+pub fn pd_response(p: crate::pd::PdPick) -> pb::LookupPdRouteResponse {
+    pb::LookupPdRouteResponse {
+        prefill_replica_id: p.prefill,
+        decode_replica_id: p.decode,
+        transport_hint: p.transport,
+        reason_code: p.reason.as_str().to_owned(),
+    }
+}
+
+/// `RenderTemplateRequest` → the template store's question.
+pub fn render_request(r: &pb::RenderTemplateRequest) -> crate::templates::RenderRequest<'_> {
+    crate::templates::RenderRequest {
+        template: &r.template_ref,
+        variables: &r.variables,
+    }
+}
+
+/// A render outcome → `RenderTemplateResponse`.
+pub fn render_response(o: crate::templates::RenderOutcome) -> pb::RenderTemplateResponse {
+    use crate::templates::RenderOutcome;
+    let reason_code = o.reason().as_str().to_owned();
+    match o {
+        RenderOutcome::NotFound => pb::RenderTemplateResponse {
+            reason_code,
+            ..Default::default()
+        },
+        RenderOutcome::Rendered { template, rendered } => pb::RenderTemplateResponse {
+            stable_prefix_hash: rendered.stable_prefix_hash(),
+            rendered_prompt: rendered.prompt.into_bytes(),
+            tenant_namespace: template.namespace().as_bytes().to_vec(),
+            reason_code,
+            template_revision: template.revision().to_owned(),
+        },
+        RenderOutcome::Failed { template } => pb::RenderTemplateResponse {
+            reason_code,
+            template_revision: template.revision().to_owned(),
+            tenant_namespace: template.namespace().as_bytes().to_vec(),
+            ..Default::default()
+        },
+    }
+}

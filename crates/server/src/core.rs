@@ -6,7 +6,6 @@ use crate::events::EventHub;
 use crate::metrics::Metrics;
 use crate::policy::PolicyStore;
 use crate::route::LookupPipeline;
-use inferencecache_control_api::PROBE_TENANT;
 pub use inferencecache_index::RankingMode;
 use inferencecache_index::{
     CacheEvent, CacheUpdate, Clock, EventKind, EvictionCounts, Index, IndexConfig, SystemClock,
@@ -68,8 +67,6 @@ pub struct Core {
     pub lanes: crate::ingest_lane::IngestLanes,
     /// Named `/readyz` blockers (e.g. the bus catching up).
     pub readiness: crate::readiness::Readiness,
-    /// Bus mode: the relay that publishes gRPC-received updates.
-    pub bus: Arc<std::sync::OnceLock<crate::replicate::BusRelay>>,
     /// Engine block sizes producers report (lookups by tokens use them).
     pub block_sizes: crate::block_size::BlockSizes,
     /// When each heartbeating producer last reported.
@@ -119,7 +116,7 @@ impl Core {
                 .max_entries(settings.max_entries)
                 .max_replicas(settings.max_replicas)
                 .default_ttl(settings.default_ttl)
-                .reserved_tenants([PROBE_TENANT])
+                .reserved_tenants(crate::reserved_tenant::RESERVED_TENANTS)
                 .clock(clock)
                 .policy(Arc::new(policies.clone()))
                 .observer(Arc::new(events.clone()))
@@ -156,7 +153,6 @@ impl Core {
             limits: crate::limits::Limits::default(),
             lanes: crate::ingest_lane::IngestLanes::new(crate::ingest_lane::default_lanes()),
             readiness: crate::readiness::Readiness::default(),
-            bus: Arc::default(),
             block_sizes,
             liveness,
         }
@@ -229,11 +225,6 @@ impl Core {
         self
     }
 
-    /// The bus relay, in bus mode.
-    pub fn bus(&self) -> Option<&crate::replicate::BusRelay> {
-        self.bus.get()
-    }
-
     /// Ingests one update (the probe tenant is refused by the caller).
     /// Returns false when the index refused it whole (replica limit).
     pub fn ingest(&self, update: &CacheUpdate) -> bool {
@@ -284,12 +275,9 @@ impl Core {
     }
 
     /// Withdraws the replicas whose heartbeating producer went silent
-    /// (`ALL_CLEARED` for each; in bus mode the replicas share one stream,
-    /// so this is left to the producers' own clears).
+    /// (`ALL_CLEARED` for each). Not called in bus mode: the replicas share
+    /// one stream, so this is left to the producers' own clears.
     pub fn withdraw_silent(&self) {
-        if self.bus().is_some() {
-            return;
-        }
         for (tenant_id, model_id, replica_id) in
             self.liveness.newly_silent(std::time::Instant::now())
         {
@@ -303,6 +291,15 @@ impl Core {
                 adapter_id: String::new(),
             });
         }
+    }
+
+    /// GetCacheState: replica stats and prefix counts of (tenant, model);
+    /// empty for the reserved tenant.
+    pub fn cache_state(&self, tenant: &str, model: &str) -> inferencecache_index::CacheState {
+        if crate::reserved_tenant::is_reserved(tenant) {
+            return inferencecache_index::CacheState::default();
+        }
+        self.index.cache_state(tenant, model)
     }
 
     /// One TTL + cap sweep.

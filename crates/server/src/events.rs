@@ -8,7 +8,7 @@
 //! removes its own entries) are never published: no watcher, filtered or
 //! not, sees them.
 
-use inferencecache_control_api::PROBE_TENANT;
+use crate::reserved_tenant::is_reserved;
 use inferencecache_index::{EventKind, IndexObserver, PrefixChange, RemovalReason};
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -73,7 +73,7 @@ impl EventHub {
 
     fn publish(&self, tenant: &str, make: impl FnOnce() -> FeedEvent) {
         // No subscriber: build nothing. The probe tenant is never shown.
-        if self.tx.receiver_count() > 0 && tenant != PROBE_TENANT {
+        if self.tx.receiver_count() > 0 && !is_reserved(tenant) {
             let _ = self.tx.send(make());
         }
     }

@@ -7,6 +7,7 @@
 //! the message is refused before it is buffered; tonic surfaces a body error
 //! that is a `Status` unchanged.
 
+use crate::grpc_error::GrpcError;
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use prometheus_client::metrics::counter::Counter;
@@ -154,10 +155,11 @@ impl Body for LimitedBody {
         if let Some(data) = frame.data_ref() {
             if let Err(len) = this.scan.feed(data.chunk()) {
                 this.refused.inc();
-                return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
-                    "request message too large: {len} bytes; the limit is {} (--max-grpc-message-bytes)",
-                    this.scan.max
-                )))));
+                return Poll::Ready(Some(Err(GrpcError::MessageTooLarge {
+                    len,
+                    max: this.scan.max,
+                }
+                .into())));
             }
         }
         Poll::Ready(Some(Ok(frame)))

@@ -36,6 +36,12 @@ pub struct HttpState {
     pub auth: Option<Arc<ControlAuthenticators>>,
     /// Time a handler waits for a complete request body (`--http-body-timeout`).
     pub body_timeout: std::time::Duration,
+    /// The status page's feed metrics.
+    pub ui: Arc<crate::ui::UiMetrics>,
+    /// The bus relay, in bus mode (the status page shows the bus).
+    pub relay: Option<crate::replicate::BusRelay>,
+    /// Producer identities and their counters (`/snapshot` lists them).
+    pub producers: Arc<crate::producer::ProducerMetrics>,
 }
 
 /// One authenticator per control endpoint (own cache, own counter).
@@ -310,6 +316,7 @@ async fn snapshot(
 ) -> Result<Response, HttpError> {
     snapshot_read_gate(&state, &method, &headers).await?;
     let core = state.core.clone();
+    let producers = Arc::clone(&state.producers);
     let built = tokio::task::spawn_blocking(move || {
         let snap = core.index.snapshot();
         let mut body = with_stores(
@@ -317,7 +324,7 @@ async fn snapshot(
             &core.templates.current(),
             &core.pd_topologies.current(),
         );
-        body.producers = core.metrics.producers.snapshot();
+        body.producers = producers.snapshot();
         serde_json::to_vec(&body)
     })
     .await;

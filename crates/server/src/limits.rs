@@ -18,6 +18,7 @@
 //!
 //! Every refusal is counted in `inferencecache_requests_rejected_total{reason}`.
 
+use crate::grpc_error::GrpcError;
 pub use inferencecache_index::DEFAULT_MAX_REPLICAS;
 use inferencecache_proto::v1alpha1::{CacheEvent, CacheStateUpdate};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -26,7 +27,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
-use tonic::Status;
 
 /// Default `--max-id-bytes`: Kubernetes names are at most 253 bytes; model
 /// ids such as `Qwen/Qwen3-8B` are far shorter.
@@ -98,39 +98,39 @@ impl Default for Limits {
 }
 
 impl Limits {
-    fn id(&self, field: &str, value: &str) -> Result<(), Status> {
+    fn id(&self, field: &str, value: &str) -> Result<(), GrpcError> {
         if self.max_id_bytes > 0 && value.len() > self.max_id_bytes {
-            return Err(Status::invalid_argument(format!(
-                "{field} is {} bytes; the limit is {} (--max-id-bytes)",
-                value.len(),
-                self.max_id_bytes
-            )));
+            return Err(GrpcError::FieldTooLong {
+                field: field.to_owned(),
+                len: value.len(),
+                max: self.max_id_bytes,
+                flag: "--max-id-bytes",
+            });
         }
         Ok(())
     }
 
-    fn hash(&self, field: &str, value: &[u8]) -> Result<(), Status> {
+    fn hash(&self, field: &str, value: &[u8]) -> Result<(), GrpcError> {
         if self.max_hash_bytes > 0 && value.len() > self.max_hash_bytes {
-            return Err(Status::invalid_argument(format!(
-                "{field} is {} bytes; the limit is {} (--max-hash-bytes)",
-                value.len(),
-                self.max_hash_bytes
-            )));
+            return Err(GrpcError::FieldTooLong {
+                field: field.to_owned(),
+                len: value.len(),
+                max: self.max_hash_bytes,
+                flag: "--max-hash-bytes",
+            });
         }
         Ok(())
     }
 
-    fn replica(&self, replica_id: &str) -> Result<(), Status> {
+    fn replica(&self, replica_id: &str) -> Result<(), GrpcError> {
         if replica_id.is_empty() && !self.accept_empty_replica_id {
-            return Err(Status::invalid_argument(
-                "replica_id is empty; every report must name its replica",
-            ));
+            return Err(GrpcError::EmptyReplicaId);
         }
         self.id("replica_id", replica_id)
     }
 
     /// Checks one ReportCacheState message.
-    pub fn check_update(&self, u: &CacheStateUpdate) -> Result<(), Status> {
+    pub fn check_update(&self, u: &CacheStateUpdate) -> Result<(), GrpcError> {
         self.replica(&u.replica_id)?;
         self.id("tenant_id", &u.tenant_id)?;
         self.id("model_id", &u.model_id)?;
@@ -157,7 +157,7 @@ impl Limits {
     }
 
     /// Checks one PublishEvent.
-    pub fn check_event(&self, e: &CacheEvent) -> Result<(), Status> {
+    pub fn check_event(&self, e: &CacheEvent) -> Result<(), GrpcError> {
         self.replica(&e.replica_id)?;
         self.id("tenant_id", &e.tenant_id)?;
         self.id("model_id", &e.model_id)?;
@@ -261,8 +261,8 @@ mod tests {
         }
     }
 
-    fn message(r: Result<(), Status>) -> String {
-        let s = r.expect_err("must be refused");
+    fn message(r: Result<(), GrpcError>) -> String {
+        let s = tonic::Status::from(r.expect_err("must be refused"));
         assert_eq!(s.code(), tonic::Code::InvalidArgument);
         s.message().to_owned()
     }

@@ -27,14 +27,7 @@ pub struct LookupLabels {
     pub hint_used: String,
 }
 
-/// Labels of `inferencecache_policy_updates_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PolicyUpdateLabels {
-    /// "http" (a /policy push) or "file" (--policy-file).
-    pub source: String,
-    /// "applied" or "rejected".
-    pub result: String,
-}
+pub use crate::store_metrics::PolicyUpdateLabels;
 
 /// Labels of `inferencecache_tenant_evictions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -97,15 +90,17 @@ struct ModelSeries {
     latency: Histogram,
 }
 
-/// Every metric the server exposes, registered in one registry.
+/// The server-wide metrics (LookupRoute, ingest, index, policy) and the
+/// domain's own families, registered in one registry that also holds the
+/// edge subsystems' families (producer gate, bus, status page): those
+/// register themselves through [`Metrics::with_subsystems`] and keep their
+/// handles, so this module depends on no edge module.
 pub struct Metrics {
     registry: Registry,
     /// Resource limits: refusals, shed lookups, replica and tokenizer gauges.
     pub limits: crate::limits::LimitMetrics,
     /// The prompt_text prefix caches.
     pub tokenize_prefix: crate::tokenize_prefix::PrefixCacheMetrics,
-    /// Bus (active-active replicas) and warm-restart metrics.
-    pub replication: crate::replicate::metrics::ReplicationMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// `lookup_route_latency` alone, for [`Metrics::lookup_totals`].
     latency_view: Registry,
@@ -151,10 +146,6 @@ pub struct Metrics {
     pub routing: crate::routing_metrics::RoutingMetrics,
     /// Template and PD-topology stores, RenderTemplate and LookupPDRoute.
     pub stores: crate::store_metrics::StoreMetrics,
-    /// Producer identities: auth outcomes, refusals, last seen (issue 19).
-    pub producers: crate::producer::status::ProducerMetrics,
-    /// The status page's live feed (`/ui/events`).
-    pub ui: crate::ui::UiMetrics,
     /// Engine block sizes learned from producers.
     pub block_size: crate::block_size::BlockSizeMetrics,
     /// Replicas withdrawn because their producer went silent.
@@ -174,8 +165,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
+    /// Creates and registers the server-wide metrics (no edge subsystem:
+    /// tests and embedders that serve no edge use this).
     pub fn new() -> Self {
+        Self::with_subsystems(|_| ()).0
+    }
+
+    /// Creates and registers the server-wide metrics, then lets `subsystems`
+    /// register their own families in the same registry (one `/metrics`,
+    /// one StreamMetrics) and returns what it built with them.
+    pub fn with_subsystems<T>(subsystems: impl FnOnce(&mut Registry) -> T) -> (Self, T) {
         let mut registry = Registry::default();
         let server_up = Gauge::default();
         let grpc_tls_enabled = Gauge::default();
@@ -301,17 +300,14 @@ impl Metrics {
         limits.register(&mut registry);
         let tokenize_prefix = crate::tokenize_prefix::PrefixCacheMetrics::default();
         tokenize_prefix.register(&mut registry);
-        let replication = crate::replicate::metrics::ReplicationMetrics::register(&mut registry);
-        let producers = crate::producer::status::ProducerMetrics::register(&mut registry);
-        let ui = crate::ui::UiMetrics::register(&mut registry);
+        let edge = subsystems(&mut registry);
         let block_size = crate::block_size::BlockSizeMetrics::register(&mut registry);
         let liveness = crate::liveness::LivenessMetrics::register(&mut registry);
         let index_gauges = Arc::new(crate::index_gauges::IndexGauges::default());
         registry.register_collector(Box::new(Arc::clone(&index_gauges)));
-        Self {
+        let metrics = Self {
             routing,
             stores,
-            ui,
             block_size,
             liveness,
             registry,
@@ -319,8 +315,6 @@ impl Metrics {
             index_gauges,
             limits,
             tokenize_prefix,
-            replication,
-            producers,
             snapshot_auth,
             policy_auth,
             probe_auth,
@@ -340,7 +334,8 @@ impl Metrics {
             grpc_tls_enabled,
             lookup_route_calls,
             lookup_route_latency,
-        }
+        };
+        (metrics, edge)
     }
 
     /// Records one LookupRoute call.

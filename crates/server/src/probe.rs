@@ -3,7 +3,7 @@
 //! the low-level lookup and the routing lookup both find it, then clear it.
 //! Runs in process, bypassing the gRPC guards that hide the probe tenant.
 
-use inferencecache_control_api::PROBE_TENANT;
+use crate::reserved_tenant::PROBE_TENANT;
 use inferencecache_index::{
     CacheEvent, CacheUpdate, EventKind, Index, LookupRequest, PrefixEntry, ReplicaStatsReport,
     Strategy, Tier,

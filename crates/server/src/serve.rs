@@ -47,9 +47,28 @@ pub struct Server {
     tls: Option<TlsAcceptor>,
     replication: crate::replicate::Replication,
     producers: Option<Arc<crate::producer::Gate>>,
+    edge: EdgeMetrics,
     grpc: TcpListener,
     http: TcpListener,
     control: TcpListener,
+}
+
+/// The edge subsystems' own metrics: each registers its families in the
+/// server's registry at construction and keeps its handle here.
+struct EdgeMetrics {
+    producers: Arc<crate::producer::ProducerMetrics>,
+    replication: Arc<crate::replicate::ReplicationMetrics>,
+    ui: Arc<crate::ui::UiMetrics>,
+}
+
+impl EdgeMetrics {
+    fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
+        Self {
+            replication: Arc::new(crate::replicate::ReplicationMetrics::register(registry)),
+            producers: Arc::new(crate::producer::ProducerMetrics::register(registry)),
+            ui: Arc::new(crate::ui::UiMetrics::register(registry)),
+        }
+    }
 }
 
 async fn bind(
@@ -90,7 +109,8 @@ impl Server {
         clock: Arc<dyn inferencecache_index::Clock>,
     ) -> Result<Self, ServeError> {
         let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
-        let metrics = Arc::new(Metrics::new());
+        let (metrics, edge) = Metrics::with_subsystems(EdgeMetrics::register);
+        let metrics = Arc::new(metrics);
         metrics.grpc_tls_enabled.set(i64::from(tls.is_some()));
         let policies = PolicyStore::new();
         let policy_file = match &config.policy_file {
@@ -146,9 +166,13 @@ impl Server {
             ),
             None => None,
         };
-        let replication =
-            crate::replicate::Replication::start(&core, config.bus.clone(), config.state.clone())
-                .await?;
+        let replication = crate::replicate::Replication::start(
+            &core,
+            config.bus.clone(),
+            config.state.clone(),
+            Arc::clone(&edge.replication),
+        )
+        .await?;
         let auth = match &config.control_auth {
             ControlAuth::TokenReview {
                 allowed_sa,
@@ -171,10 +195,11 @@ impl Server {
             }
             ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,
         };
-        let producers = producer_gate(config, &metrics).await?;
+        let producers = producer_gate(config, &edge.producers).await?;
         Ok(Self {
             auth,
             producers,
+            edge,
             core,
             sweep_interval: config.index.sweep_interval,
             metrics_interval: config.stream_metrics_interval,
@@ -234,12 +259,16 @@ impl Server {
             prober: crate::probe::Prober::default(),
             auth: self.auth,
             body_timeout: self.core.limits.http_body_timeout,
+            ui: Arc::clone(&self.edge.ui),
+            relay: replication.relay().cloned(),
+            producers: Arc::clone(&self.edge.producers),
         };
         let limits = self.core.limits;
         let oversize = self.core.metrics.limits.counter("oversize");
         let grpc = crate::grpc::router(
             InferenceCacheService::new(self.core.clone(), stop.clone(), self.metrics_interval)
-                .with_producers(self.producers),
+                .with_producers(self.producers)
+                .with_relay(replication.relay().cloned()),
             limits.max_grpc_message_bytes,
             oversize,
         )
@@ -303,8 +332,10 @@ impl Server {
                 Ok(())
             });
         }
-        {
-            // Producers gone silent (`--producer-silence`), checked every second.
+        if replication.relay().is_none() {
+            // Producers gone silent (`--producer-silence`), checked every
+            // second. Not in bus mode: the replicas share one stream, so a
+            // silent producer is left to its own clears.
             let core = self.core.clone();
             let job = move || core.withdraw_silent();
             let run = every(
@@ -383,7 +414,7 @@ fn spawn_watcher<R: Reloadable>(
 /// The producer/consumer gate, or `None` when nothing is checked (issue 19).
 async fn producer_gate(
     config: &ServerConfig,
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<crate::producer::ProducerMetrics>,
 ) -> Result<Option<Arc<crate::producer::Gate>>, ServeError> {
     let p = &config.producer;
     if p.is_open() {

@@ -1,16 +1,17 @@
 //! The `InferenceCache` gRPC service. Handlers are thin: proto in, domain call
 //! on [`Core`], proto out.
 
-use crate::convert::{event_from_proto, stats_to_proto, update_from_proto};
+use crate::convert::{self, event_from_proto, update_from_proto};
 use crate::core::Core;
 use crate::events::EventFilter;
+use crate::grpc_error::GrpcError;
 use crate::metrics::Metrics;
+use crate::reserved_tenant::is_reserved;
 use crate::route::parse_grpc_timeout;
 use futures::{FutureExt, Stream, StreamExt};
-use inferencecache_control_api::PROBE_TENANT;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCache;
 use inferencecache_proto::v1alpha1::{
-    Ack, CacheEvent, CacheStateUpdate, CacheSummary, GetCacheStateRequest, GetCacheStateResponse,
+    Ack, CacheEvent, CacheStateUpdate, GetCacheStateRequest, GetCacheStateResponse,
     LookupPdRouteRequest, LookupPdRouteResponse, LookupRouteRequest, LookupRouteResponse, Metric,
     RenderTemplateRequest, RenderTemplateResponse, StreamEventsRequest, StreamMetricsRequest,
 };
@@ -28,8 +29,7 @@ const REPORT_WINDOW: usize = 64;
 /// A boxed server stream.
 type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-/// Default period of StreamMetrics samples.
-pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(1);
+pub use crate::config::DEFAULT_METRICS_INTERVAL;
 
 /// The service implementation.
 #[derive(Debug, Clone)]
@@ -40,6 +40,8 @@ pub struct InferenceCacheService {
     /// Producer/consumer checks; `None` = `--producer-auth none` without
     /// `--consumer-auth` (nothing checked).
     producers: Option<Arc<crate::producer::Gate>>,
+    /// Bus mode: report and publish go to the stream, not the index.
+    relay: Option<crate::replicate::BusRelay>,
 }
 
 impl InferenceCacheService {
@@ -50,6 +52,7 @@ impl InferenceCacheService {
             stop,
             metrics_interval,
             producers: None,
+            relay: None,
         }
     }
 
@@ -60,8 +63,16 @@ impl InferenceCacheService {
         self
     }
 
+    /// Bus mode: `ReportCacheState` and `PublishEvent` publish to the
+    /// stream through `relay` (every replica applies it) instead of applying.
+    #[must_use]
+    pub fn with_relay(mut self, relay: Option<crate::replicate::BusRelay>) -> Self {
+        self.relay = relay;
+        self
+    }
+
     /// With `--consumer-auth`, refuses a read RPC without a valid token.
-    async fn consumer_check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    async fn consumer_check<T>(&self, request: &Request<T>) -> Result<(), GrpcError> {
         match &self.producers {
             Some(g) => g.consumer(request).await,
             None => Ok(()),
@@ -71,11 +82,10 @@ impl InferenceCacheService {
 
 /// RESOURCE_EXHAUSTED for an update from a new replica past the limit.
 fn replica_limit_status(core: &Core) -> Status {
-    Status::resource_exhausted(format!(
-        "the index already tracks {} replicas, its limit (--index-max-replicas); \
-         replicas that hold nothing and report nothing are released by the sweep",
-        core.index.max_replicas()
-    ))
+    GrpcError::ReplicaLimit {
+        max: core.index.max_replicas(),
+    }
+    .into()
 }
 
 fn ack() -> Response<Ack> {
@@ -112,11 +122,13 @@ impl InferenceCache for InferenceCacheService {
         request: Request<RenderTemplateRequest>,
     ) -> Result<Response<RenderTemplateResponse>, Status> {
         self.consumer_check(&request).await?;
-        Ok(Response::new(crate::templates::render_template(
+        let req = request.get_ref();
+        let out = crate::templates::render_template(
             &self.core.templates,
             &self.core.metrics,
-            request.get_ref(),
-        )))
+            &convert::render_request(req),
+        );
+        Ok(Response::new(convert::render_response(out)))
     }
 
     async fn lookup_route(
@@ -130,8 +142,7 @@ impl InferenceCache for InferenceCacheService {
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout);
         let resp =
-            crate::convert::lookup_route(&self.core.pipeline, request.get_ref(), caller_timeout)
-                .await;
+            convert::lookup_route(&self.core.pipeline, request.get_ref(), caller_timeout).await;
         Ok(Response::new(resp))
     }
 
@@ -140,9 +151,11 @@ impl InferenceCache for InferenceCacheService {
         request: Request<LookupPdRouteRequest>,
     ) -> Result<Response<LookupPdRouteResponse>, Status> {
         self.consumer_check(&request).await?;
-        Ok(Response::new(
-            self.core.pd_router().route(request.get_ref()),
-        ))
+        let pick = self
+            .core
+            .pd_router()
+            .route(&convert::pd_request(request.get_ref()));
+        Ok(Response::new(convert::pd_response(pick)))
     }
 
     async fn get_cache_state(
@@ -151,20 +164,8 @@ impl InferenceCache for InferenceCacheService {
     ) -> Result<Response<GetCacheStateResponse>, Status> {
         self.consumer_check(&request).await?;
         let req = request.get_ref();
-        if req.tenant_id == PROBE_TENANT {
-            return Ok(Response::new(GetCacheStateResponse {
-                replicas: Vec::new(),
-                summary: Some(CacheSummary::default()),
-            }));
-        }
-        let state = self.core.index.cache_state(&req.tenant_id, &req.model_id);
-        Ok(Response::new(GetCacheStateResponse {
-            replicas: state.replicas.iter().map(stats_to_proto).collect(),
-            summary: Some(CacheSummary {
-                total_prefixes: state.total_prefixes,
-                hot_prefixes: state.hot_prefixes,
-            }),
-        }))
+        let state = self.core.cache_state(&req.tenant_id, &req.model_id);
+        Ok(Response::new(convert::cache_state_response(&state)))
     }
 
     async fn report_cache_state(
@@ -184,7 +185,7 @@ impl InferenceCache for InferenceCacheService {
         // producer's tenant scope and rate (PERMISSION_DENIED skips the
         // update; the stream goes on for the entitled tenants and ends with
         // the first refusal instead of an Ack).
-        let check = |u: &CacheStateUpdate| -> Result<(), Status> {
+        let check = |u: &CacheStateUpdate| -> Result<(), GrpcError> {
             self.core.limits.check_update(u).inspect_err(|_| {
                 self.core.metrics.limits.reject("invalid_argument");
             })?;
@@ -197,12 +198,12 @@ impl InferenceCache for InferenceCacheService {
             }
             Ok(())
         };
-        if let Some(bus) = self.core.bus() {
+        if let Some(bus) = &self.relay {
             return bus
                 .report_stream(request.into_inner(), &self.stop, check)
                 .await;
         }
-        let mut denied: Option<Status> = None;
+        let mut denied: Option<GrpcError> = None;
         let mut stream = request.into_inner();
         // Each message is ingested as it arrives; a broken stream returns its
         // error without an Ack, but what it delivered stays ingested. A
@@ -223,9 +224,7 @@ impl InferenceCache for InferenceCacheService {
                 None => {
                     let next = tokio::select! {
                         () = self.stop.cancelled() => {
-                            return Err(Status::unavailable(
-                                "server shutting down: reconnect and re-report",
-                            ));
+                            return Err(GrpcError::ShuttingDown.into());
                         }
                         next = stream.message() => next?,
                     };
@@ -238,7 +237,7 @@ impl InferenceCache for InferenceCacheService {
             let mut broken: Option<Status> = None;
             let mut item = Some(first);
             while let Some(update) = item.take() {
-                if update.tenant_id != PROBE_TENANT {
+                if !is_reserved(&update.tenant_id) {
                     match crate::producer::admit_update(check(&update), &mut denied) {
                         Ok(true) => {
                             if self.core.liveness.report(
@@ -247,18 +246,15 @@ impl InferenceCache for InferenceCacheService {
                                 &update.replica_id,
                                 update.block_size > 0,
                             ) {
-                                broken = Some(Status::unavailable(
-                                    "this replica's producer was silent past --producer-silence and \
-                                     its blocks were withdrawn: reconnect and re-report the full state",
-                                ));
+                                broken = Some(GrpcError::ProducerSilent.into());
                                 break;
                             }
                             self.core.block_sizes.learn(&update);
                             window.push(update_from_proto(update));
                         }
                         Ok(false) => {}
-                        Err(s) => {
-                            broken = Some(s);
+                        Err(e) => {
+                            broken = Some(e.into());
                             break;
                         }
                     }
@@ -282,7 +278,7 @@ impl InferenceCache for InferenceCacheService {
             }
         }
         match denied {
-            Some(s) => Err(s),
+            Some(e) => Err(e.into()),
             None => Ok(ack()),
         }
     }
@@ -294,18 +290,18 @@ impl InferenceCache for InferenceCacheService {
             None => None,
         };
         let event = request.into_inner();
-        if event.tenant_id == PROBE_TENANT {
+        if is_reserved(&event.tenant_id) {
             return Ok(ack());
         }
-        if let Err(status) = self.core.limits.check_event(&event) {
+        if let Err(e) = self.core.limits.check_event(&event) {
             self.core.metrics.limits.reject("invalid_argument");
-            return Err(status);
+            return Err(e.into());
         }
         if let (Some(g), Some(c)) = (gate, &caller) {
             g.admit(c, &event.tenant_id, 1)?;
         }
-        if let Some(bus) = self.core.bus() {
-            return bus.publish_event(event);
+        if let Some(bus) = &self.relay {
+            return Ok(bus.publish_event(event)?);
         }
         let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
             .map_or("UNKNOWN", |t| t.as_str_name());
@@ -348,7 +344,7 @@ impl InferenceCache for InferenceCacheService {
                     };
                     match next {
                         Ok(e) if filter.matches(&e) => {
-                            let e = crate::convert::feed_event_to_proto(&e);
+                            let e = convert::feed_event_to_proto(&e);
                             return Some((Ok(e), Some((rx, filter, stop, guard, metrics))));
                         }
                         Ok(_) => {}
@@ -358,11 +354,7 @@ impl InferenceCache for InferenceCacheService {
                                 .stream_lagged
                                 .get_or_create(&Metrics::type_label("events"))
                                 .inc();
-                            let status = Status::resource_exhausted(format!(
-                                "event stream subscriber fell {n} events behind the index and was \
-                                 disconnected; reconnect, read faster, or narrow the filter \
-                                 (model_id, tenant_id, types)"
-                            ));
+                            let status = GrpcError::SubscriberLagged { behind: n }.into();
                             return Some((Err(status), None));
                         }
                     }
@@ -396,7 +388,7 @@ impl InferenceCache for InferenceCacheService {
                     .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
                 let batch: Vec<Metric> = crate::sampler::samples(&metrics.families(), &names)
                     .into_iter()
-                    .map(|m| crate::convert::sample_to_proto(m, now_us))
+                    .map(|m| convert::sample_to_proto(m, now_us))
                     .collect();
                 Some((batch, (tick, names, metrics, stop, guard)))
             },

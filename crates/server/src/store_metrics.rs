@@ -2,12 +2,21 @@
 //! serve (RenderTemplate, LookupPDRoute). Registered by [`crate::metrics::Metrics`].
 
 use crate::auth::ResultLabel;
-use crate::metrics::PolicyUpdateLabels;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+/// Labels of `inferencecache_policy_updates_total` and of the template and
+/// topology update counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyUpdateLabels {
+    /// "http" (a push) or "file" (a file or directory flag).
+    pub source: String,
+    /// "applied" or "rejected".
+    pub result: String,
+}
 
 /// A single `reason_code` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

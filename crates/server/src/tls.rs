@@ -3,8 +3,8 @@
 //! rotation is picked up by the next connection; a bad new pair is logged and
 //! the last good one keeps serving), and optional mTLS against a client CA.
 
-use crate::config::TlsFiles;
 use crate::error::ServeError;
+use crate::listen::TlsFiles;
 use crate::write_coalesce::CoalescedWrites;
 use futures::Stream;
 use rustls::crypto::CryptoProvider;

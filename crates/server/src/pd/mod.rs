@@ -36,10 +36,9 @@ pub use source::{PD_TOPOLOGY_FILE, decode_pd_topologies_json, load_pd_topology_f
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
 use crate::policy::PolicyStore;
-use inferencecache_control_api::PROBE_TENANT;
+use crate::reserved_tenant::is_reserved;
 use inferencecache_index::{Index, LookupRequest, affinity_index};
 use inferencecache_proto::Reason;
-use inferencecache_proto::v1alpha1::{LookupPdRouteRequest, LookupPdRouteResponse};
 
 /// One topology, validated: pools sorted byte-wise and deduplicated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +58,46 @@ pub struct Topology {
 /// The loaded topologies, by `namespace/name`.
 pub type PdTopologyStore = NamedStore<Topology>;
 
+/// One LookupPDRoute question (`convert` borrows it from the wire request).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PdRequest<'a> {
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Model.
+    pub model: &'a str,
+    /// The prompt's prefix hash (any scheme the tenant/model is served under).
+    pub prefix_hash: &'a [u8],
+    /// Tokens the prefix covers.
+    pub prefix_token_count: i32,
+    /// `namespace/name` of the topology.
+    pub topology: &'a str,
+}
+
+/// LookupPDRoute's answer: a prefill and a decode replica, or none
+/// (`NO_HINT`, fail-open: empty ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdPick {
+    /// The prefill replica (empty with `NO_HINT`).
+    pub prefill: String,
+    /// The decode replica (empty with `NO_HINT`).
+    pub decode: String,
+    /// The topology's KV transport (empty with `NO_HINT`).
+    pub transport: String,
+    /// `PREFIX_MATCH`, `AFFINITY_HINT` or `NO_HINT`.
+    pub reason: Reason,
+}
+
+impl PdPick {
+    fn no_hint() -> Self {
+        Self {
+            prefill: String::new(),
+            decode: String::new(),
+            transport: String::new(),
+            reason: Reason::NoHint,
+        }
+    }
+}
+
 /// What LookupPDRoute reads.
 #[derive(Debug, Clone, Copy)]
 pub struct PdRouter<'a> {
@@ -74,12 +113,8 @@ pub struct PdRouter<'a> {
 
 /// Among `pool`, the least-loaded replicas; ties broken by the affinity
 /// rule over the byte-sorted tied set.
-fn least_loaded<'p>(
-    index: &Index,
-    req: &LookupPdRouteRequest,
-    pool: &[&'p str],
-) -> Option<&'p str> {
-    let loads = index.replica_pressures(&req.tenant_id, &req.model_id, pool);
+fn least_loaded<'p>(index: &Index, req: &PdRequest<'_>, pool: &[&'p str]) -> Option<&'p str> {
+    let loads = index.replica_pressures(req.tenant, req.model, pool);
     let min = loads.iter().copied().fold(f32::INFINITY, f32::min);
     let mut tied: Vec<&str> = pool
         .iter()
@@ -89,28 +124,26 @@ fn least_loaded<'p>(
         .collect();
     tied.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
     tied.dedup();
-    tied.get(affinity_index(&req.prefix_hash, tied.len()))
+    tied.get(affinity_index(req.prefix_hash, tied.len()))
         .copied()
 }
 
 impl PdRouter<'_> {
     /// Answers one LookupPDRoute (counted by reason).
-    pub fn route(&self, req: &LookupPdRouteRequest) -> LookupPdRouteResponse {
-        let resp = self.pick(req);
-        self.metrics.stores.lookup_pd_route_call(&resp.reason_code);
-        resp
+    pub fn route(&self, req: &PdRequest<'_>) -> PdPick {
+        let pick = self.pick(req);
+        self.metrics
+            .stores
+            .lookup_pd_route_call(pick.reason.as_str());
+        pick
     }
 
-    fn pick(&self, req: &LookupPdRouteRequest) -> LookupPdRouteResponse {
-        let no_hint = || LookupPdRouteResponse {
-            reason_code: Reason::NoHint.as_str().into(),
-            ..Default::default()
-        };
-        if req.tenant_id == PROBE_TENANT {
-            return no_hint();
+    fn pick(&self, req: &PdRequest<'_>) -> PdPick {
+        if is_reserved(req.tenant) {
+            return PdPick::no_hint();
         }
-        let Some(t) = self.topologies.get(&req.pd_topology_ref) else {
-            return no_hint();
+        let Some(t) = self.topologies.get(req.topology) else {
+            return PdPick::no_hint();
         };
         let prefill_pool: Vec<&str> = t.prefill.iter().map(String::as_str).collect();
         let decode_pool: Vec<&str> = t.decode.iter().map(String::as_str).collect();
@@ -123,22 +156,22 @@ impl PdRouter<'_> {
         };
         let decode = least_loaded(self.index, req, &decode_pool);
         let (Some(prefill), Some(decode)) = (prefill, decode) else {
-            return no_hint();
+            return PdPick::no_hint();
         };
-        LookupPdRouteResponse {
-            prefill_replica_id: prefill.to_owned(),
-            decode_replica_id: decode.to_owned(),
-            transport_hint: t.transport.clone(),
-            reason_code: reason.as_str().into(),
+        PdPick {
+            prefill: prefill.to_owned(),
+            decode: decode.to_owned(),
+            transport: t.transport.clone(),
+            reason,
         }
     }
 
     /// The best-scoring prefill replica holding the prefix, if any.
-    fn cached_prefill<'p>(&self, req: &LookupPdRouteRequest, pool: &[&'p str]) -> Option<&'p str> {
-        if req.prefix_hash.is_empty() || req.tenant_id.is_empty() || req.model_id.is_empty() {
+    fn cached_prefill<'p>(&self, req: &PdRequest<'_>, pool: &[&'p str]) -> Option<&'p str> {
+        if req.prefix_hash.is_empty() || req.tenant.is_empty() || req.model.is_empty() {
             return None;
         }
-        let policy = self.policies.policy(&req.tenant_id);
+        let policy = self.policies.policy(req.tenant);
         let min_prefix = policy.minimum_prefix_tokens;
         if min_prefix > 0 && req.prefix_token_count < min_prefix {
             return None;
@@ -146,12 +179,9 @@ impl PdRouter<'_> {
         let floor = policy.minimum_matched_tokens;
         // (score, pool member) of every prefill replica holding the prefix.
         let mut matched: Vec<(f32, &'p str)> = Vec::new();
-        for scheme in self
-            .index
-            .served_hash_schemes(&req.tenant_id, &req.model_id)
-        {
-            let lookup = LookupRequest::<Vec<u8>>::new(&req.tenant_id, &req.model_id, &scheme)
-                .exact(&req.prefix_hash, req.prefix_token_count)
+        for scheme in self.index.served_hash_schemes(req.tenant, req.model) {
+            let lookup = LookupRequest::<Vec<u8>>::new(req.tenant, req.model, &scheme)
+                .exact(req.prefix_hash, req.prefix_token_count)
                 .policy(policy.lookup());
             for s in self.index.lookup(&lookup).scores {
                 if s.matched_tokens < floor.max(1) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Tenant reserved for the `/probe` self-test: never quota'd.
-use inferencecache_control_api::PROBE_TENANT;
+use crate::reserved_tenant::is_reserved;
 
 /// Holds the current policy set. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
@@ -59,7 +59,7 @@ impl PolicyStore {
     /// Distinct-prefix budget for a tenant; `None` = unbounded. The probe
     /// tenant is always unbounded.
     pub fn quota(&self, tenant: &str) -> Option<i64> {
-        if tenant == PROBE_TENANT {
+        if is_reserved(tenant) {
             return None;
         }
         self.current().quotas.get(tenant).copied()
@@ -90,6 +90,7 @@ impl inferencecache_index::PolicyResolver for PolicyStore {
 mod tests {
     use super::*;
     use crate::policy::decode_policy_json;
+    use crate::reserved_tenant::PROBE_TENANT;
 
     #[test]
     fn empty_store_serves_defaults() {

@@ -35,16 +35,17 @@ pub mod ratelimit;
 pub mod scope;
 pub mod status;
 
-use crate::metrics::Metrics;
+use crate::grpc_error::GrpcError;
 use identity::{AuthError, Principal, TokenReviewer};
 use ratelimit::Limits;
 use scope::TenantGrants;
+pub use status::ProducerMetrics;
 use status::{AuthResultLabel, IdentityState, Rejection};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tonic::{Code, Request, Status};
+use tonic::Request;
 
 /// Default audience of producer tokens.
 pub const DEFAULT_PRODUCER_AUDIENCE: &str = "inferencecache.io/producer";
@@ -127,7 +128,7 @@ impl ProducerConfig {
     /// Refuses `mtls` without a client CA to verify certificates against.
     pub fn validate(
         &self,
-        tls: Option<&crate::config::TlsFiles>,
+        tls: Option<&crate::listen::TlsFiles>,
     ) -> Result<(), crate::ConfigError> {
         if self.auth == ProducerAuth::Mtls && tls.and_then(|t| t.client_ca.as_ref()).is_none() {
             return Err(crate::ConfigError::ProducerMtlsWithoutClientCa);
@@ -137,7 +138,7 @@ impl ProducerConfig {
 
     /// The startup warning for an unauthenticated producer path on a
     /// listener other hosts can reach, if any.
-    pub fn exposure_warning(&self, grpc: &crate::config::ListenAddr) -> Option<String> {
+    pub fn exposure_warning(&self, grpc: &crate::listen::ListenAddr) -> Option<String> {
         (self.auth == ProducerAuth::None && !grpc.is_loopback()).then(|| {
             format!(
                 "--producer-auth none with gRPC on {grpc}: any client that reaches it can write \
@@ -159,13 +160,13 @@ pub struct Caller {
 #[derive(Debug)]
 pub struct StreamSlot {
     state: Arc<IdentityState>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ProducerMetrics>,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.state.streams.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.producers.streams_changed(&self.state);
+        self.metrics.streams_changed(&self.state);
     }
 }
 
@@ -178,7 +179,7 @@ pub struct Gate {
     consumer: Option<TokenReviewer>,
     grants: TenantGrants,
     limits: Limits,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ProducerMetrics>,
 }
 
 fn count(
@@ -195,10 +196,10 @@ fn count(
         .inc();
 }
 
-fn auth_status(e: AuthError) -> Status {
+fn auth_status(e: AuthError) -> GrpcError {
     match e {
-        AuthError::Unauthenticated(m) => Status::unauthenticated(m),
-        AuthError::Unavailable(m) => Status::unavailable(m),
+        AuthError::Unauthenticated(m) => GrpcError::Unauthenticated(m),
+        AuthError::Unavailable(m) => GrpcError::AuthUnavailable(m),
     }
 }
 
@@ -216,7 +217,7 @@ impl Gate {
     pub fn new(
         config: &ProducerConfig,
         client: Option<kube::Client>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ProducerMetrics>,
     ) -> Result<Self, String> {
         let grants = match &config.tenants_file {
             Some(p) => TenantGrants::load(p)?,
@@ -248,7 +249,7 @@ impl Gate {
     }
 
     /// The producer behind `request`; `None` when producer auth is off.
-    pub async fn producer<T>(&self, request: &Request<T>) -> Result<Option<Caller>, Status> {
+    pub async fn producer<T>(&self, request: &Request<T>) -> Result<Option<Caller>, GrpcError> {
         let reviewed = match self.mode {
             ProducerAuth::None => return Ok(None),
             ProducerAuth::Token => {
@@ -270,81 +271,68 @@ impl Gate {
                 )),
             },
         };
-        count(&self.metrics.producers.auth, auth_label(&reviewed));
+        count(&self.metrics.auth, auth_label(&reviewed));
         let principal = reviewed.map_err(auth_status)?;
-        let state =
-            self.metrics
-                .producers
-                .identity(&principal.identity, &principal.subject, &self.limits);
+        let state = self
+            .metrics
+            .identity(&principal.identity, &principal.subject, &self.limits);
         Ok(Some(Caller { principal, state }))
     }
 
     /// Takes one of the caller's open-stream slots.
-    pub fn open_stream(&self, caller: &Caller) -> Result<StreamSlot, Status> {
+    pub fn open_stream(&self, caller: &Caller) -> Result<StreamSlot, GrpcError> {
         let s = &caller.state;
         let open = s.streams.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = StreamSlot {
             state: Arc::clone(s),
             metrics: Arc::clone(&self.metrics),
         };
-        self.metrics.producers.streams_changed(s);
+        self.metrics.streams_changed(s);
         let max = self.limits.max_streams;
         if max > 0 && open > max {
             drop(slot);
-            self.metrics
-                .producers
-                .rejected(s, Rejection::TooManyStreams);
-            return Err(exhausted(
-                format!(
-                    "producer {} already has {max} open ReportCacheState streams \
-                     (--producer-max-streams); close one or retry later",
-                    caller.principal.identity
-                ),
-                std::time::Duration::from_secs(1),
-            ));
+            self.metrics.rejected(s, Rejection::TooManyStreams);
+            return Err(GrpcError::TooManyStreams {
+                identity: caller.principal.identity.clone(),
+                max,
+            });
         }
         Ok(slot)
     }
 
     /// Admits one update of `blocks` blocks for `tenant`: scope first, then
     /// the rate. On `Err` nothing of it may be applied.
-    pub fn admit(&self, caller: &Caller, tenant: &str, blocks: u64) -> Result<(), Status> {
+    pub fn admit(&self, caller: &Caller, tenant: &str, blocks: u64) -> Result<(), GrpcError> {
         let s = &caller.state;
         let p = &caller.principal;
         if !self.grants.entitled(p, tenant) {
-            self.metrics
-                .producers
-                .rejected(s, Rejection::PermissionDenied);
-            return Err(Status::permission_denied(format!(
-                "producer {} ({}) may not write tenant {tenant:?}: a producer writes its own \
-                 namespace and the tenants granted to it; nothing of this update was applied",
-                p.identity, p.subject
-            )));
+            self.metrics.rejected(s, Rejection::PermissionDenied);
+            return Err(GrpcError::TenantDenied {
+                identity: p.identity.clone(),
+                subject: p.subject.clone(),
+                tenant: tenant.to_owned(),
+            });
         }
         let taken = match s.bucket.lock() {
             Ok(mut b) => b.take(blocks, &self.limits, Instant::now()),
             Err(p) => p.into_inner().take(blocks, &self.limits, Instant::now()),
         };
         if let Err(wait) = taken {
-            self.metrics.producers.rejected(s, Rejection::RateLimited);
-            return Err(exhausted(
-                format!(
-                    "producer {} is over its ingest limit of {} blocks/s (burst {}); \
-                     nothing of this update ({blocks} blocks) was applied; retry in {} ms",
-                    p.identity,
-                    self.limits.blocks_per_second,
-                    self.limits.burst_blocks,
-                    wait.as_millis().max(1)
-                ),
-                wait,
-            ));
+            self.metrics.rejected(s, Rejection::RateLimited);
+            return Err(GrpcError::RateLimited {
+                identity: p.identity.clone(),
+                blocks_per_second: self.limits.blocks_per_second,
+                burst_blocks: self.limits.burst_blocks,
+                blocks,
+                retry: wait,
+            });
         }
-        self.metrics.producers.admitted(s, &p.subject, blocks);
+        self.metrics.admitted(s, &p.subject, blocks);
         Ok(())
     }
 
     /// With `--consumer-auth`, checks a read RPC's token (cached).
-    pub async fn consumer<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    pub async fn consumer<T>(&self, request: &Request<T>) -> Result<(), GrpcError> {
         let Some(reviewer) = &self.consumer else {
             return Ok(());
         };
@@ -353,19 +341,9 @@ impl Gate {
             .get("authorization")
             .and_then(|v| v.to_str().ok());
         let reviewed = reviewer.review(header).await;
-        count(&self.metrics.producers.consumer_auth, auth_label(&reviewed));
+        count(&self.metrics.consumer_auth, auth_label(&reviewed));
         reviewed.map(|_| ()).map_err(auth_status)
     }
-}
-
-/// `RESOURCE_EXHAUSTED` with the pushback hint in its metadata.
-fn exhausted(message: String, wait: std::time::Duration) -> Status {
-    let mut md = tonic::metadata::MetadataMap::new();
-    let ms = wait.as_millis().max(1).to_string();
-    if let Ok(v) = ms.parse() {
-        md.insert(RETRY_PUSHBACK_KEY, v);
-    }
-    Status::with_metadata(Code::ResourceExhausted, message, md)
 }
 
 /// What a report stream does with one update's check: `Ok(true)` goes on,
@@ -373,12 +351,12 @@ fn exhausted(message: String, wait: std::time::Duration) -> Status {
 /// stream's end (the stream stays usable for the entitled tenants), `Err`
 /// ends the stream now (bad input, rate limit).
 pub(crate) fn admit_update(
-    check: Result<(), Status>,
-    denied: &mut Option<Status>,
-) -> Result<bool, Status> {
+    check: Result<(), GrpcError>,
+    denied: &mut Option<GrpcError>,
+) -> Result<bool, GrpcError> {
     match check {
         Ok(()) => Ok(true),
-        Err(s) if s.code() == Code::PermissionDenied => {
+        Err(s @ GrpcError::TenantDenied { .. }) => {
             denied.get_or_insert(s);
             Ok(false)
         }
@@ -401,10 +379,10 @@ mod tests {
     #[test]
     fn warning_only_for_open_non_loopback() {
         let c = ProducerConfig::default();
-        let lo = crate::config::ListenAddr::parse("--g", "127.0.0.1:9090")
+        let lo = crate::listen::ListenAddr::parse("--g", "127.0.0.1:9090")
             .unwrap_or_else(|_| unreachable!());
         let all =
-            crate::config::ListenAddr::parse("--g", ":9090").unwrap_or_else(|_| unreachable!());
+            crate::listen::ListenAddr::parse("--g", ":9090").unwrap_or_else(|_| unreachable!());
         assert!(c.exposure_warning(&lo).is_none());
         assert!(
             c.exposure_warning(&all)
@@ -419,12 +397,18 @@ mod tests {
 
     #[test]
     fn pushback_round_trips() {
-        let s = exhausted("x".into(), std::time::Duration::from_millis(250));
-        assert_eq!(s.code(), Code::ResourceExhausted);
+        let s = tonic::Status::from(GrpcError::RateLimited {
+            identity: "x".into(),
+            blocks_per_second: 1,
+            burst_blocks: 1,
+            blocks: 2,
+            retry: std::time::Duration::from_millis(250),
+        });
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             retry_pushback(&s),
             Some(std::time::Duration::from_millis(250))
         );
-        assert_eq!(retry_pushback(&Status::unavailable("x")), None);
+        assert_eq!(retry_pushback(&tonic::Status::unavailable("x")), None);
     }
 }

@@ -180,6 +180,21 @@ impl ReplicationMetrics {
         }
     }
 
+    /// Records the entries a snapshot restored.
+    pub fn restored(&self, entries: u64) {
+        self.state_restored_entries
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
+    }
+
+    /// Records one snapshot file write of `bytes` (`None`: it failed).
+    pub fn written(&self, bytes: Option<usize>) {
+        self.snapshot("file", bytes.is_some());
+        if let Some(n) = bytes {
+            self.state_snapshot_bytes
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
     /// Counts one snapshot write or publish.
     pub fn snapshot(&self, target: &str, ok: bool) {
         self.state_snapshots

@@ -28,13 +28,16 @@
 
 pub mod metrics;
 
+pub use metrics::ReplicationMetrics;
+
 use crate::core::Core;
+use crate::grpc_error::GrpcError;
+use crate::reserved_tenant::is_reserved;
 use crate::state::{self, Restored, StateSettings};
 use inferencecache_bus::{
     Applied, Bus, BusConfig, BusMessage, ConsumerStatus, Delivery, Producer, ProducerLimits,
     SkipReason, SnapshotBucket,
 };
-use inferencecache_control_api::PROBE_TENANT;
 use inferencecache_proto::v1alpha1::{Ack, CacheEvent, CacheStateUpdate};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -63,7 +66,7 @@ pub struct BusSettings {
 #[derive(Clone)]
 pub struct BusRelay {
     producer: Producer,
-    core_metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<ReplicationMetrics>,
     endpoint: String,
 }
 
@@ -73,38 +76,32 @@ impl std::fmt::Debug for BusRelay {
     }
 }
 
-fn resync_status(why: &str) -> Status {
-    Status::unavailable(format!(
-        "bus relay: {why}; updates may have been lost: reconnect and re-report the full state"
-    ))
-}
-
 impl BusRelay {
     /// `ReportCacheState` in bus mode.
     pub async fn report_stream(
         &self,
         mut stream: Streaming<CacheStateUpdate>,
         stop: &CancellationToken,
-        check: impl Fn(&CacheStateUpdate) -> Result<(), Status>,
+        check: impl Fn(&CacheStateUpdate) -> Result<(), GrpcError>,
     ) -> Result<Response<Ack>, Status> {
         let mut resyncs = self.producer.resyncs();
         resyncs.borrow_and_update();
-        let mut denied: Option<Status> = None;
+        let mut denied: Option<GrpcError> = None;
         loop {
             let next = tokio::select! {
                 () = stop.cancelled() => {
-                    return Err(Status::unavailable("server shutting down: reconnect and re-report"));
+                    return Err(GrpcError::ShuttingDown.into());
                 }
                 changed = resyncs.changed() => {
                     if changed.is_ok() {
-                        self.core_metrics.replication.bus_resyncs.inc();
+                        self.metrics.bus_resyncs.inc();
                     }
-                    return Err(resync_status("resync required"));
+                    return Err(GrpcError::BusResync("resync required").into());
                 }
                 next = stream.message() => next?,
             };
             let Some(update) = next else { break };
-            if update.tenant_id == PROBE_TENANT {
+            if is_reserved(&update.tenant_id) {
                 continue;
             }
             // Refused before it reaches the stream: every replica would
@@ -115,11 +112,11 @@ impl BusRelay {
                 continue;
             }
             if !self.producer.try_send(BusMessage::Update(update)) {
-                return Err(resync_status("buffer full"));
+                return Err(GrpcError::BusResync("buffer full").into());
             }
         }
         if let Some(s) = denied {
-            return Err(s);
+            return Err(s.into());
         }
         Ok(Response::new(Ack {
             accepted: true,
@@ -132,10 +129,15 @@ impl BusRelay {
         &self.endpoint
     }
 
+    /// The bus and warm-restart metrics (the status page reads its gauges).
+    pub fn metrics(&self) -> &ReplicationMetrics {
+        &self.metrics
+    }
+
     /// `PublishEvent` in bus mode.
-    pub fn publish_event(&self, event: CacheEvent) -> Result<Response<Ack>, Status> {
-        if event.tenant_id != PROBE_TENANT && !self.producer.try_send(BusMessage::Event(event)) {
-            return Err(resync_status("buffer full"));
+    pub fn publish_event(&self, event: CacheEvent) -> Result<Response<Ack>, GrpcError> {
+        if !is_reserved(&event.tenant_id) && !self.producer.try_send(BusMessage::Event(event)) {
+            return Err(GrpcError::BusResync("buffer full"));
         }
         Ok(Response::new(Ack {
             accepted: true,
@@ -149,7 +151,7 @@ pub fn apply(core: &Core, d: Delivery) -> Applied {
     let stored_us = d.stored_ns / 1_000;
     match d.message {
         BusMessage::Update(mut u) => {
-            if u.tenant_id == PROBE_TENANT {
+            if is_reserved(&u.tenant_id) {
                 return Applied::Skipped(SkipReason::ProbeTenant);
             }
             if u.timestamp_us == 0 {
@@ -159,7 +161,7 @@ pub fn apply(core: &Core, d: Delivery) -> Applied {
             core.ingest(&crate::convert::update_from_proto(u));
         }
         BusMessage::Event(mut e) => {
-            if e.tenant_id == PROBE_TENANT {
+            if is_reserved(&e.tenant_id) {
                 return Applied::Skipped(SkipReason::ProbeTenant);
             }
             if e.timestamp_us == 0 {
@@ -189,6 +191,8 @@ struct BusSide {
 /// The replication and persistence side of a server.
 pub struct Replication {
     core: Core,
+    metrics: Arc<ReplicationMetrics>,
+    relay: Option<BusRelay>,
     state: Option<StateSettings>,
     bus: Option<BusSide>,
     restored: Option<Restored>,
@@ -207,16 +211,21 @@ impl std::fmt::Debug for Replication {
 
 impl Replication {
     /// Loads the state directory into `core` and connects the bus (in the
-    /// background), installing the relay. Nothing runs until [`Self::spawn`].
+    /// background), building the relay. Nothing runs until [`Self::spawn`].
     pub async fn start(
         core: &Core,
         bus: Option<BusSettings>,
         state: Option<StateSettings>,
+        metrics: Arc<ReplicationMetrics>,
     ) -> Result<Self, crate::ServeError> {
         let restored = match &state {
             Some(s) => state::load(core, &s.dir).map_err(crate::ServeError::State)?,
             None => None,
         };
+        if let Some(r) = &restored {
+            metrics.restored(r.entries);
+        }
+        let mut relay = None;
         let stop = CancellationToken::new();
         let bus = match bus {
             Some(settings) => {
@@ -224,9 +233,9 @@ impl Replication {
                     .await
                     .map_err(crate::ServeError::Bus)?;
                 let producer = Producer::start(b.clone(), settings.limits, stop.clone());
-                let _ = core.bus.set(BusRelay {
+                relay = Some(BusRelay {
                     producer: producer.clone(),
-                    core_metrics: Arc::clone(&core.metrics),
+                    metrics: Arc::clone(&metrics),
                     endpoint: b.config.url.clone(),
                 });
                 // Resume after the snapshot's position when it is a position
@@ -248,12 +257,20 @@ impl Replication {
         };
         Ok(Self {
             core: core.clone(),
+            metrics,
+            relay,
             state,
             bus,
             restored,
             stop,
             tasks: JoinSet::new(),
         })
+    }
+
+    /// The relay `ReportCacheState` and `PublishEvent` publish through, in
+    /// bus mode.
+    pub fn relay(&self) -> Option<&BusRelay> {
+        self.relay.as_ref()
     }
 
     /// What the state directory held at start.
@@ -270,9 +287,10 @@ impl Replication {
             let status = Arc::clone(&side.status);
             let stop = self.stop.clone();
             let warm = self.restored.is_none();
+            let metrics = Arc::clone(&self.metrics);
             self.tasks.spawn(async move {
                 if warm {
-                    warm_from_bucket(&core, &bus, &status, &stop).await;
+                    warm_from_bucket(&core, &metrics, &bus, &status, &stop).await;
                 }
                 let c = core.clone();
                 inferencecache_bus::run_consumer(bus, status, move |d| apply(&c, d), stop).await;
@@ -285,7 +303,7 @@ impl Replication {
                 .spawn(async move { readiness_loop(core, bus, status, stop).await });
         }
         {
-            let core = self.core.clone();
+            let metrics = Arc::clone(&self.metrics);
             let status = self.bus.as_ref().map(|b| Arc::clone(&b.status));
             let producer = self.bus.as_ref().map(|b| b.producer.clone());
             let stop = self.stop.clone();
@@ -296,14 +314,13 @@ impl Replication {
                         () = stop.cancelled() => return,
                         _ = tick.tick() => {}
                     }
-                    core.metrics
-                        .replication
-                        .sync(status.as_deref(), producer.as_ref().map(|p| p.stats()));
+                    metrics.sync(status.as_deref(), producer.as_ref().map(|p| p.stats()));
                 }
             });
         }
         if let Some(st) = self.state.clone().filter(|s| !s.interval.is_zero()) {
             let core = self.core.clone();
+            let metrics = Arc::clone(&self.metrics);
             let stop = self.stop.clone();
             let side = self.bus.as_ref().map(|b| {
                 (
@@ -323,7 +340,7 @@ impl Replication {
                         () = stop.cancelled() => return,
                         _ = tick.tick() => {}
                     }
-                    write_snapshot(&core, &st, side.as_ref()).await;
+                    write_snapshot(&core, &metrics, &st, side.as_ref()).await;
                 }
             });
         }
@@ -335,9 +352,7 @@ impl Replication {
         self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
         if let Some(side) = &self.bus {
-            self.core
-                .metrics
-                .replication
+            self.metrics
                 .sync(Some(&side.status), Some(side.producer.stats()));
         }
         if let Some(st) = &self.state {
@@ -348,7 +363,7 @@ impl Replication {
                     b.settings.replica_name.clone(),
                 )
             });
-            write_snapshot(&self.core, st, side.as_ref()).await;
+            write_snapshot(&self.core, &self.metrics, st, side.as_ref()).await;
         }
     }
 }
@@ -356,7 +371,12 @@ impl Replication {
 type SideRef = (Bus, Arc<ConsumerStatus>, String);
 
 /// Writes one snapshot on the blocking pool; in bus mode also publishes it.
-async fn write_snapshot(core: &Core, st: &StateSettings, side: Option<&SideRef>) {
+async fn write_snapshot(
+    core: &Core,
+    metrics: &ReplicationMetrics,
+    st: &StateSettings,
+    side: Option<&SideRef>,
+) {
     // The position is read before the index: the snapshot then holds at
     // least everything up to it, and replaying after it converges.
     let (seq, stream) = side.map_or((0, String::new()), |(b, s, _)| {
@@ -366,8 +386,12 @@ async fn write_snapshot(core: &Core, st: &StateSettings, side: Option<&SideRef>)
     let dir = st.dir.clone();
     let written = tokio::task::spawn_blocking(move || state::save(&c, &dir, seq, &stream)).await;
     let bytes = match written {
-        Ok(Ok(b)) => b,
+        Ok(Ok(b)) => {
+            metrics.written(Some(b.len()));
+            b
+        }
         Ok(Err(e)) => {
+            metrics.written(None);
             tracing::error!(error = %e, "state_snapshot_write_failed");
             return;
         }
@@ -395,13 +419,14 @@ async fn write_snapshot(core: &Core, st: &StateSettings, side: Option<&SideRef>)
             false
         }
     };
-    core.metrics.replication.snapshot("bucket", ok);
+    metrics.snapshot("bucket", ok);
 }
 
 /// An empty replica: load the newest published snapshot, then consume from
 /// its sequence. Bounded: without a bus or a snapshot it starts from zero.
 async fn warm_from_bucket(
     core: &Core,
+    metrics: &ReplicationMetrics,
     bus: &Bus,
     status: &ConsumerStatus,
     stop: &CancellationToken,
@@ -428,6 +453,7 @@ async fn warm_from_bucket(
                     .ok()
                     .flatten();
             if let Some(r) = restored {
+                metrics.restored(r.entries);
                 if r.meta.stream == bus.config.stream {
                     status.applied.store(r.meta.last_sequence, Ordering::SeqCst);
                 }

@@ -21,8 +21,8 @@ pub use resolve::{MAX_LOOKUP_TOKENS, MAX_PROMPT_TEXT_BYTES};
 
 use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, TenantPolicy};
+use crate::reserved_tenant::is_reserved;
 use crate::tokenize::Tokenizers;
-use inferencecache_control_api::PROBE_TENANT;
 use inferencecache_index::{Index, LookupRequest, LookupRouteResult, RankingMode, Strategy};
 use inferencecache_proto::Reason;
 use resolve::{ChainHashes, Input, Resolved};
@@ -116,7 +116,7 @@ impl LookupPipeline {
         caller_timeout: Option<Duration>,
     ) -> RouteOutcome {
         let start = Instant::now();
-        if req.tenant == PROBE_TENANT {
+        if is_reserved(req.tenant) {
             self.metrics
                 .observe_lookup(req.model, Reason::NoHint, false, 0.0);
             return RouteOutcome::envelope(Reason::NoHint, Duration::ZERO, Vec::new());

@@ -96,10 +96,6 @@ pub fn restore(core: &Core, bytes: &[u8], source: &str) -> Option<Restored> {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "state_restored"
             );
-            core.metrics
-                .replication
-                .state_restored_entries
-                .set(i64::try_from(out.entries).unwrap_or(i64::MAX));
             Some(Restored {
                 meta,
                 entries: out.entries,
@@ -168,7 +164,7 @@ pub fn write_atomic(dir: &Path, bytes: &[u8]) -> Result<(), StateError> {
     Ok(())
 }
 
-/// Encodes and writes one snapshot; returns its size.
+/// Encodes and writes one snapshot; returns what it wrote.
 pub fn save(
     core: &Core,
     dir: &Path,
@@ -177,12 +173,7 @@ pub fn save(
 ) -> Result<Vec<u8>, StateError> {
     let started = Instant::now();
     let bytes = encode(core, last_sequence, stream);
-    let r = write_atomic(dir, &bytes);
-    let m = &core.metrics.replication;
-    m.snapshot("file", r.is_ok());
-    r?;
-    m.state_snapshot_bytes
-        .set(i64::try_from(bytes.len()).unwrap_or(i64::MAX));
+    write_atomic(dir, &bytes)?;
     tracing::info!(
         bytes = bytes.len(),
         entries = core.index.total_entries(),

@@ -23,48 +23,79 @@ pub use source::{TEMPLATES_DIR, decode_templates_json, load_templates_dir};
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
 use inferencecache_proto::Reason;
-use inferencecache_proto::v1alpha1::{RenderTemplateRequest, RenderTemplateResponse};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The loaded templates, by `namespace/name`.
 pub type TemplateStore = NamedStore<CompiledTemplate>;
+
+/// One RenderTemplate question (`convert` borrows it from the wire request).
+#[derive(Debug, Clone, Copy)]
+pub struct RenderRequest<'a> {
+    /// `namespace/name` of the template.
+    pub template: &'a str,
+    /// The values of its slots.
+    pub variables: &'a HashMap<String, String>,
+}
+
+/// What RenderTemplate answers.
+#[derive(Debug)]
+pub enum RenderOutcome {
+    /// `TEMPLATE_NOT_FOUND`.
+    NotFound,
+    /// `OK`: the prompt and the template it came from.
+    Rendered {
+        /// The template.
+        template: Arc<CompiledTemplate>,
+        /// The prompt and its stable part.
+        rendered: Rendered,
+    },
+    /// `RENDER_ERROR` (logged with the reason, never with variable values).
+    Failed {
+        /// The template.
+        template: Arc<CompiledTemplate>,
+    },
+}
+
+impl RenderOutcome {
+    /// The response's reason code.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Self::NotFound => Reason::TemplateNotFound,
+            Self::Rendered { .. } => Reason::Ok,
+            Self::Failed { .. } => Reason::RenderError,
+        }
+    }
+}
 
 /// Answers one RenderTemplate: `OK`, `TEMPLATE_NOT_FOUND` or `RENDER_ERROR`
 /// (logged with the reason, never with variable values). Counted by reason.
 pub fn render_template(
     store: &TemplateStore,
     metrics: &Metrics,
-    req: &RenderTemplateRequest,
-) -> RenderTemplateResponse {
-    let resp = match store.get(&req.template_ref) {
-        None => RenderTemplateResponse {
-            reason_code: Reason::TemplateNotFound.as_str().into(),
-            ..Default::default()
-        },
-        Some(t) => match t.render(&req.variables) {
-            Ok(r) => RenderTemplateResponse {
-                stable_prefix_hash: r.stable_prefix_hash(),
-                rendered_prompt: r.prompt.into_bytes(),
-                tenant_namespace: t.namespace().as_bytes().to_vec(),
-                reason_code: Reason::Ok.as_str().into(),
-                template_revision: t.revision().to_owned(),
+    req: &RenderRequest<'_>,
+) -> RenderOutcome {
+    let out = match store.get(req.template) {
+        None => RenderOutcome::NotFound,
+        Some(t) => match t.render(req.variables) {
+            Ok(rendered) => RenderOutcome::Rendered {
+                template: t,
+                rendered,
             },
             Err(e) => {
                 tracing::warn!(
-                    template_ref = %req.template_ref,
+                    template_ref = %req.template,
                     revision = t.revision(),
                     reason = e.label(),
                     error = %e,
                     "render_template_failed"
                 );
-                RenderTemplateResponse {
-                    reason_code: Reason::RenderError.as_str().into(),
-                    template_revision: t.revision().to_owned(),
-                    tenant_namespace: t.namespace().as_bytes().to_vec(),
-                    ..Default::default()
+                RenderOutcome::Failed {
+                    template: t,
                 }
             }
         },
     };
-    metrics.stores.render_template_call(&resp.reason_code);
-    resp
+    metrics.stores.render_template_call(out.reason().as_str());
+    out
 }

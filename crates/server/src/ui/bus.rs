@@ -2,7 +2,7 @@
 //! address, whether it is connected, and how far this server's index lags
 //! behind the stream. Without `--nats-url` there is none and the page says so.
 
-use crate::core::Core;
+use crate::replicate::BusRelay;
 use serde::Serialize;
 
 /// The bus as the page shows it.
@@ -20,9 +20,9 @@ pub struct BusStatus {
 
 /// The bus's state, or `None` when the server runs without a bus. Read from
 /// the replication gauges (mirrored from the consumer every second).
-pub fn bus_status(core: &Core) -> Option<BusStatus> {
-    let relay = core.bus()?;
-    let m = &core.metrics.replication;
+pub fn bus_status(relay: Option<&BusRelay>) -> Option<BusStatus> {
+    let relay = relay?;
+    let m = relay.metrics();
     Some(BusStatus {
         endpoint: without_credentials(relay.endpoint()),
         connected: m.bus_connected.get() == 1,
@@ -33,8 +33,8 @@ pub fn bus_status(core: &Core) -> Option<BusStatus> {
 /// Per-replica bus lag in seconds, or `None` without a bus. Every engine
 /// replica's updates travel the same ordered stream, so their lag is this
 /// server's lag behind it.
-pub fn replica_bus_lag_seconds(core: &Core, _replica_id: &str) -> Option<f64> {
-    bus_status(core).and_then(|b| b.lag_seconds)
+pub fn replica_bus_lag_seconds(relay: Option<&BusRelay>, _replica_id: &str) -> Option<f64> {
+    bus_status(relay).and_then(|b| b.lag_seconds)
 }
 
 /// `nats://user:pass@host:4222` → `nats://host:4222`: the page is readable

@@ -9,9 +9,9 @@
 //! the client as a `dropped` event once it has room) but never makes ingest
 //! wait, and never holds more than its queue.
 
-use crate::core::Core;
+use super::metrics::UiMetrics;
+use crate::events::EventHub;
 use crate::events::FeedEvent;
-use crate::metrics::Metrics;
 use axum::response::sse::Event;
 use inferencecache_proto::v1alpha1::cache_event::Type;
 use serde::Serialize;
@@ -55,18 +55,18 @@ struct Change<'a> {
 }
 
 /// Keeps the client gauge up while the forwarder lives.
-struct ClientGuard(Arc<Metrics>);
+struct ClientGuard(Arc<UiMetrics>);
 
 impl ClientGuard {
-    fn new(metrics: Arc<Metrics>) -> Self {
-        metrics.ui.clients.inc();
+    fn new(metrics: Arc<UiMetrics>) -> Self {
+        metrics.clients.inc();
         Self(metrics)
     }
 }
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
-        self.0.ui.clients.dec();
+        self.0.clients.dec();
     }
 }
 
@@ -103,12 +103,13 @@ fn to_sse(item: &Item) -> Event {
 /// Opens one client's feed: the stream of SSE events for the response body.
 /// The first event (`hello`) tells the page its queue size.
 pub(crate) fn open(
-    core: &Core,
+    hub: &EventHub,
+    metrics: Arc<UiMetrics>,
     ready: Arc<AtomicBool>,
 ) -> impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static {
     let (tx, rx) = mpsc::channel::<Item>(CLIENT_BUFFER);
-    let events = core.events.subscribe();
-    let guard = ClientGuard::new(Arc::clone(&core.metrics));
+    let events = hub.subscribe();
+    let guard = ClientGuard::new(metrics);
     tokio::spawn(forward(events, tx, ready, guard));
     let hello = Event::default()
         .event("hello")
@@ -150,7 +151,7 @@ async fn forward(
             Some(Ok(e)) => Some(e),
             // The forwarder itself fell behind the ring: those are drops too.
             Some(Err(RecvError::Lagged(n))) => {
-                metrics.ui.dropped.inc_by(n);
+                metrics.dropped.inc_by(n);
                 unannounced += n;
                 total += n;
                 None
@@ -171,7 +172,7 @@ async fn forward(
             match tx.try_send(Item::Change(e)) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
-                    metrics.ui.dropped.inc();
+                    metrics.dropped.inc();
                     unannounced += 1;
                     total += 1;
                 }

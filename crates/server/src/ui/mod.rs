@@ -76,10 +76,12 @@ async fn ui_state(
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     snapshot_read_gate(&state, &method, &headers).await?;
-    let core = state.core.clone();
     let ready = state.ready.load(Ordering::Acquire);
-    let built =
-        tokio::task::spawn_blocking(move || serde_json::to_vec(&state::build(&core, ready))).await;
+    let built = tokio::task::spawn_blocking(move || {
+        let doc = state::build(&state.core, &state.ui, state.relay.as_ref(), ready);
+        serde_json::to_vec(&doc)
+    })
+    .await;
     match built {
         Ok(Ok(body)) => Ok((
             [
@@ -103,7 +105,11 @@ async fn events(
     if !state.ready.load(Ordering::Acquire) {
         return Err(HttpError::NotReady);
     }
-    let stream = feed::open(&state.core, Arc::clone(&state.ready));
+    let stream = feed::open(
+        &state.core.events,
+        Arc::clone(&state.ui),
+        Arc::clone(&state.ready),
+    );
     let mut r = Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response();

@@ -5,7 +5,9 @@
 
 use super::bus::{BusStatus, bus_status, replica_bus_lag_seconds};
 use super::feed::CLIENT_BUFFER;
+use super::metrics::UiMetrics;
 use crate::core::Core;
+use crate::replicate::BusRelay;
 use crate::snapshot::rfc3339_nano;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -119,7 +121,12 @@ fn now_ms() -> i64 {
 }
 
 /// Builds the document (blocking: takes an index snapshot).
-pub(super) fn build(core: &Core, ready: bool) -> UiState {
+pub(super) fn build(
+    core: &Core,
+    feed: &UiMetrics,
+    relay: Option<&BusRelay>,
+    ready: bool,
+) -> UiState {
     let snap = core.index.snapshot();
     let policies = core.policies.current();
     let replicas = snap
@@ -139,7 +146,7 @@ pub(super) fn build(core: &Core, ready: bool) -> UiState {
             t2_hit_tokens: r.t2_hit_tokens,
             t2_query_tokens: r.t2_query_tokens,
             client_version: r.client_version.to_string(),
-            bus_lag_seconds: replica_bus_lag_seconds(core, &r.replica_id),
+            bus_lag_seconds: replica_bus_lag_seconds(relay, &r.replica_id),
         })
         .collect();
     let tenants = snap
@@ -170,10 +177,10 @@ pub(super) fn build(core: &Core, ready: bool) -> UiState {
         lookups_by_reason: lookups.by_reason,
         lookup_latency_sum: lookups.latency_sum,
         lookup_latency_count: lookups.latency_count,
-        bus: bus_status(core),
+        bus: bus_status(relay),
         feed: FeedState {
-            clients: core.metrics.ui.clients.get(),
-            dropped: core.metrics.ui.dropped.get(),
+            clients: feed.clients.get(),
+            dropped: feed.dropped.get(),
             buffer: CLIENT_BUFFER,
         },
     }
