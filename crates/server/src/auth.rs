@@ -15,9 +15,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a validated token is trusted without a new review.
-pub const CACHE_TTL: Duration = Duration::from_secs(30);
+pub(crate) const CACHE_TTL: Duration = Duration::from_secs(30);
 /// Most cached tokens per authenticator.
-pub const CACHE_MAX: usize = 32;
+pub(crate) const CACHE_MAX: usize = 32;
 
 /// Label of the auth counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -28,7 +28,7 @@ pub struct ResultLabel {
 
 /// The outcome of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthOutcome {
+pub(crate) enum AuthOutcome {
     /// Admitted.
     Ok,
     /// 401: missing/malformed token, or the review did not authenticate it.
@@ -51,7 +51,7 @@ impl AuthOutcome {
 }
 
 /// Reviews bearer tokens for one endpoint.
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     client: kube::Client,
     audience: String,
     expected_user: String,
@@ -70,7 +70,7 @@ impl std::fmt::Debug for Authenticator {
 
 /// The token of an `Authorization: Bearer <token>` header (scheme compared
 /// case-insensitively, token trimmed); `None` when missing or malformed.
-pub fn bearer_token(header: Option<&str>) -> Option<&str> {
+pub(crate) fn bearer_token(header: Option<&str>) -> Option<&str> {
     let (scheme, token) = header?.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
@@ -81,7 +81,7 @@ pub fn bearer_token(header: Option<&str>) -> Option<&str> {
 
 impl Authenticator {
     /// An authenticator whose outcomes are counted in `counter`.
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         audience: &str,
         expected_user: &str,
@@ -97,7 +97,7 @@ impl Authenticator {
     }
 
     /// Checks one request's `Authorization` header.
-    pub async fn check(&self, authorization: Option<&str>) -> AuthOutcome {
+    pub(crate) async fn check(&self, authorization: Option<&str>) -> AuthOutcome {
         let outcome = self.review(authorization).await;
         self.counter
             .get_or_create(&ResultLabel {
@@ -174,7 +174,9 @@ impl Authenticator {
 
 /// Builds the Kubernetes client: `kubeconfig` when given, else `KUBECONFIG`
 /// / in-cluster configuration.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
+pub(crate) async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<kube::Client, String> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)

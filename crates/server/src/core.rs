@@ -44,7 +44,11 @@ impl Default for IndexSettings {
     }
 }
 
-/// Shared server state.
+/// The server's domain: the index and what it is read and written with
+/// (policies, templates, PD topologies, the LookupRoute pipeline), plus the
+/// crate-internal machinery every handler shares (ingest lanes, limits,
+/// readiness, learned block sizes, producer liveness). Cheap to clone. The
+/// bus relay is not here: it belongs to `replicate::Replication`.
 #[derive(Clone)]
 pub struct Core {
     /// The prefix index.
@@ -56,21 +60,21 @@ pub struct Core {
     /// The LookupRoute pipeline.
     pub pipeline: LookupPipeline,
     /// Live index-change feed.
-    pub events: EventHub,
+    pub(crate) events: EventHub,
     /// Prompt templates (RenderTemplate).
     pub templates: crate::templates::TemplateStore,
     /// Prefill/decode topologies (LookupPDRoute).
     pub pd_topologies: crate::pd::PdTopologyStore,
     /// Resource limits (see [`Core::with_limits`]).
-    pub limits: crate::limits::Limits,
+    pub(crate) limits: crate::limits::Limits,
     /// Threads applying ingest and events off the runtime.
-    pub lanes: crate::ingest_lane::IngestLanes,
+    pub(crate) lanes: crate::ingest_lane::IngestLanes,
     /// Named `/readyz` blockers (e.g. the bus catching up).
-    pub readiness: crate::readiness::Readiness,
+    pub(crate) readiness: crate::readiness::Readiness,
     /// Engine block sizes producers report (lookups by tokens use them).
-    pub block_sizes: crate::block_size::BlockSizes,
+    pub(crate) block_sizes: crate::block_size::BlockSizes,
     /// When each heartbeating producer last reported.
-    pub liveness: crate::liveness::ProducerLiveness,
+    pub(crate) liveness: crate::liveness::ProducerLiveness,
 }
 
 impl std::fmt::Debug for Core {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Events a subscriber may fall behind before it is disconnected.
-pub const EVENT_BUFFER: usize = 4096;
+pub(crate) const EVENT_BUFFER: usize = 4096;
 
 /// One index change as the feed carries it. The strings are the index's own
 /// shared ones, so fanning an event out to many subscribers copies pointers,
@@ -40,7 +40,7 @@ pub struct FeedEvent {
 
 /// Fans index changes out to StreamCacheEvents subscribers.
 #[derive(Debug, Clone)]
-pub struct EventHub {
+pub(crate) struct EventHub {
     tx: broadcast::Sender<FeedEvent>,
 }
 
@@ -56,18 +56,18 @@ fn micros(ns: i64) -> i64 {
 
 impl EventHub {
     /// A hub with the default buffer.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_capacity(EVENT_BUFFER)
     }
 
     /// A hub whose subscribers may lag `capacity` events.
-    pub fn with_capacity(capacity: usize) -> Self {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         let (tx, _) = broadcast::channel(capacity.max(1));
         Self { tx }
     }
 
     /// A new subscription to every later event.
-    pub fn subscribe(&self) -> broadcast::Receiver<FeedEvent> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<FeedEvent> {
         self.tx.subscribe()
     }
 
@@ -149,7 +149,7 @@ impl IndexObserver for EventHub {
 
 /// A subscriber's filter (empty fields match everything).
 #[derive(Debug, Clone, Default)]
-pub struct EventFilter {
+pub(crate) struct EventFilter {
     /// Model id, or empty.
     pub model_id: String,
     /// Tenant id, or empty.
@@ -161,7 +161,7 @@ pub struct EventFilter {
 
 impl EventFilter {
     /// True when the event passes.
-    pub fn matches(&self, e: &FeedEvent) -> bool {
+    pub(crate) fn matches(&self, e: &FeedEvent) -> bool {
         (self.model_id.is_empty() || *self.model_id == *e.model)
             && (self.tenant_id.is_empty() || *self.tenant_id == *e.tenant)
             && (self.types.is_empty() || self.types.contains(&e.kind.to_wire()))

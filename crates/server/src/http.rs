@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// State shared by the HTTP handlers.
 #[derive(Debug, Clone)]
-pub struct HttpState {
+pub(crate) struct HttpState {
     /// Index, policies and metrics.
     pub core: Core,
     /// True once the index is started; false again on shutdown.
@@ -46,7 +46,7 @@ pub struct HttpState {
 
 /// One authenticator per control endpoint (own cache, own counter).
 #[derive(Debug)]
-pub struct ControlAuthenticators {
+pub(crate) struct ControlAuthenticators {
     /// `/snapshot` (controller audience).
     pub snapshot: Authenticator,
     /// `/policy` (policy audience).
@@ -70,7 +70,7 @@ pub(crate) enum Endpoint {
 }
 
 /// Router of the public listener.
-pub fn public_router(state: HttpState) -> Router {
+pub(crate) fn public_router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", any(healthz))
         .route("/readyz", any(readyz))
@@ -79,7 +79,7 @@ pub fn public_router(state: HttpState) -> Router {
 }
 
 /// Router of the control listener.
-pub fn control_router(state: HttpState) -> Router {
+pub(crate) fn control_router(state: HttpState) -> Router {
     Router::new()
         .route("/policy", any(policy))
         .route("/snapshot", any(snapshot))

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// Why an HTTP request was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     /// The endpoint does not answer this method; `allow` lists those it does.
     #[error("method not allowed")]
     MethodNotAllowed {
@@ -55,7 +55,7 @@ pub enum HttpError {
 
 impl HttpError {
     /// The status each failure answers with.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Why a body could not be read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// Longer than the endpoint's limit.
     TooLarge,
     /// Not complete within the body timeout.
@@ -29,7 +29,11 @@ pub enum BodyError {
 }
 
 /// Reads a whole body of at most `limit` bytes within `timeout`.
-pub async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, BodyError> {
+pub(crate) async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(b)) => Ok(b),
         Ok(Err(_)) => Err(BodyError::TooLarge),
@@ -39,7 +43,7 @@ pub async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<By
 
 /// Serves `router` on `listener` (HTTP/1.1) until `stop`, then lets open
 /// connections finish their current request.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     header_timeout: Duration,

@@ -6,6 +6,26 @@
 //! control listener. Handlers are thin adapters over the domain crates; the
 //! binary (`inferencecache serve`) only parses flags and sets up logging.
 //!
+//! # Layout
+//!
+//! Three layers, each depending only on the ones below it (no import circle
+//! wider than three modules: `.ci/import-cycles --max 3 crates/server/src`):
+//!
+//! - **Edge**: `serve` wires everything; `service` (gRPC handlers) and
+//!   `convert` (every proto ⇄ domain conversion), `http` and `ui`,
+//!   `replicate` (the bus relay and the state directory), `producer` (who
+//!   may write), `config`, `tls`. Edge subsystems register their own metrics
+//!   in the server's registry at construction and keep the handles.
+//! - **Domain**: `core` (the index with its policies, templates, PD
+//!   topologies and the LookupRoute pipeline), `route`, `pd`, `templates`,
+//!   `policy`, `state`, `probe`, `snapshot`.
+//! - **Leaves**: `metrics` and the subsystem metric families it holds,
+//!   `limits`, `grpc_error` (the one gRPC error table), `http_error`,
+//!   `reserved_tenant`, `events`, `tokenize`, ...
+//!
+//! Modules public here are the ones other crates use (the binary, the
+//! gateway, the simulator, the benches and the test suites).
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), inferencecache_server::ServeError> {
 //! use inferencecache_server::{Server, ServerConfig};
@@ -15,52 +35,57 @@
 //! # }
 //! ```
 
-pub mod auth;
-pub mod block_size;
+// The edge.
 pub mod config;
 pub mod convert;
-pub mod core;
-mod error;
-pub mod events;
-pub mod exposition;
 mod grpc;
-pub mod grpc_error;
 pub mod grpc_limits;
-pub mod http;
-pub mod http_error;
-pub mod http_serve;
-pub mod index_gauges;
-pub mod ingest_lane;
-pub mod limits;
-pub mod listen;
-pub mod liveness;
-pub mod metrics;
-pub mod named;
-pub mod pd;
-pub mod policy;
-pub mod probe;
+mod http;
+mod http_serve;
 pub mod producer;
-pub mod readiness;
 pub mod replicate;
-pub mod reserved_tenant;
-pub mod route;
-pub mod routing_metrics;
-mod sampler;
 mod serve;
 pub mod service;
+mod tls;
+mod ui;
+mod write_coalesce;
+
+// The domain.
+pub mod core;
+pub mod ingest_lane;
+mod named;
+mod pd;
+pub mod policy;
+mod probe;
+pub mod route;
 pub mod snapshot;
 pub mod state;
-pub mod store_metrics;
-pub mod templates;
-pub mod tiktoken;
-pub mod tls;
+mod templates;
+mod watch;
+
+// Leaves: metrics, limits, errors and small shared types.
+mod auth;
+mod block_size;
+mod error;
+mod events;
+mod exposition;
+mod grpc_error;
+mod http_error;
+mod index_gauges;
+pub mod limits;
+mod listen;
+mod liveness;
+pub mod metrics;
+mod readiness;
+mod reserved_tenant;
+mod routing_metrics;
+mod sampler;
+mod store_metrics;
+mod tiktoken;
 pub mod tokenize;
-pub mod tokenize_budget;
+mod tokenize_budget;
 pub mod tokenize_prefix;
-pub mod tokenize_split;
-pub mod ui;
-pub mod watch;
-pub mod write_coalesce;
+mod tokenize_split;
 
 pub use config::{ControlAuth, ServerConfig};
 pub use error::{ConfigError, ServeError};

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Default `--producer-silence`: five sidecar heartbeats (2 s each).
-pub const DEFAULT_PRODUCER_SILENCE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_PRODUCER_SILENCE: Duration = Duration::from_secs(10);
 
 /// The liveness metrics.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +41,7 @@ impl LivenessMetrics {
 }
 
 /// A replica's producer, as a scope key.
-pub type ReplicaKey = (String, String, String);
+pub(crate) type ReplicaKey = (String, String, String);
 
 #[derive(Debug)]
 struct Seen {
@@ -51,7 +51,7 @@ struct Seen {
 
 /// Last word from each heartbeating producer. Cheap to clone (shared).
 #[derive(Debug, Clone)]
-pub struct ProducerLiveness {
+pub(crate) struct ProducerLiveness {
     silence: Option<Duration>,
     seen: Arc<Mutex<HashMap<ReplicaKey, Seen>>>,
     metrics: LivenessMetrics,
@@ -60,7 +60,7 @@ pub struct ProducerLiveness {
 impl ProducerLiveness {
     /// `silence`: how long a heartbeating producer may say nothing; `None`
     /// never withdraws.
-    pub fn new(silence: Option<Duration>, metrics: LivenessMetrics) -> Self {
+    pub(crate) fn new(silence: Option<Duration>, metrics: LivenessMetrics) -> Self {
         Self {
             silence,
             seen: Arc::default(),
@@ -71,7 +71,13 @@ impl ProducerLiveness {
     /// Records a report from (`tenant`, `model`, `replica`); `heartbeats`
     /// when its producer promises them. True when the replica was withdrawn
     /// for silence: the caller refuses the report so the producer resyncs.
-    pub fn report(&self, tenant: &str, model: &str, replica: &str, heartbeats: bool) -> bool {
+    pub(crate) fn report(
+        &self,
+        tenant: &str,
+        model: &str,
+        replica: &str,
+        heartbeats: bool,
+    ) -> bool {
         if self.silence.is_none() {
             return false;
         }
@@ -98,7 +104,7 @@ impl ProducerLiveness {
 
     /// Replicas silent past the limit and not yet withdrawn; each is marked
     /// withdrawn, counted and logged, and the caller clears it.
-    pub fn newly_silent(&self, now: Instant) -> Vec<ReplicaKey> {
+    pub(crate) fn newly_silent(&self, now: Instant) -> Vec<ReplicaKey> {
         let Some(silence) = self.silence else {
             return Vec::new();
         };

@@ -147,7 +147,7 @@ impl<T> NamedStore<T> {
 
 /// How one kind of named object is loaded from its file flag and recorded.
 #[derive(Debug)]
-pub struct FileKind<T: 'static> {
+pub(crate) struct FileKind<T: 'static> {
     /// Reads the file or directory.
     pub load: fn(&Path) -> Result<NamedSet<T>, String>,
     /// Log message of a load put in force.
@@ -162,7 +162,7 @@ pub struct FileKind<T: 'static> {
 
 /// Where a watched file's objects go.
 #[derive(Debug)]
-pub struct FileTarget<T: 'static> {
+pub(crate) struct FileTarget<T: 'static> {
     kind: &'static FileKind<T>,
     store: NamedStore<T>,
     metrics: Arc<Metrics>,
@@ -195,7 +195,7 @@ impl<T: Send + Sync + 'static> Reloadable for FileTarget<T> {
 
 /// Loads the path once (an error is returned: a server should not start on
 /// a broken file) and watches it.
-pub fn watch<T: Send + Sync + 'static>(
+pub(crate) fn watch<T: Send + Sync + 'static>(
     kind: &'static FileKind<T>,
     path: PathBuf,
     store: NamedStore<T>,

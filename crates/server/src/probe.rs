@@ -14,16 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Tokens of the probe's single block.
-pub const PROBE_TOKEN_COUNT: i32 = 16;
-/// Backend type whose probe would include a T2 stage.
-pub const BACKEND_TYPE_LMCACHE: &str = "LMCache";
+pub(crate) const PROBE_TOKEN_COUNT: i32 = 16;
 /// Largest accepted request body.
-pub const MAX_PROBE_BODY_BYTES: usize = 4 << 10;
+pub(crate) const MAX_PROBE_BODY_BYTES: usize = 4 << 10;
 
 /// The request body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ProbeRequest {
+pub(crate) struct ProbeRequest {
     /// Backend (CacheBackend "namespace/name").
     #[serde(default)]
     pub backend: String,
@@ -33,14 +31,16 @@ pub struct ProbeRequest {
     /// Hash scheme.
     #[serde(default)]
     pub hash_scheme: String,
-    /// Backend type ("" = LMCache).
+    /// Backend type ("" = LMCache). Accepted (the body is decoded with
+    /// `deny_unknown_fields`) but not read: no probe stage depends on it yet.
     #[serde(default)]
+    #[allow(dead_code)]
     pub backend_type: String,
 }
 
 /// One stage's failure.
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct StageError {
+pub(crate) struct StageError {
     /// ingest, routing or t2.
     pub stage: &'static str,
     /// What went wrong.
@@ -49,7 +49,7 @@ pub struct StageError {
 
 /// The response body.
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct ProbeResponse {
+pub(crate) struct ProbeResponse {
     /// Echo of the request's backend.
     pub backend: String,
     /// ok / failed / skipped.
@@ -65,7 +65,7 @@ pub struct ProbeResponse {
 
 /// Why a probe request was refused (400).
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeRequestError {
+pub(crate) enum ProbeRequestError {
     /// Not JSON or unknown field.
     #[error("decode probe request: {0}")]
     Decode(String),
@@ -78,7 +78,7 @@ pub enum ProbeRequestError {
 }
 
 /// Parses a probe body: exactly one JSON object with the required fields.
-pub fn parse_probe_request(body: &[u8]) -> Result<ProbeRequest, ProbeRequestError> {
+pub(crate) fn parse_probe_request(body: &[u8]) -> Result<ProbeRequest, ProbeRequestError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let req =
         ProbeRequest::deserialize(&mut de).map_err(|e| ProbeRequestError::Decode(e.to_string()))?;
@@ -91,7 +91,7 @@ pub fn parse_probe_request(body: &[u8]) -> Result<ProbeRequest, ProbeRequestErro
 
 /// The probe's 32-byte hash: SHA-256 over a domain tag and the
 /// length-prefixed scheme, model and backend.
-pub fn probe_hash(backend: &str, model: &str, hash_scheme: &str) -> [u8; 32] {
+pub(crate) fn probe_hash(backend: &str, model: &str, hash_scheme: &str) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(b"inferencecache.io/probe/v1\n");
     for part in [hash_scheme, model, backend] {
@@ -107,7 +107,7 @@ type ProbeLocks = HashMap<(String, String), Arc<Mutex<()>>>;
 
 /// Runs probes, one at a time per (backend, model).
 #[derive(Debug, Default, Clone)]
-pub struct Prober {
+pub(crate) struct Prober {
     locks: Arc<Mutex<ProbeLocks>>,
 }
 
@@ -124,7 +124,7 @@ impl Prober {
     }
 
     /// Runs one probe against `index` (blocking; call off the async runtime).
-    pub fn run(&self, index: &Index, req: &ProbeRequest) -> ProbeResponse {
+    pub(crate) fn run(&self, index: &Index, req: &ProbeRequest) -> ProbeResponse {
         let lock = self.lock_for(&req.backend, &req.model);
         let _serial = match lock.lock() {
             Ok(g) => g,

@@ -8,25 +8,25 @@ use std::sync::{Arc, Mutex};
 
 /// Shared set of readiness blockers (cheap to clone).
 #[derive(Debug, Clone, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     blockers: Arc<Mutex<BTreeMap<&'static str, String>>>,
 }
 
 impl Readiness {
     /// Sets (or updates) the blocker `key`.
-    pub fn block(&self, key: &'static str, reason: impl Into<String>) {
+    pub(crate) fn block(&self, key: &'static str, reason: impl Into<String>) {
         let mut g = self.blockers.lock().unwrap_or_else(|e| e.into_inner());
         g.insert(key, reason.into());
     }
 
     /// Clears the blocker `key`.
-    pub fn clear(&self, key: &'static str) {
+    pub(crate) fn clear(&self, key: &'static str) {
         let mut g = self.blockers.lock().unwrap_or_else(|e| e.into_inner());
         g.remove(key);
     }
 
     /// `"key: reason"` of the first blocker, if any.
-    pub fn reason(&self) -> Option<String> {
+    pub(crate) fn reason(&self) -> Option<String> {
         let g = self.blockers.lock().unwrap_or_else(|e| e.into_inner());
         g.iter().next().map(|(k, r)| format!("{k}: {r}"))
     }

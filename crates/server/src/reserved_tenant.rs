@@ -6,12 +6,12 @@
 //! the index is built with [`RESERVED_TENANTS`] so its own counts leave it
 //! out too.
 
-pub use inferencecache_control_api::PROBE_TENANT;
+pub(crate) use inferencecache_control_api::PROBE_TENANT;
 
 /// Tenants the index keeps out of its per-tenant counts and quotas.
-pub const RESERVED_TENANTS: [&str; 1] = [PROBE_TENANT];
+pub(crate) const RESERVED_TENANTS: [&str; 1] = [PROBE_TENANT];
 
 /// True for a tenant that wire traffic may not read or write.
-pub fn is_reserved(tenant: &str) -> bool {
+pub(crate) fn is_reserved(tenant: &str) -> bool {
     tenant == PROBE_TENANT
 }

@@ -17,20 +17,20 @@ use std::path::{Path, PathBuf};
 use tiktoken_rs::{CoreBPE, Rank};
 
 /// The cl100k_base pre-tokenization pattern (tiktoken's own).
-pub const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(crate) const CL100K_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Most bytes of a tiktoken file (o200k_base is 3.6 MB).
-pub const MAX_TIKTOKEN_FILE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_TIKTOKEN_FILE_BYTES: u64 = 64 << 20;
 
 /// A loaded tiktoken encoder.
-pub struct TiktokenEncoder {
+pub(crate) struct TiktokenEncoder {
     bpe: CoreBPE,
     specials: Vec<String>,
 }
 
 /// The model directory's tiktoken file, if any: `tiktoken.model`, else the
 /// first `*.tiktoken` by name.
-pub fn find_tiktoken_file(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn find_tiktoken_file(dir: &Path) -> Option<PathBuf> {
     let model = dir.join("tiktoken.model");
     if model.is_file() {
         return Some(model);
@@ -47,7 +47,7 @@ pub fn find_tiktoken_file(dir: &Path) -> Option<PathBuf> {
 
 /// Parses `<base64> <rank>` lines; duplicate tokens or ranks are refused
 /// (the BPE core needs a bijection).
-pub fn parse_ranks(text: &str) -> Result<rustc_hash::FxHashMap<Vec<u8>, Rank>, String> {
+pub(crate) fn parse_ranks(text: &str) -> Result<rustc_hash::FxHashMap<Vec<u8>, Rank>, String> {
     let mut ranks = rustc_hash::FxHashMap::default();
     let mut seen = HashSet::new();
     for (i, line) in text.lines().enumerate() {
@@ -94,7 +94,7 @@ fn added_tokens(config: &serde_json::Value) -> rustc_hash::FxHashMap<String, Ran
 impl TiktokenEncoder {
     /// Loads `file` with the special tokens of `config` (the model's
     /// `tokenizer_config.json`, or `Null`).
-    pub fn load(file: &Path, config: &serde_json::Value) -> Result<Self, String> {
+    pub(crate) fn load(file: &Path, config: &serde_json::Value) -> Result<Self, String> {
         let len = std::fs::metadata(file).map_err(|e| e.to_string())?.len();
         if len > MAX_TIKTOKEN_FILE_BYTES {
             return Err(format!(
@@ -120,7 +120,7 @@ impl TiktokenEncoder {
 
     /// Token ids of `text`; special-token markers encode to their ids (as HF
     /// `encode(.., add_special_tokens=false)` does for added tokens).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub(crate) fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         let allowed: HashSet<&str> = self.specials.iter().map(String::as_str).collect();
         self.bpe
             .encode(text, &allowed)

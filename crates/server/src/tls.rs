@@ -21,7 +21,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 /// A handshake that takes longer is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn load_pair(
     cert: &Path,
@@ -71,7 +71,7 @@ struct Loaded {
 
 /// Serves the current certificate, reloading it when either file's
 /// modification time moves.
-pub struct ReloadingCert {
+pub(crate) struct ReloadingCert {
     cert: PathBuf,
     key: PathBuf,
     provider: Arc<CryptoProvider>,
@@ -89,7 +89,10 @@ impl std::fmt::Debug for ReloadingCert {
 
 impl ReloadingCert {
     /// Loads the pair once; failure here is a startup error.
-    pub fn load(files: &TlsFiles, provider: Arc<CryptoProvider>) -> Result<Self, ServeError> {
+    pub(crate) fn load(
+        files: &TlsFiles,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, ServeError> {
         let stamp = newest_mtime(&[&files.cert, &files.key]);
         let key = load_pair(&files.cert, &files.key, &provider)?;
         Ok(Self {
@@ -154,7 +157,7 @@ impl ResolvesServerCert for ReloadingCert {
 
 /// Builds the acceptor: TLS 1.2 and 1.3, ALPN h2, optional client-cert
 /// verification against `files.client_ca`.
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, ServeError> {
+pub(crate) fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, ServeError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let resolver = Arc::new(ReloadingCert::load(files, Arc::clone(&provider))?);
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
@@ -199,7 +202,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, ServeError> {
 /// Accepts TCP connections and yields completed TLS streams. Handshakes run
 /// concurrently, so one slow or hostile client cannot stall the listener;
 /// failed handshakes (plaintext clients, untrusted client certs) are dropped.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     coalesce_writes: bool,

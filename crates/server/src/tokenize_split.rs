@@ -32,7 +32,7 @@ use tokenizers::{
 };
 
 /// An HF tokenizer whose pre-tokenizer is [`FastSplit`].
-pub type FastTokenizer =
+pub(crate) type FastTokenizer =
     TokenizerImpl<ModelWrapper, NormalizerWrapper, FastSplit, PostProcessorWrapper, DecoderWrapper>;
 
 /// The look-ahead alternative the `regex` crate cannot run.
@@ -167,7 +167,7 @@ fn byte_chars() -> [char; 256] {
 /// byte-mapped and handed to the BPE model piece by piece, exactly the calls
 /// HF makes, minus the alignment bookkeeping.
 #[derive(Debug)]
-pub struct FastEncoder {
+pub(crate) struct FastEncoder {
     added: aho_corasick::AhoCorasick,
     added_ids: Vec<u32>,
     byte_chars: [char; 256],
@@ -176,7 +176,7 @@ pub struct FastEncoder {
 impl FastEncoder {
     /// For `t`, whose added tokens are all unnormalized and non-stripping
     /// (the prefix-cache shape check).
-    pub fn new(t: &FastTokenizer) -> Result<Self, String> {
+    pub(crate) fn new(t: &FastTokenizer) -> Result<Self, String> {
         let mut added: Vec<(u32, String)> = t
             .get_added_tokens_decoder()
             .into_iter()
@@ -196,7 +196,7 @@ impl FastEncoder {
 
     /// Ids of `text` and the byte offset where each token's piece starts;
     /// `None` when a segment is not NFC (the caller uses HF's encode).
-    pub fn encode(&self, t: &FastTokenizer, text: &str) -> Option<(Vec<u32>, Vec<u32>)> {
+    pub(crate) fn encode(&self, t: &FastTokenizer, text: &str) -> Option<(Vec<u32>, Vec<u32>)> {
         let mut ids = Vec::with_capacity(text.len() / 3);
         let mut starts = Vec::with_capacity(text.len() / 3);
         let mut at = 0;

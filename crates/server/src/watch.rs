@@ -110,7 +110,7 @@ impl<R: Reloadable> FileWatcher<R> {
 }
 
 /// Reads a file of at most `limit` bytes; the error names the path.
-pub fn read_limited(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
+pub(crate) fn read_limited(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
     if bytes.len() > limit {
         return Err(format!(
@@ -123,13 +123,13 @@ pub fn read_limited(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
 }
 
 /// True for a `.json` file name (parsed as JSON; anything else as YAML).
-pub fn is_json(path: &Path) -> bool {
+pub(crate) fn is_json(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
 /// Decodes a YAML-or-JSON document by the file's extension.
-pub fn decode_yaml_or_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn decode_yaml_or_json<T: serde::de::DeserializeOwned>(
     path: &Path,
     bytes: &[u8],
 ) -> Result<T, String> {

@@ -26,7 +26,7 @@ use tonic::transport::server::Connected;
 
 /// An I/O stream whose writes wait for one yield per flush (module docs).
 #[derive(Debug)]
-pub struct CoalescedWrites<T> {
+pub(crate) struct CoalescedWrites<T> {
     inner: T,
     /// The current round has yielded; writes go through until the next flush.
     /// Starts (and stays) true when coalescing is off.
@@ -37,7 +37,7 @@ pub struct CoalescedWrites<T> {
 impl<T> CoalescedWrites<T> {
     /// Wraps `inner`; with `enabled` false every call goes straight through
     /// (`--grpc-write-coalescing false`).
-    pub fn new(inner: T, enabled: bool) -> Self {
+    pub(crate) fn new(inner: T, enabled: bool) -> Self {
         Self {
             inner,
             yielded: !enabled,

@@ -31,7 +31,7 @@
 
 mod source;
 
-pub use source::{PD_TOPOLOGY_FILE, decode_pd_topologies_json, load_pd_topology_file};
+pub(crate) use source::{PD_TOPOLOGY_FILE, decode_pd_topologies_json};
 
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
@@ -56,7 +56,7 @@ pub struct Topology {
 }
 
 /// The loaded topologies, by `namespace/name`.
-pub type PdTopologyStore = NamedStore<Topology>;
+pub(crate) type PdTopologyStore = NamedStore<Topology>;
 
 /// One LookupPDRoute question (`convert` borrows it from the wire request).
 #[derive(Debug, Clone, Copy, Default)]

@@ -46,21 +46,21 @@ fn build(list: Vec<PdTopology>, source: Source) -> Result<NamedSet<Topology>, St
 }
 
 /// Decodes and validates a `POST /pd-topologies` body.
-pub fn decode_pd_topologies_json(body: &[u8]) -> Result<NamedSet<Topology>, String> {
+pub(crate) fn decode_pd_topologies_json(body: &[u8]) -> Result<NamedSet<Topology>, String> {
     let list: Vec<PdTopology> =
         serde_json::from_slice(body).map_err(|e| format!("decode pd topologies: {e}"))?;
     build(list, Source::Http)
 }
 
 /// Reads a `--pd-topology-file`.
-pub fn load_pd_topology_file(path: &Path) -> Result<NamedSet<Topology>, String> {
+pub(crate) fn load_pd_topology_file(path: &Path) -> Result<NamedSet<Topology>, String> {
     let bytes = read_limited(path, crate::policy::MAX_POLICY_BODY_BYTES)?;
     let list: Vec<PdTopology> = decode_yaml_or_json(path, &bytes)?;
     build(list, Source::File).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// `--pd-topology-file`: how it loads and what it records.
-pub static PD_TOPOLOGY_FILE: FileKind<Topology> = FileKind {
+pub(crate) static PD_TOPOLOGY_FILE: FileKind<Topology> = FileKind {
     load: load_pd_topology_file,
     loaded: "pd_topology_file_loaded",
     reload_failed: "pd_topology_file_reload_failed",

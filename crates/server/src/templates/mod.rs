@@ -14,11 +14,8 @@
 mod render;
 mod source;
 
-pub use render::{
-    CompileError, CompiledTemplate, MAX_TEMPLATE_BODY_BYTES, MUTABLE_SENTINEL, RENDER_FUEL,
-    RenderError, Rendered, Slot, SlotKind, default_revision,
-};
-pub use source::{TEMPLATES_DIR, decode_templates_json, load_templates_dir};
+pub(crate) use render::{CompiledTemplate, Rendered};
+pub(crate) use source::{TEMPLATES_DIR, decode_templates_json};
 
 use crate::metrics::Metrics;
 use crate::named::NamedStore;
@@ -27,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The loaded templates, by `namespace/name`.
-pub type TemplateStore = NamedStore<CompiledTemplate>;
+pub(crate) type TemplateStore = NamedStore<CompiledTemplate>;
 
 /// One RenderTemplate question (`convert` borrows it from the wire request).
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +67,7 @@ impl RenderOutcome {
 
 /// Answers one RenderTemplate: `OK`, `TEMPLATE_NOT_FOUND` or `RENDER_ERROR`
 /// (logged with the reason, never with variable values). Counted by reason.
-pub fn render_template(
+pub(crate) fn render_template(
     store: &TemplateStore,
     metrics: &Metrics,
     req: &RenderRequest<'_>,
@@ -90,9 +87,7 @@ pub fn render_template(
                     error = %e,
                     "render_template_failed"
                 );
-                RenderOutcome::Failed {
-                    template: t,
-                }
+                RenderOutcome::Failed { template: t }
             }
         },
     };

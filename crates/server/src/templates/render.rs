@@ -31,14 +31,14 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
 /// What replaces a Mutable slot's value in the probe rendering.
-pub const MUTABLE_SENTINEL: &str = "\u{E000}\u{E001}\u{E002}";
+pub(crate) const MUTABLE_SENTINEL: &str = "\u{E000}\u{E001}\u{E002}";
 
 /// Template instructions one rendering may execute (minijinja fuel): a
 /// template loop cannot pin a handler thread.
-pub const RENDER_FUEL: u64 = 1_000_000;
+pub(crate) const RENDER_FUEL: u64 = 1_000_000;
 
 /// Most bytes of one template body.
-pub const MAX_TEMPLATE_BODY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_TEMPLATE_BODY_BYTES: usize = 256 * 1024;
 
 /// A slot's role in the stable-prefix cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +184,7 @@ impl std::fmt::Debug for CompiledTemplate {
 const BODY: &str = "body";
 
 /// `revision`, or the first 16 hex digits of SHA-256(body).
-pub fn default_revision(body: &str) -> String {
+pub(crate) fn default_revision(body: &str) -> String {
     let d = Sha256::digest(body.as_bytes());
     d.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }

@@ -43,7 +43,7 @@ fn build(list: Vec<PromptTemplate>, source: Source) -> Result<NamedSet<CompiledT
 }
 
 /// Decodes and compiles a `POST /templates` body.
-pub fn decode_templates_json(body: &[u8]) -> Result<NamedSet<CompiledTemplate>, String> {
+pub(crate) fn decode_templates_json(body: &[u8]) -> Result<NamedSet<CompiledTemplate>, String> {
     let list: Vec<PromptTemplate> =
         serde_json::from_slice(body).map_err(|e| format!("decode templates: {e}"))?;
     build(list, Source::Http)
@@ -62,7 +62,7 @@ fn is_template_file(path: &Path) -> bool {
 }
 
 /// Loads every template file of a directory.
-pub fn load_templates_dir(dir: &Path) -> Result<NamedSet<CompiledTemplate>, String> {
+pub(crate) fn load_templates_dir(dir: &Path) -> Result<NamedSet<CompiledTemplate>, String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("read directory {}: {e}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
@@ -88,7 +88,7 @@ pub fn load_templates_dir(dir: &Path) -> Result<NamedSet<CompiledTemplate>, Stri
 }
 
 /// `--templates-dir`: how it loads and what it records.
-pub static TEMPLATES_DIR: FileKind<CompiledTemplate> = FileKind {
+pub(crate) static TEMPLATES_DIR: FileKind<CompiledTemplate> = FileKind {
     load: load_templates_dir,
     loaded: "templates_dir_loaded",
     reload_failed: "templates_dir_reload_failed",

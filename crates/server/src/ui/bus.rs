@@ -8,7 +8,7 @@ use serde::Serialize;
 /// The bus as the page shows it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct BusStatus {
+pub(crate) struct BusStatus {
     /// Bus kind and address, e.g. `nats://nats:4222`.
     pub endpoint: String,
     /// Connected right now.
@@ -20,7 +20,7 @@ pub struct BusStatus {
 
 /// The bus's state, or `None` when the server runs without a bus. Read from
 /// the replication gauges (mirrored from the consumer every second).
-pub fn bus_status(relay: Option<&BusRelay>) -> Option<BusStatus> {
+pub(crate) fn bus_status(relay: Option<&BusRelay>) -> Option<BusStatus> {
     let relay = relay?;
     let m = relay.metrics();
     Some(BusStatus {
@@ -33,7 +33,7 @@ pub fn bus_status(relay: Option<&BusRelay>) -> Option<BusStatus> {
 /// Per-replica bus lag in seconds, or `None` without a bus. Every engine
 /// replica's updates travel the same ordered stream, so their lag is this
 /// server's lag behind it.
-pub fn replica_bus_lag_seconds(relay: Option<&BusRelay>, _replica_id: &str) -> Option<f64> {
+pub(crate) fn replica_bus_lag_seconds(relay: Option<&BusRelay>, _replica_id: &str) -> Option<f64> {
     bus_status(relay).and_then(|b| b.lag_seconds)
 }
 

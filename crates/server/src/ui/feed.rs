@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 /// Events one client may have queued before further events are dropped.
-pub const CLIENT_BUFFER: usize = 256;
+pub(crate) const CLIENT_BUFFER: usize = 256;
 
 /// How often a forwarder checks that the server is still serving (it ends
 /// its stream on shutdown so the graceful drain is not held open).

@@ -7,7 +7,7 @@ use prometheus_client::registry::Registry;
 
 /// Live-feed metrics.
 #[derive(Debug, Default)]
-pub struct UiMetrics {
+pub(crate) struct UiMetrics {
     /// Open `/ui/events` streams.
     pub clients: Gauge,
     /// Index-change events not delivered to a `/ui/events` client because
@@ -17,7 +17,7 @@ pub struct UiMetrics {
 
 impl UiMetrics {
     /// Creates the metrics and registers them.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "inferencecache_ui_event_clients",

@@ -15,10 +15,7 @@ mod feed;
 mod metrics;
 mod state;
 
-pub use bus::{BusStatus, bus_status, replica_bus_lag_seconds};
-pub use feed::CLIENT_BUFFER;
-pub use metrics::UiMetrics;
-pub use state::{FeedState, UiReplica, UiState, UiTenant};
+pub(crate) use metrics::UiMetrics;
 
 use crate::http::{HttpState, allow_methods, snapshot_read_gate};
 use crate::http_error::HttpError;
@@ -32,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The page, embedded at build time.
-pub const PAGE: &str = include_str!("page.html");
+pub(crate) const PAGE: &str = include_str!("page.html");
 
 /// Nothing but the page's own inline code and same-origin requests: the
 /// page must work inside a cluster without internet access, and must not
@@ -42,7 +39,7 @@ const PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The status page's routes, merged into the control router.
-pub fn router() -> Router<HttpState> {
+pub(crate) fn router() -> Router<HttpState> {
     Router::new()
         .route("/ui", any(page))
         .route("/ui/", any(page))

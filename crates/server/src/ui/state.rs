@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 /// The page's document.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct UiState {
+pub(crate) struct UiState {
     /// Server wall clock (Unix ms), to compute report ages.
     pub now_ms: i64,
     /// Serving and ready.
@@ -51,7 +51,7 @@ pub struct UiState {
 /// One replica row.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct UiReplica {
+pub(crate) struct UiReplica {
     /// Replica id.
     pub replica_id: String,
     /// Tenant.
@@ -85,7 +85,7 @@ pub struct UiReplica {
 /// One tenant row.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct UiTenant {
+pub(crate) struct UiTenant {
     /// Tenant id.
     pub tenant_id: String,
     /// Distinct prefixes held.
@@ -101,7 +101,7 @@ pub struct UiTenant {
 /// Live-feed counters.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FeedState {
+pub(crate) struct FeedState {
     /// Open `/ui/events` streams.
     pub clients: i64,
     /// Events dropped for slow clients, all clients.
