@@ -174,7 +174,7 @@ impl ServerConfig {
             tls: None,
             engine_block_size: DEFAULT_ENGINE_BLOCK_SIZE,
             tokenizer_models_dir: None,
-            tokenize_prefix_cache_bytes: crate::tokenize_prefix::DEFAULT_BUDGET_BYTES,
+            tokenize_prefix_cache_bytes: crate::tokenize::prefix::DEFAULT_BUDGET_BYTES,
             policy_file: None,
             templates_dir: None,
             pd_topology_file: None,

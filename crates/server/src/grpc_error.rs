@@ -4,7 +4,7 @@
 //! `GrpcError`; the conversion to `tonic::Status` happens once, here (the
 //! handlers' `?` goes through `From`).
 //!
-//! [`HttpError`]: crate::http_error::HttpError
+//! [`HttpError`]: crate::http::error::HttpError
 
 use inferencecache_proto::RETRY_PUSHBACK_KEY;
 use std::time::Duration;

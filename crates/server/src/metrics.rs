@@ -100,7 +100,7 @@ pub struct Metrics {
     /// Resource limits: refusals, shed lookups, replica and tokenizer gauges.
     pub limits: crate::limits::LimitMetrics,
     /// The prompt_text prefix caches.
-    pub tokenize_prefix: crate::tokenize_prefix::PrefixCacheMetrics,
+    pub tokenize_prefix: crate::tokenize::prefix::PrefixCacheMetrics,
     lookup_series: RwLock<HashMap<String, Arc<ModelSeries>>>,
     /// `lookup_route_latency` alone, for [`Metrics::lookup_totals`].
     latency_view: Registry,
@@ -298,7 +298,7 @@ impl Metrics {
         let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
         let limits = crate::limits::LimitMetrics::default();
         limits.register(&mut registry);
-        let tokenize_prefix = crate::tokenize_prefix::PrefixCacheMetrics::default();
+        let tokenize_prefix = crate::tokenize::prefix::PrefixCacheMetrics::default();
         tokenize_prefix.register(&mut registry);
         let edge = subsystems(&mut registry);
         let block_size = crate::block_size::BlockSizeMetrics::register(&mut registry);

@@ -58,7 +58,7 @@ pub struct Server {
 struct EdgeMetrics {
     producers: Arc<crate::producer::ProducerMetrics>,
     replication: Arc<crate::replicate::ReplicationMetrics>,
-    ui: Arc<crate::ui::UiMetrics>,
+    ui: Arc<crate::http::ui::UiMetrics>,
 }
 
 impl EdgeMetrics {
@@ -66,7 +66,7 @@ impl EdgeMetrics {
         Self {
             replication: Arc::new(crate::replicate::ReplicationMetrics::register(registry)),
             producers: Arc::new(crate::producer::ProducerMetrics::register(registry)),
-            ui: Arc::new(crate::ui::UiMetrics::register(registry)),
+            ui: Arc::new(crate::http::ui::UiMetrics::register(registry)),
         }
     }
 }
@@ -317,7 +317,7 @@ impl Server {
         ] {
             let stop = stop.clone();
             tasks.spawn(async move {
-                crate::http_serve::serve(listener, router, limits.http_header_timeout, stop)
+                crate::http::serve::serve(listener, router, limits.http_header_timeout, stop)
                     .await
                     .map_err(|source| ServeError::Http { what, source })
             });

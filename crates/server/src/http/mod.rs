@@ -2,13 +2,22 @@
 //! control one (`/snapshot`, `/policy`, `/probe`, `/templates`,
 //! `/pd-topologies`). Routes are exact paths; each listener answers 404 for
 //! the other's endpoints.
+//!
+//! Inside: `error` (`HttpError`, the one table of HTTP refusals), `serve`
+//! (HTTP/1 with header and body read timeouts), `exposition` (`/metrics`
+//! content negotiation) and `ui` (the status page on the control listener).
+
+pub(crate) mod error;
+pub(crate) mod exposition;
+pub(crate) mod serve;
+pub(crate) mod ui;
 
 use crate::auth::{AuthOutcome, Authenticator};
 use crate::config::ControlAuth;
 use crate::core::Core;
-use crate::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
-use crate::http_error::HttpError;
-use crate::http_serve::{BodyError, read_body};
+use crate::http::error::HttpError;
+use crate::http::exposition::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics};
+use crate::http::serve::{BodyError, read_body};
 use crate::policy::{MAX_POLICY_BODY_BYTES, decode_policy_json, decode_policy_json_lenient};
 use crate::probe::{MAX_PROBE_BODY_BYTES, Prober, parse_probe_request};
 use crate::snapshot::{snapshot_json, with_stores};
@@ -37,7 +46,7 @@ pub(crate) struct HttpState {
     /// Time a handler waits for a complete request body (`--http-body-timeout`).
     pub body_timeout: std::time::Duration,
     /// The status page's feed metrics.
-    pub ui: Arc<crate::ui::UiMetrics>,
+    pub ui: Arc<crate::http::ui::UiMetrics>,
     /// The bus relay, in bus mode (the status page shows the bus).
     pub relay: Option<crate::replicate::BusRelay>,
     /// Producer identities and their counters (`/snapshot` lists them).
@@ -86,7 +95,7 @@ pub(crate) fn control_router(state: HttpState) -> Router {
         .route("/probe", any(probe))
         .route("/templates", any(templates))
         .route("/pd-topologies", any(pd_topologies))
-        .merge(crate::ui::router())
+        .merge(crate::http::ui::router())
         .with_state(state)
 }
 

@@ -8,11 +8,19 @@
 //!
 //! Models are loaded eagerly at startup from `--tokenizer-models-dir`: every
 //! directory holding a `tokenizer.json` (or, for tiktoken models, a
-//! `tiktoken.model` / `*.tiktoken` file: see [`crate::tiktoken`]) is a model
+//! `tiktoken.model` / `*.tiktoken` file: see [`crate::tokenize::tiktoken`]) is a model
 //! whose id is its path relative to the root (e.g. `Qwen/Qwen3-8B`). A
 //! request's `model_id` is only ever a key into that set, never a path.
+//!
+//! Inside: [`prefix`] (the bounded per-model cache that reuses a re-sent
+//! conversation's ids), `split` (the encode without HF's offset bookkeeping
+//! for GPT-4-style tokenizers) and `tiktoken` (a model's BPE file).
 
-use crate::tokenize_prefix::{CutRule, PrefixCache, PrefixCacheMetrics};
+pub mod prefix;
+pub(crate) mod split;
+pub(crate) mod tiktoken;
+
+use crate::tokenize::prefix::{CutRule, PrefixCache, PrefixCacheMetrics};
 /// The template value type [`ChatRender`] carries (minijinja's).
 pub use minijinja::Value;
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
@@ -48,12 +56,12 @@ pub enum TokenizeError {
 /// A model's encoder: Hugging Face `tokenizer.json` or a tiktoken BPE file.
 enum Encoder {
     Hf(Box<tokenizers::Tokenizer>),
-    /// HF with the split regex on a DFA ([`crate::tokenize_split`]).
+    /// HF with the split regex on a DFA ([`crate::tokenize::split`]).
     Fast(
-        Box<crate::tokenize_split::FastTokenizer>,
-        Box<crate::tokenize_split::FastEncoder>,
+        Box<crate::tokenize::split::FastTokenizer>,
+        Box<crate::tokenize::split::FastEncoder>,
     ),
-    Tiktoken(Box<crate::tiktoken::TiktokenEncoder>),
+    Tiktoken(Box<crate::tokenize::tiktoken::TiktokenEncoder>),
 }
 
 type HfImpl = tokenizers::TokenizerImpl<
@@ -70,7 +78,8 @@ fn hf_impl(t: &tokenizers::Tokenizer) -> &HfImpl {
 
 /// True for a directory that holds a model's tokenizer.
 fn is_model_dir(dir: &Path) -> bool {
-    dir.join("tokenizer.json").is_file() || crate::tiktoken::find_tiktoken_file(dir).is_some()
+    dir.join("tokenizer.json").is_file()
+        || crate::tokenize::tiktoken::find_tiktoken_file(dir).is_some()
 }
 
 /// One model: its tokenizer and chat template.
@@ -80,7 +89,7 @@ pub struct ChatTokenizer {
     env: Option<Environment<'static>>,
     specials: HashMap<String, String>,
     /// Where a Hugging Face encode may be split (None: this tokenizer's
-    /// shape is outside the argument in [`crate::tokenize_prefix`]).
+    /// shape is outside the argument in [`crate::tokenize::prefix`]).
     cut_rule: Option<CutRule>,
     prefix: Option<PrefixCache>,
 }
@@ -152,9 +161,9 @@ impl ChatTokenizer {
         };
         let hf = dir.join("tokenizer.json");
         let mut cut_rule = None;
-        let tokenizer = match crate::tiktoken::find_tiktoken_file(dir) {
+        let tokenizer = match crate::tokenize::tiktoken::find_tiktoken_file(dir) {
             Some(file) if !hf.is_file() => Encoder::Tiktoken(Box::new(
-                crate::tiktoken::TiktokenEncoder::load(&file, &config)
+                crate::tokenize::tiktoken::TiktokenEncoder::load(&file, &config)
                     .map_err(|e| err(format!("{}: {e}", file.display())))?,
             )),
             _ => {
@@ -175,8 +184,8 @@ impl ChatTokenizer {
                         })
                         .ok()
                     });
-                let fast = fast.and_then(|f: crate::tokenize_split::FastTokenizer| {
-                    crate::tokenize_split::FastEncoder::new(&f)
+                let fast = fast.and_then(|f: crate::tokenize::split::FastTokenizer| {
+                    crate::tokenize::split::FastEncoder::new(&f)
                         .inspect_err(|e| {
                             tracing::info!(model_id = %id, error = %e, "tokenize: plain HF encode");
                         })
@@ -297,7 +306,7 @@ impl ChatTokenizer {
     /// Token ids of an already rendered text, through the prefix cache when
     /// there is one.
     pub fn encode_rendered(&self, rendered: &str) -> Result<Vec<u32>, TokenizeError> {
-        use crate::tokenize_prefix::{encode, encode_fresh, encode_with_starts};
+        use crate::tokenize::prefix::{encode, encode_fresh, encode_with_starts};
         match (&self.tokenizer, &self.prefix) {
             (Encoder::Fast(t, fast), cache) => {
                 // A segment that is not NFC yet goes the HF way.

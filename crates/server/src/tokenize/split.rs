@@ -17,12 +17,12 @@
 //!
 //! Used only for a `pre_tokenizer` of exactly the shape the prefix-cache
 //! argument allow-lists (`Split` with one of
-//! [`crate::tokenize_prefix::KNOWN_SPLIT_REGEXES`], `Isolated`, then a
+//! [`crate::tokenize::prefix::KNOWN_SPLIT_REGEXES`], `Isolated`, then a
 //! `ByteLevel` without its own regex); every other tokenizer loads as plain
 //! HF. `tests/tokenize_hf.rs` compares it with the HF tokenizer on random
 //! texts.
 
-use crate::tokenize_prefix::KNOWN_SPLIT_REGEXES;
+use crate::tokenize::prefix::KNOWN_SPLIT_REGEXES;
 use serde::{Deserialize, Deserializer};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::tokenizer::pattern::Pattern;

@@ -17,8 +17,8 @@ mod state;
 
 pub(crate) use metrics::UiMetrics;
 
+use crate::http::error::HttpError;
 use crate::http::{HttpState, allow_methods, snapshot_read_gate};
-use crate::http_error::HttpError;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
