@@ -21,9 +21,53 @@ pub(crate) const CACHE_MAX: usize = 32;
 
 /// Label of the auth counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct ResultLabel {
+pub(crate) struct ResultLabel {
     /// ok, unauth, forbidden or error.
-    pub result: String,
+    pub(crate) result: String,
+}
+
+/// Authentication outcomes of the control endpoints, one family per
+/// endpoint (each endpoint has its own authenticator and cache). The HTTP
+/// edge registers them; `serve` hands each authenticator its counter.
+#[derive(Debug, Default)]
+pub(crate) struct ControlAuthMetrics {
+    /// `/snapshot` (and `/ui/state`, `/ui/events`).
+    pub(crate) snapshot: Family<ResultLabel, Counter>,
+    /// `/policy`.
+    pub(crate) policy: Family<ResultLabel, Counter>,
+    /// `/probe`.
+    pub(crate) probe: Family<ResultLabel, Counter>,
+    /// `/templates`.
+    pub(crate) templates: Family<ResultLabel, Counter>,
+    /// `/pd-topologies`.
+    pub(crate) pd_topologies: Family<ResultLabel, Counter>,
+}
+
+impl ControlAuthMetrics {
+    /// Creates the families and registers them.
+    pub(crate) fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
+        let m = Self::default();
+        for (name, endpoint, family) in [
+            ("inferencecache_snapshot_auth", "/snapshot", &m.snapshot),
+            ("inferencecache_policy_auth", "/policy", &m.policy),
+            ("inferencecache_probe_auth", "/probe", &m.probe),
+            ("inferencecache_templates_auth", "/templates", &m.templates),
+            (
+                "inferencecache_pd_topologies_auth",
+                "/pd-topologies",
+                &m.pd_topologies,
+            ),
+        ] {
+            registry.register(
+                name,
+                format!(
+                    "Authentication outcomes for the internal {endpoint} endpoint (ok|unauth|forbidden|error)"
+                ),
+                family.clone(),
+            );
+        }
+        m
+    }
 }
 
 /// The outcome of one request.

@@ -136,12 +136,6 @@ pub struct Metrics {
     pub stream_subscribers: Family<TypeLabel, Gauge>,
     /// Streams ended because the subscriber fell behind.
     pub stream_lagged: Family<TypeLabel, Counter>,
-    /// /snapshot authentication outcomes.
-    pub snapshot_auth: Family<crate::auth::ResultLabel, Counter>,
-    /// /policy authentication outcomes.
-    pub policy_auth: Family<crate::auth::ResultLabel, Counter>,
-    /// /probe authentication outcomes.
-    pub probe_auth: Family<crate::auth::ResultLabel, Counter>,
     /// Estimated-TTFT ranking and approximate mode.
     pub routing: crate::routing_metrics::RoutingMetrics,
     /// Template and PD-topology stores, RenderTemplate and LookupPDRoute.
@@ -278,22 +272,6 @@ impl Metrics {
             "Observer streams disconnected because the subscriber fell behind, by type",
             stream_lagged.clone(),
         );
-        let snapshot_auth = Family::<crate::auth::ResultLabel, Counter>::default();
-        let policy_auth = Family::<crate::auth::ResultLabel, Counter>::default();
-        let probe_auth = Family::<crate::auth::ResultLabel, Counter>::default();
-        for (name, endpoint, family) in [
-            ("inferencecache_snapshot_auth", "/snapshot", &snapshot_auth),
-            ("inferencecache_policy_auth", "/policy", &policy_auth),
-            ("inferencecache_probe_auth", "/probe", &probe_auth),
-        ] {
-            registry.register(
-                name,
-                format!(
-                    "Authentication outcomes for the internal {endpoint} endpoint (ok|unauth|forbidden|error)"
-                ),
-                family.clone(),
-            );
-        }
         let routing = crate::routing_metrics::RoutingMetrics::register(&mut registry);
         let stores = crate::store_metrics::StoreMetrics::register(&mut registry);
         let limits = crate::limits::LimitMetrics::default();
@@ -315,9 +293,6 @@ impl Metrics {
             index_gauges,
             limits,
             tokenize_prefix,
-            snapshot_auth,
-            policy_auth,
-            probe_auth,
             lookup_series: RwLock::default(),
             tenant_evictions,
             index_evictions,

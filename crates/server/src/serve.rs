@@ -59,6 +59,7 @@ struct EdgeMetrics {
     producers: Arc<crate::producer::ProducerMetrics>,
     replication: Arc<crate::replicate::ReplicationMetrics>,
     ui: Arc<crate::http::ui::UiMetrics>,
+    control_auth: crate::auth::ControlAuthMetrics,
 }
 
 impl EdgeMetrics {
@@ -67,6 +68,7 @@ impl EdgeMetrics {
             replication: Arc::new(crate::replicate::ReplicationMetrics::register(registry)),
             producers: Arc::new(crate::producer::ProducerMetrics::register(registry)),
             ui: Arc::new(crate::http::ui::UiMetrics::register(registry)),
+            control_auth: crate::auth::ControlAuthMetrics::register(registry),
         }
     }
 }
@@ -182,15 +184,16 @@ impl Server {
                 let client = crate::auth::kube_client(config.kubeconfig.as_deref())
                     .await
                     .map_err(ServeError::Kube)?;
+                let counters = &edge.control_auth;
                 let make = |audience: &str, counter| {
                     crate::auth::Authenticator::new(client.clone(), audience, allowed_sa, counter)
                 };
                 Some(Arc::new(crate::http::ControlAuthenticators {
-                    snapshot: make(controller_audience, metrics.snapshot_auth.clone()),
-                    policy: make(policy_audience, metrics.policy_auth.clone()),
-                    probe: make(controller_audience, metrics.probe_auth.clone()),
-                    templates: make(policy_audience, metrics.stores.templates_auth.clone()),
-                    pd_topologies: make(policy_audience, metrics.stores.pd_topologies_auth.clone()),
+                    snapshot: make(controller_audience, counters.snapshot.clone()),
+                    policy: make(policy_audience, counters.policy.clone()),
+                    probe: make(controller_audience, counters.probe.clone()),
+                    templates: make(policy_audience, counters.templates.clone()),
+                    pd_topologies: make(policy_audience, counters.pd_topologies.clone()),
                 }))
             }
             ControlAuth::Disabled | ControlAuth::LoopbackOnly => None,

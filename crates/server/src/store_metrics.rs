@@ -1,7 +1,6 @@
 //! Metrics of the template and PD-topology stores and of the two RPCs they
 //! serve (RenderTemplate, LookupPDRoute). Registered by [`crate::metrics::Metrics`].
 
-use crate::auth::ResultLabel;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,10 +39,6 @@ pub struct StoreMetrics {
     pub pd_topologies: Gauge,
     /// Topology pushes and file reloads by source and result.
     pub pd_topology_updates: Family<PolicyUpdateLabels, Counter>,
-    /// /templates authentication outcomes.
-    pub templates_auth: Family<ResultLabel, Counter>,
-    /// /pd-topologies authentication outcomes.
-    pub pd_topologies_auth: Family<ResultLabel, Counter>,
 }
 
 fn bump(family: &Family<ReasonCodeLabel, Counter>, reason_code: &str) {
@@ -101,26 +96,6 @@ impl StoreMetrics {
             "Topology pushes (/pd-topologies) and --pd-topology-file reloads, by source (http|file) and result (applied|rejected)",
             m.pd_topology_updates.clone(),
         );
-        for (name, endpoint, family) in [
-            (
-                "inferencecache_templates_auth",
-                "/templates",
-                &m.templates_auth,
-            ),
-            (
-                "inferencecache_pd_topologies_auth",
-                "/pd-topologies",
-                &m.pd_topologies_auth,
-            ),
-        ] {
-            registry.register(
-                name,
-                format!(
-                    "Authentication outcomes for the internal {endpoint} endpoint (ok|unauth|forbidden|error)"
-                ),
-                family.clone(),
-            );
-        }
         m
     }
 
