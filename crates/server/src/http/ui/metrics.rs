@@ -1,5 +1,7 @@
-//! Metrics of the status page's live feed (`/ui/events`). Registered by
-//! [`crate::metrics::Metrics`] so they appear on the public `/metrics`.
+//! Metrics of the status page's live feed (`/ui/events`). Registered in the
+//! server's registry at startup (with the other edge families, through
+//! [`crate::metrics::Metrics::with_subsystems`]) so they appear on the public
+//! `/metrics`; the HTTP state keeps the handle.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
