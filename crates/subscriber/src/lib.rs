@@ -85,6 +85,7 @@ pub mod sequence;
 pub mod sidecar;
 pub mod stats;
 pub mod transport;
+pub mod window;
 
 pub use decode::{
     DecodeError, DecodeOptions, DecodedBatch, TupleLayout, decode_batch, decode_batch_with,
