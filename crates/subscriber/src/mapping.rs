@@ -440,10 +440,22 @@ impl Mapping {
                 return;
             }
             self.stats.window_blocks += ev.block_hashes.len() as u64;
-            let affected =
-                self.windows
-                    .get_or_insert_with(Windows::new)
-                    .store(group, rule, &ev.block_hashes);
+            let w = self.windows.get_or_insert_with(Windows::new);
+            let affected = w.store(group, rule, &ev.block_hashes);
+            if w.held_blocks() > self.max_tracked {
+                // Removals were lost (the engine holds far fewer window
+                // blocks): forget them all, so nothing is a valid end until
+                // the engine stores window blocks again (missed hints,
+                // never false ones).
+                tracing::warn!(
+                    max_tracked_blocks = self.max_tracked,
+                    "window blocks over the tracked-block bound: forgetting them"
+                );
+                w.forget_held();
+                let all: Vec<EngineHash> = self.blocks.keys().map(|k| k.hash.clone()).collect();
+                self.revalidate(&all, out);
+                return;
+            }
             self.revalidate(&affected, out);
             return;
         }

@@ -131,6 +131,14 @@ impl Windows {
         self.groups.values().map(|g| g.held.len()).sum()
     }
 
+    /// Forgets every held window block (links stay): no block is a valid
+    /// end until window blocks are stored again.
+    pub fn forget_held(&mut self) {
+        for g in self.groups.values_mut() {
+            g.held.clear();
+        }
+    }
+
     /// Forgets every held block and link (an engine restart or clear); the
     /// groups' rules stay.
     pub fn reset(&mut self) {

@@ -291,3 +291,22 @@ proptest! {
         }
     }
 }
+
+/// Window blocks are bounded like full-attention ones: past the bound
+/// (removals lost), they are forgotten and nothing is an end until the
+/// engine stores window blocks again.
+#[test]
+fn window_blocks_are_bounded() {
+    let mut m = Mapping::new(MappingConfig {
+        max_tracked_blocks: 8,
+        ..MappingConfig::default()
+    });
+    let mut server = Server::default();
+    server.apply(&step(&mut m, &[window(0, 0, 4, &[0, 1, 2, 3]), full(0, 4)]));
+    assert_eq!(server.ends(), [32, 64, 96, 128]);
+    server.apply(&step(&mut m, &[window(0, 4, 9, &[10, 11, 12, 13, 14])]));
+    assert_eq!(m.window_blocks(), 0);
+    assert!(server.ends().is_empty());
+    server.apply(&step(&mut m, &[window(0, 2, 4, &[2, 3])]));
+    assert_eq!(server.ends(), [128]);
+}
