@@ -27,11 +27,31 @@ use std::time::Duration;
 /// Tokens per KV block of the engines (vLLM on CPU: multiples of 32).
 const BLOCK: usize = 32;
 
+/// KV blocks of the engine that evicts (every group draws on one pool, and
+/// vLLM sizes it as if each group held the whole context): enough for a
+/// 1024-token context, a few of the 600-token prompts below.
+const SMALL_CACHE_BLOCKS: u32 = 200;
+
 /// Waits until the server holds the last full block of `prompt` for
 /// replica 0 (an exact lookup of its fingerprint, which no window rule
 /// touches): the engine's events for it, and the window changes that came
 /// in the same engine step before them, have been applied.
 async fn settle(chain: &Chain, prompt: &[u32]) {
+    settle_on(chain, prompt).await;
+    // Evictions travel as their own RPCs: none may still be on its way.
+    let sidecar = chain.sidecars[0].as_ref().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = common::http_get(&sidecar.addr("http_addr"), "/metrics").1;
+        if engine::metric(&m, "inferencecache_subscriber_eviction_backlog") == 0.0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "evictions stuck: {m}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn settle_on(chain: &Chain, prompt: &[u32]) {
     let last = *prefix_hashes(prompt, BLOCK).last().expect("a full block");
     let req = LookupRouteRequest {
         model_id: chain.model_id(0),
@@ -122,4 +142,52 @@ async fn hybrid_hints_equal_what_the_engine_reuses() {
         ) > 0.0,
         "{m}"
     );
+}
+
+/// Window blocks evicted: a small cache that all four groups draw on, so
+/// older prompts lose sliding-window blocks (and full-attention ones) as
+/// new ones arrive. Each prompt is then sent again with another ending,
+/// newest first: every hint equals what the engine reuses (all of a recent
+/// prompt, nothing of an evicted one), after window removals re-reported
+/// blocks as no longer a valid end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_hints_follow_window_evictions() {
+    let Some((venv, model)) = real_chain::model(ModelKind::Gemma3Hybrid) else {
+        return;
+    };
+    let mut config = EngineConfig::new(&model, "gemma", 1);
+    config.num_blocks = Some(SMALL_CACHE_BLOCKS);
+    config.extra_args = vec!["--max-model-len".into(), "1024".into()];
+    let chain = Chain::start(&venv, &model, vec![config], &[], &[]).await;
+    let prompts: Vec<Vec<u32>> = (0..9).map(|k| tokens(40 + k, 600)).collect();
+    for p in &prompts {
+        chain.complete(0, p, json!({})).await;
+        settle(&chain, p).await;
+    }
+    let mut judged: Vec<Judged> = Vec::new();
+    // Newest first: the newest are still cached, older ones lost blocks.
+    for (k, p) in prompts.iter().enumerate().rev() {
+        let prompt = cat(p, &tokens(60 + k as u64, 40));
+        judged.push(
+            chain
+                .judge(&format!("prompt {k} again"), &prompt, "", 0)
+                .await,
+        );
+        settle(&chain, &prompt).await;
+    }
+    let wrong: Vec<&Judged> = judged
+        .iter()
+        .filter(|j| u64::try_from(j.hinted).unwrap() != j.reused)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "hints the engine did not confirm: {wrong:#?}"
+    );
+    let sidecar = chain.sidecars[0].as_ref().unwrap();
+    let m = common::http_get(&sidecar.addr("http_addr"), "/metrics").1;
+    for op in ["evicted", "end_changed"] {
+        let key = format!("inferencecache_subscriber_blocks_total{{op=\"{op}\"}}");
+        assert!(engine::metric(&m, &key) > 0.0, "no {op} blocks: {m}");
+    }
+    assert!(judged.iter().any(|j| j.reused > 0), "{judged:#?}");
 }
