@@ -105,6 +105,24 @@ fn bench_lookup(c: &mut Criterion) {
         },
     );
     drop(hybrid_idx);
+    // The same full-attention lookup while another tenant's (hybrid)
+    // partition holds marks: its walk skips the table.
+    let (mixed_idx, _) = populated();
+    let mut u = chain_update(0, &chain[..4]);
+    u.tenant_id = "tenant-hybrid".into();
+    u.prefixes[0].no_match_end = true;
+    mixed_idx.ingest(&u);
+    g.bench_function(
+        "chain_128_blocks_64_replicas_partial_marks_elsewhere",
+        |b| {
+            b.iter(|| {
+                let req =
+                    LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&chain, &counts);
+                black_box(mixed_idx.lookup_route(black_box(&req)))
+            })
+        },
+    );
+    drop(mixed_idx);
     let first = chain[0].clone();
     g.bench_function("exact_64_holders", |b| {
         b.iter(|| {

@@ -28,7 +28,7 @@ use crate::key::key_hash;
 use crate::sync::{read, write};
 use std::collections::HashSet;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Independent locks (by key hash).
 const SHARDS: usize = 16;
@@ -45,6 +45,10 @@ pub(crate) struct Endpoints {
     shards: Box<[Padded]>,
     /// Marks held: zero lets every reader and removal skip the locks.
     len: AtomicUsize,
+    /// Bit `part % 64` set once a partition got a mark (never cleared): a
+    /// walk in a partition whose bit is clear (every full-attention scope,
+    /// unless its id shares the bit with a hybrid one) skips the table.
+    parts: AtomicU64,
 }
 
 impl Default for Endpoints {
@@ -52,6 +56,7 @@ impl Default for Endpoints {
         Self {
             shards: (0..SHARDS).map(|_| Padded::default()).collect(),
             len: AtomicUsize::new(0),
+            parts: AtomicU64::new(0),
         }
     }
 }
@@ -78,6 +83,7 @@ impl Endpoints {
     /// `hash`): `no_end` marks it, `false` clears any mark.
     pub(crate) fn set(&self, part: u32, hash: u64, replica: u32, no_end: bool) {
         if no_end {
+            self.parts.fetch_or(part_bit(part), Ordering::Relaxed);
             if write(self.shard(part, hash)).insert((part, hash, replica)) {
                 self.len.fetch_add(1, Ordering::Relaxed);
             }
@@ -113,7 +119,7 @@ impl Endpoints {
         counts: &[i32],
         runs: &mut Vec<RunMatch>,
     ) {
-        if self.is_empty() {
+        if self.is_empty() || self.parts.load(Ordering::Relaxed) & part_bit(part) == 0 {
             return;
         }
         for r in runs.iter_mut() {
@@ -133,6 +139,10 @@ impl Endpoints {
         }
         runs.retain(|r| r.blocks > 0);
     }
+}
+
+fn part_bit(part: u32) -> u64 {
+    1 << (part % 64)
 }
 
 #[cfg(test)]

@@ -47,7 +47,9 @@
 //! Memory: about 130–170 bytes per tracked block with integer hashes (map
 //! entry, key, store-order queue), plus 32 bytes per key for 32-byte `bin`
 //! hashes; the pending set holds at most `max_pending_blocks` blocks of held
-//! events (tokens included).
+//! events (tokens included). A hybrid model adds a link per full-attention
+//! block (its parent and children) and a set entry per window block (at most
+//! `max_tracked_blocks` of them).
 //!
 //! - **Extra keys are part of the fingerprint.** A block the engine keys by
 //!   more than its tokens (a `cache_salt`, multimodal identifiers, prompt
