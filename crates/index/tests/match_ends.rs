@@ -37,7 +37,8 @@ fn contract(env: &Env, n: u64) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// The default ranking's matched tokens for `replica` over blocks `1..=n`.
+/// The default ranking's matched tokens for `replica` over blocks `1..=n`
+/// (0 when it is not among the matches).
 fn ttft(env: &Env, n: u64, replica: &str) -> i32 {
     let hs: Vec<Vec<u8>> = (1..=n).map(h).collect();
     let counts = vec![32; n as usize];
@@ -51,10 +52,11 @@ fn ttft(env: &Env, n: u64, replica: &str) -> i32 {
             seed: &seed,
         },
     );
-    r.estimates
+    r.result
+        .scores
         .iter()
-        .find(|e| &*e.replica_id == replica)
-        .map_or(0, |e| e.matched_tokens)
+        .find(|s| &*s.replica_id == replica)
+        .map_or(0, |s| s.matched_tokens)
 }
 
 #[test]
