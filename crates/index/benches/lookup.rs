@@ -1,6 +1,7 @@
 //! Index benches: chain lookup (128-block request, 64 replicas, partial
 //! matches), exact lookup, ingest throughput (128- and 32-block chains),
-//! PREFIX_EVICTED removal, chain lookup under concurrent ingest, and a
+//! PREFIX_EVICTED removal, chain lookup under concurrent ingest, the same
+//! chain lookup backing off hybrid models' invalid ends, and a
 //! resident-memory report. Criterion reports time per lookup / per update; ingest groups also
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -81,6 +82,47 @@ fn bench_lookup(c: &mut Criterion) {
         })
     });
     drop(lfu_idx);
+    // Hybrid models: every replica's last two held blocks are not a valid
+    // match end (`PrefixEntry::no_match_end`), so each run backs off two
+    // blocks after the walk.
+    let (hybrid_idx, _) = populated();
+    for r in 0..REPLICAS {
+        let depth = 1 + (r * 2) % BLOCKS;
+        for end in depth.saturating_sub(2).max(1)..=depth {
+            let mut u = chain_update(r, &chain[..end]);
+            u.prefixes[0].no_match_end = true;
+            hybrid_idx.ingest(&u);
+        }
+    }
+    g.bench_function(
+        "chain_128_blocks_64_replicas_partial_hybrid_back_off",
+        |b| {
+            b.iter(|| {
+                let req =
+                    LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&chain, &counts);
+                black_box(hybrid_idx.lookup_route(black_box(&req)))
+            })
+        },
+    );
+    drop(hybrid_idx);
+    // The same full-attention lookup while another tenant's (hybrid)
+    // partition holds marks: its walk skips the table.
+    let (mixed_idx, _) = populated();
+    let mut u = chain_update(0, &chain[..4]);
+    u.tenant_id = "tenant-hybrid".into();
+    u.prefixes[0].no_match_end = true;
+    mixed_idx.ingest(&u);
+    g.bench_function(
+        "chain_128_blocks_64_replicas_partial_marks_elsewhere",
+        |b| {
+            b.iter(|| {
+                let req =
+                    LookupRequest::new("tenant-a", "llama-3-70b", "vllm").chain(&chain, &counts);
+                black_box(mixed_idx.lookup_route(black_box(&req)))
+            })
+        },
+    );
+    drop(mixed_idx);
     let first = chain[0].clone();
     g.bench_function("exact_64_holders", |b| {
         b.iter(|| {

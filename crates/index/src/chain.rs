@@ -7,6 +7,11 @@
 //! block's holders merge-joined against the live runs (both sorted by
 //! replica id); runs that end are dropped at once, and the walk stops as
 //! soon as no run is left.
+//!
+//! A run's depth is final once the walk ends; it then backs off to the
+//! deepest block its replica reported as a valid match end (hybrid models,
+//! `endpoints.rs`; nothing to do, one load, elsewhere). Both rankings walk
+//! here, so both see it.
 
 use crate::arena::RunMatch;
 use crate::entries::Entries;
@@ -60,15 +65,22 @@ pub(crate) fn walk<H: AsRef<[u8]>, T>(
             let key = |i: usize| hashes[i].as_ref().try_into().map_or(0, u64::from_le_bytes);
             let arena = entries.arena();
             arena.walk_by(part, hashes.len(), key, counts, cutoff, &mut s.matches);
+            // Each run's depth is final here: back off to a valid end.
+            entries
+                .endpoints
+                .back_off(part, |i| Some(key(i)), counts, &mut s.matches);
             return out(&s.matches);
         }
         walk_mixed(entries, part, hashes, counts, cutoff, s);
+        let key = |i: usize| hashes[i].as_ref().try_into().ok().map(u64::from_le_bytes);
         if s.ended.is_empty() {
             // Every run went on to the end: `live` kept its replica order.
+            entries.endpoints.back_off(part, key, counts, &mut s.live);
             return out(&s.live);
         }
         s.ended.append(&mut s.live);
         s.ended.sort_unstable_by_key(|r| r.replica);
+        entries.endpoints.back_off(part, key, counts, &mut s.ended);
         out(&s.ended)
     };
     crate::scratch::with(&SCRATCH, walker)

@@ -204,6 +204,13 @@ impl Index {
                         notes,
                     );
                 }
+                // Hybrid models: whether a match may end here (`endpoints.rs`).
+                let ends = [e.block_hashes.last(), Some(&e.prefix_hash)];
+                for key in ends.into_iter().flatten().filter(|k| !k.is_empty()) {
+                    self.store
+                        .entries
+                        .mark_end(part.id, key, replica, e.no_match_end);
+                }
                 self.count_adds(&part, replica, adds);
             }
             out.tentative_confirmed += self.routing.tentative.confirm(replica, &confirmed);

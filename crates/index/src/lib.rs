@@ -172,6 +172,7 @@ mod classify;
 mod clock;
 mod config;
 mod counters;
+mod endpoints;
 mod entries;
 mod events;
 mod eviction;

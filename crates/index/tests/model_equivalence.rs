@@ -763,6 +763,7 @@ fn build_update(
                     0 => String::new(),
                     i => ADAPTERS[i].to_string(),
                 },
+                no_match_end: false,
             }
         })
         .collect();

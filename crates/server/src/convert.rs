@@ -26,6 +26,7 @@ fn entry_from_proto(e: pb::PrefixEntry) -> index::PrefixEntry {
         block_token_counts: e.block_token_counts,
         tier: index::Tier::from_wire(e.tier),
         adapter_id: e.adapter_id,
+        no_match_end: e.no_match_end,
     }
 }
 

@@ -107,6 +107,7 @@ fn update() -> impl Strategy<Value = CacheStateUpdate> {
                 block_hashes: chain,
                 tier,
                 adapter_id: String::new(),
+                no_match_end: false,
             }],
             stats: Some(ReplicaStats {
                 hit_rate: hit,

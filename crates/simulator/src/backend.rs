@@ -348,6 +348,7 @@ impl Backend {
                     token_count: r.token_count,
                     tier: r.tier.as_proto(),
                     adapter_id: r.adapter.to_string(),
+                    no_match_end: r.no_match_end,
                     ..Default::default()
                 }),
                 Update::Evict(e) => {

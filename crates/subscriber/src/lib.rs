@@ -13,7 +13,8 @@
 //!   ▼                          skipped and reported, the rest still applies)
 //! DecodedBatch { ts, events: Vec<EngineEvent>, errors, data_parallel_rank }
 //!   │ Mapping::apply_all      (mapping.rs: engine hash → fingerprint, tier,
-//!   ▼                          adapter; unknown parents held back; bounded)
+//!   ▼                          adapter; unknown parents held back; bounded;
+//!                              window.rs: hybrid models' valid match ends)
 //! Vec<Update>  Report(PrefixReport) | Evict(PrefixEviction) | AllCleared
 //!   │ (caller) ReportCacheState / PublishEvent
 //! ```
@@ -85,6 +86,7 @@ pub mod sequence;
 pub mod sidecar;
 pub mod stats;
 pub mod transport;
+pub mod window;
 
 pub use decode::{
     DecodeError, DecodeOptions, DecodedBatch, TupleLayout, decode_batch, decode_batch_with,

@@ -36,13 +36,20 @@
 //!   (first time, then at every power of two).
 //! - **Hybrid models.** Blocks of a KV-cache group whose spec is not full
 //!   attention (sliding window, Mamba, local/linear attention) are not a
-//!   reusable prefix by themselves and are not reported. Keys include the group
-//!   index, so groups never overwrite each other's entries.
+//!   reusable prefix by themselves and are not reported; they are tracked
+//!   ([`crate::window`]) to decide, per full-attention block, whether a
+//!   match may end there (vLLM reuses a prefix only up to a point where
+//!   every sliding-window group holds the blocks its window needs). Each
+//!   report says so ([`PrefixReport::no_match_end`]), and a block whose
+//!   answer changes is re-reported. Keys include the group index, so groups
+//!   never overwrite each other's entries.
 //!
 //! Memory: about 130–170 bytes per tracked block with integer hashes (map
 //! entry, key, store-order queue), plus 32 bytes per key for 32-byte `bin`
 //! hashes; the pending set holds at most `max_pending_blocks` blocks of held
-//! events (tokens included).
+//! events (tokens included). A hybrid model adds a link per full-attention
+//! block (its parent and children) and a set entry per window block (at most
+//! `max_tracked_blocks` of them).
 //!
 //! - **Extra keys are part of the fingerprint.** A block the engine keys by
 //!   more than its tokens (a `cache_salt`, multimodal identifiers, prompt
@@ -61,6 +68,7 @@ use inferencecache_fingerprint::{ExtraKeys, chain_step, content_hash, to_wire, w
 use crate::event::{BlockRemoved, BlockStored, EngineEvent, Medium};
 use crate::hash::EngineHash;
 use crate::lora::AdapterResolver;
+use crate::window::{Rule, Windows};
 
 /// Default for `--max-tracked-blocks`: ~40 MiB of map at the sizes above,
 /// inside the sidecar's 128 MiB limit, and more blocks than a typical GPU
@@ -131,6 +139,10 @@ pub struct PrefixReport {
     pub adapter: Arc<str>,
     /// Tokens per block of the engine that stored it (`BlockStored.block_size`).
     pub block_size: u32,
+    /// A hybrid model's sliding-window (or other non-full) groups do not
+    /// hold what a match ending at this block needs: the engine would
+    /// recompute from an earlier block (`PrefixEntry.no_match_end`).
+    pub no_match_end: bool,
 }
 
 impl PrefixReport {
@@ -196,7 +208,9 @@ pub struct MappingStats {
     pub dropped_unknown_parent: u64,
     /// Blocks forgotten (and evicted) by the `max_tracked_blocks` bound.
     pub overflow_evicted: u64,
-    /// Blocks of non-prefix KV-cache groups (sliding window, Mamba), ignored.
+    /// Blocks of non-prefix KV-cache groups (sliding window, Mamba) in a
+    /// medium other than the GPU, ignored (the window rule counts the
+    /// engine's own prefix cache).
     pub skipped_non_prefix_group: u64,
     /// `AllBlocksCleared` events.
     pub clears: u64,
@@ -204,6 +218,11 @@ pub struct MappingStats {
     pub duplicate_blocks: u64,
     /// GPU removals of one copy of a hash still held by another copy.
     pub removed_duplicates: u64,
+    /// Blocks stored in non-full groups (sliding window, Mamba), tracked
+    /// for the window rule, not reported.
+    pub window_blocks: u64,
+    /// Re-reports of a block whose validity as a match end changed.
+    pub end_changes: u64,
 }
 
 // Residency bits: one per medium, so a block in several media is removed
@@ -234,18 +253,10 @@ fn tier_of(residency: u8) -> Tier {
     }
 }
 
-/// Whether a KV-cache group holds reusable prefix blocks.
+/// Whether a KV-cache group holds reusable prefix blocks (full attention).
+#[cfg(test)]
 fn is_prefix_group(ev: &BlockStored) -> bool {
-    if ev.kv_cache_spec_sliding_window.is_some() {
-        return false;
-    }
-    let Some(kind) = ev.kv_cache_spec_kind.as_deref() else {
-        return true;
-    };
-    let kind = kind.to_ascii_lowercase();
-    !["sliding", "swa", "mamba", "local", "linear"]
-        .iter()
-        .any(|k| kind.contains(k))
+    Rule::of(ev).is_none()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -264,6 +275,8 @@ struct Entry {
     /// Physical GPU blocks the engine holds under this hash: a miss can
     /// re-store a block it already has, and each copy is removed on its own.
     copies: u32,
+    /// Not a valid match end (hybrid models), as last reported.
+    no_end: bool,
     stamp: u64,
 }
 
@@ -293,6 +306,10 @@ pub struct Mapping {
     pending_blocks: usize,
     next_pending_id: u64,
     non_prefix_groups: HashSet<i64>,
+    /// Full-attention groups seen (one for most models).
+    prefix_groups: Vec<i64>,
+    /// The window rule's state, once a non-full group was seen.
+    windows: Option<Windows>,
     block_size: u32,
     stats: MappingStats,
 }
@@ -313,6 +330,8 @@ impl Mapping {
             pending_blocks: 0,
             next_pending_id: 0,
             non_prefix_groups: HashSet::new(),
+            prefix_groups: Vec::new(),
+            windows: None,
             block_size: 0,
             stats: MappingStats::default(),
         }
@@ -342,12 +361,28 @@ impl Mapping {
     /// Applies every event of a decoded batch, appending updates to `out`.
     pub fn apply_all<'e>(
         &mut self,
-        events: impl IntoIterator<Item = &'e EngineEvent>,
+        events: impl IntoIterator<Item = &'e EngineEvent> + Clone,
         out: &mut Vec<Update>,
     ) {
+        // A step's events for every group arrive in one batch, the
+        // full-attention group's possibly first: know the batch's window
+        // groups before its first blocks are reported.
+        for ev in events.clone() {
+            if let EngineEvent::BlockStored(s) = ev {
+                if let Some(rule) = Rule::of(s) {
+                    let w = self.windows.get_or_insert_with(Windows::new);
+                    w.declare(s.group_idx.unwrap_or(0), rule);
+                }
+            }
+        }
         for ev in events {
             self.apply(ev, out);
         }
+    }
+
+    /// Window blocks tracked (hybrid models; 0 otherwise).
+    pub fn window_blocks(&self) -> usize {
+        self.windows.as_ref().map_or(0, Windows::held_blocks)
     }
 
     /// Applies one event, appending what to tell the server to `out`.
@@ -366,6 +401,9 @@ impl Mapping {
     /// Forgets everything (blocks and held events) without emitting anything:
     /// for an engine restart, where the caller sends `ALL_CLEARED` itself.
     pub fn reset(&mut self) {
+        if let Some(w) = self.windows.as_mut() {
+            w.reset();
+        }
         self.blocks.clear();
         self.order.clear();
         self.pending.clear();
@@ -397,10 +435,34 @@ impl Mapping {
 
     fn stored(&mut self, ev: &BlockStored, out: &mut Vec<Update>) {
         let group = ev.group_idx.unwrap_or(0);
-        if !is_prefix_group(ev) {
+        if let Some(rule) = Rule::of(ev) {
             self.non_prefix_groups.insert(group);
-            self.stats.skipped_non_prefix_group += ev.block_hashes.len() as u64;
+            if medium_bit(ev.medium.as_ref()) != GPU {
+                self.stats.skipped_non_prefix_group += ev.block_hashes.len() as u64;
+                return;
+            }
+            self.stats.window_blocks += ev.block_hashes.len() as u64;
+            let w = self.windows.get_or_insert_with(Windows::new);
+            let affected = w.store(group, rule, &ev.block_hashes);
+            if w.held_blocks() > self.max_tracked {
+                // Removals were lost (the engine holds far fewer window
+                // blocks): forget them all, so nothing is a valid end until
+                // the engine stores window blocks again (missed hints,
+                // never false ones).
+                tracing::warn!(
+                    max_tracked_blocks = self.max_tracked,
+                    "window blocks over the tracked-block bound: forgetting them"
+                );
+                w.forget_held();
+                let all: Vec<EngineHash> = self.blocks.keys().map(|k| k.hash.clone()).collect();
+                self.revalidate(&all, out);
+                return;
+            }
+            self.revalidate(&affected, out);
             return;
+        }
+        if !self.prefix_groups.contains(&group) {
+            self.prefix_groups.push(group);
         }
         if ev.block_size > 0 {
             self.block_size = ev.block_size;
@@ -483,6 +545,18 @@ impl Mapping {
                 let prefix = prev.map_or(content, |p| chain_step(p, content));
                 tokens = tokens.saturating_add(step);
                 prev = Some(prefix);
+                let no_end = match self.windows.as_mut() {
+                    Some(w) => {
+                        let parent = if i == 0 {
+                            ev.parent_block_hash.as_ref()
+                        } else {
+                            ev.block_hashes.get(i - 1)
+                        };
+                        w.link(h, parent, !self.blocks.contains_key(&key));
+                        !w.valid_end(h)
+                    }
+                    None => false,
+                };
                 let entry = self.blocks.entry(key.clone()).or_insert_with(|| Entry {
                     prefix,
                     tokens,
@@ -490,9 +564,11 @@ impl Mapping {
                     residency: 0,
                     block_size: ev.block_size,
                     copies: 0,
+                    no_end,
                     stamp,
                 });
                 entry.block_size = ev.block_size;
+                entry.no_end = no_end;
                 if bit == GPU {
                     if entry.residency & GPU != 0 {
                         self.stats.duplicate_blocks += 1;
@@ -588,6 +664,7 @@ impl Mapping {
             };
             if self.blocks.get(&key).is_some_and(|e| e.stamp == stamp) {
                 if let Some(e) = self.blocks.remove(&key) {
+                    self.unlink(&key);
                     self.stats.overflow_evicted += 1;
                     let n = self.stats.overflow_evicted;
                     if n.is_power_of_two() {
@@ -616,6 +693,18 @@ impl Mapping {
 
     fn removed(&mut self, ev: &BlockRemoved, out: &mut Vec<Update>) {
         let group = ev.group_idx.unwrap_or(0);
+        if self.non_prefix_groups.contains(&group) {
+            if medium_bit(ev.medium.as_ref()) == GPU {
+                let affected = self
+                    .windows
+                    .as_mut()
+                    .and_then(|w| w.remove(group, &ev.block_hashes));
+                if let Some(affected) = affected {
+                    self.revalidate(&affected, out);
+                }
+            }
+            return;
+        }
         for h in &ev.block_hashes {
             let key = BlockKey {
                 group,
@@ -643,6 +732,7 @@ impl Mapping {
                     let mut report = report_of(entry);
                     report.tier = Tier::T2;
                     self.blocks.remove(&key);
+                    self.unlink(&key);
                     self.stats.blocks_downgraded += 1;
                     out.push(Update::Report(report));
                 }
@@ -664,8 +754,41 @@ impl Mapping {
 
     fn evict(&mut self, key: &BlockKey, out: &mut Vec<Update>) {
         if let Some(e) = self.blocks.remove(key) {
+            self.unlink(key);
             self.stats.blocks_evicted += 1;
             out.push(Update::Evict(eviction_of(&e)));
+        }
+    }
+
+    /// A full-attention block left the map: its window link goes with it.
+    fn unlink(&mut self, key: &BlockKey) {
+        if let Some(w) = self.windows.as_mut() {
+            w.unlink(&key.hash);
+        }
+    }
+
+    /// Re-reports every full-attention block of `hashes` whose validity as
+    /// a match end changed.
+    fn revalidate(&mut self, hashes: &[EngineHash], out: &mut Vec<Update>) {
+        let Some(w) = self.windows.as_ref() else {
+            return;
+        };
+        for h in hashes {
+            for &group in &self.prefix_groups {
+                let key = BlockKey {
+                    group,
+                    hash: h.clone(),
+                };
+                let Some(entry) = self.blocks.get_mut(&key) else {
+                    continue;
+                };
+                let no_end = !w.valid_end(h);
+                if entry.no_end != no_end {
+                    entry.no_end = no_end;
+                    self.stats.end_changes += 1;
+                    out.push(Update::Report(report_of(entry)));
+                }
+            }
         }
     }
 
@@ -685,6 +808,7 @@ impl Mapping {
                 residency: GPU,
                 block_size: 16,
                 copies: 1,
+                no_end: false,
                 stamp,
             },
         );
@@ -737,6 +861,7 @@ fn report_of(e: &Entry) -> PrefixReport {
         tier: tier_of(e.residency),
         adapter: e.adapter.clone(),
         block_size: e.block_size,
+        no_match_end: e.no_end,
     }
 }
 

@@ -136,7 +136,7 @@ impl SidecarMetrics {
             );
             r.register(
                 "blocks",
-                "Engine blocks by outcome (stored, evicted, downgraded, overflow_evicted, removed_unknown, duplicate_stored: a second physical copy of a held hash, duplicate_removed: a copy removed while another stays)",
+                "Engine blocks by outcome (stored, evicted, downgraded, overflow_evicted, removed_unknown, duplicate_stored: a second physical copy of a held hash, duplicate_removed: a copy removed while another stays, window_stored: stored in a sliding-window or other non-full group (hybrid models; tracked, not reported), end_changed: re-reported because whether a match may end there changed)",
                 m.blocks.clone(),
             );
             r.register(
@@ -296,6 +296,8 @@ impl SidecarMetrics {
             sum.removed_unknown += m.removed_unknown;
             sum.duplicate_blocks += m.duplicate_blocks;
             sum.removed_duplicates += m.removed_duplicates;
+            sum.window_blocks += m.window_blocks;
+            sum.end_changes += m.end_changes;
             sum.dropped_token_mismatch += m.dropped_token_mismatch;
             sum.dropped_unmapped_lora += m.dropped_unmapped_lora;
             sum.dropped_unknown_parent += m.dropped_unknown_parent;
@@ -313,6 +315,8 @@ impl SidecarMetrics {
         set_total(&b("removed_unknown"), sum.removed_unknown);
         set_total(&b("duplicate_stored"), sum.duplicate_blocks);
         set_total(&b("duplicate_removed"), sum.removed_duplicates);
+        set_total(&b("window_stored"), sum.window_blocks);
+        set_total(&b("end_changed"), sum.end_changes);
         set_total(&b("held_back"), sum.held_back_events);
         set_total(&b("resolved_after_hold"), sum.resolved_events);
         let d = |r| self.dropped_blocks.get_or_create(&[("reason", r)]).clone();

@@ -422,6 +422,7 @@ fn removal_without_medium() {
             tier: Tier::T2,
             adapter: "".into(),
             block_size: 16,
+            no_match_end: false,
         })]
     );
     assert_eq!(m.tracked_blocks(), 0);
@@ -531,24 +532,29 @@ fn all_blocks_cleared() {
     );
 }
 
-/// HMA: the sliding-window group is not reported, and equal hashes in
-/// different groups are separate entries.
+/// HMA: the sliding-window group is not reported (it decides whether a
+/// match may end at a full-attention block: `tests/hybrid.rs`), and equal
+/// hashes in different groups are separate entries.
 #[test]
 fn kv_cache_groups() {
     let mut m = mapping();
-    let ev = |group: i64, kind: &str| {
+    let ev = |group: i64, kind: &str, window: Option<i64>| {
         EngineEvent::BlockStored(BlockStored {
             block_hashes: vec![EngineHash::Uint(1)],
             token_ids: (0..16).collect(),
             block_size: 16,
             group_idx: Some(group),
             kv_cache_spec_kind: Some(kind.to_owned()),
+            kv_cache_spec_sliding_window: window,
             ..BlockStored::default()
         })
     };
-    assert_eq!(apply(&mut m, ev(0, "full_attention")).len(), 1);
-    assert!(apply(&mut m, ev(1, "sliding_window")).is_empty());
-    assert_eq!(m.stats().skipped_non_prefix_group, 1);
+    let first = apply(&mut m, ev(0, "full_attention", None));
+    assert_eq!(reports(&first).len(), 1);
+    // A 16-token window over 16-token blocks needs the end block only:
+    // block 1 stays what it was reported as, nothing to re-report.
+    assert!(apply(&mut m, ev(1, "sliding_window", Some(16))).is_empty());
+    assert_eq!(m.stats().window_blocks, 1);
     let rm = |group| {
         EngineEvent::BlockRemoved(BlockRemoved {
             block_hashes: vec![EngineHash::Uint(1)],
@@ -556,10 +562,12 @@ fn kv_cache_groups() {
             group_idx: Some(group),
         })
     };
-    assert!(
-        apply(&mut m, rm(1)).is_empty(),
-        "removal in the skipped group leaves group 0 alone"
-    );
+    // The window block goes: group 0's block stays held, but a match may
+    // no longer end there.
+    let out = apply(&mut m, rm(1));
+    let r = reports(&out);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].no_match_end, "{r:?}");
     assert_eq!(m.stats().removed_unknown, 0);
     assert_eq!(m.tracked_blocks(), 1);
     assert_eq!(apply(&mut m, rm(0)).len(), 1);

@@ -18,6 +18,8 @@ pub(crate) mod odd;
 
 pub(crate) use credits::Credits;
 
+use crate::endpoints::Endpoints;
+
 use crate::arena::{ChainArena, Holding, Take};
 use crate::key::KeyRef;
 use holder::Holder;
@@ -32,6 +34,8 @@ pub(crate) struct Entries {
     arena: ChainArena,
     /// LFU counts of arena holdings.
     pub(crate) credits: Credits,
+    /// Arena holdings that are not a valid match end (hybrid models).
+    pub(crate) endpoints: Endpoints,
 }
 
 /// The holders of one key with what reading their LFU counts needs: the
@@ -141,6 +145,7 @@ impl Entries {
             odd: OddKeys::new(),
             arena: ChainArena::new(),
             credits: Credits::default(),
+            endpoints: Endpoints::default(),
         }
     }
 
@@ -174,6 +179,23 @@ impl Entries {
             out.extend(hs.iter().map(holder_of));
             Some(f(&Held::arena(out, &self.credits, k.part, h)))
         })
+    }
+
+    /// Records whether `replica`'s holding of key `bytes` is a valid match
+    /// end (`endpoints.rs`): a mark is set under the run read lock that
+    /// finds the holding (as a credit is), so it never outlives it; keys of
+    /// another length carry no marks.
+    pub(crate) fn mark_end(&self, part: u32, bytes: &[u8], replica: u32, no_end: bool) {
+        let Some((a, h)) = self.arena_block(bytes) else {
+            return;
+        };
+        if no_end {
+            a.with_holding(part, h, replica, |_| {
+                self.endpoints.set(part, h, replica, true)
+            });
+        } else {
+            self.endpoints.clear(part, h, replica);
+        }
     }
 
     /// +1 delivered hit for `replica`'s holding of `k`, if it still exists.
@@ -234,6 +256,7 @@ impl Entries {
                     if ok {
                         // Under the run's write lock, with the removal.
                         self.credits.clear(part, hash, replica);
+                        self.endpoints.clear(part, hash, replica);
                     } else {
                         refused = Some((access, held.last_seen));
                     }
@@ -289,6 +312,7 @@ impl Entries {
                 if ok {
                     for h in held {
                         self.credits.clear(part, hash, h.replica);
+                        self.endpoints.clear(part, hash, h.replica);
                     }
                 }
                 ok
@@ -315,6 +339,7 @@ impl Entries {
             |s, last| {
                 // Under the run's write lock, with the removal.
                 self.credits.clear(s.part, s.hash, s.holding.replica);
+                self.endpoints.clear(s.part, s.hash, s.holding.replica);
                 removed.push(ArenaRemoval {
                     part: s.part,
                     hash: s.hash,

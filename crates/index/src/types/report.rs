@@ -17,6 +17,12 @@ pub struct PrefixEntry {
     pub tier: Tier,
     /// Adapter partition; empty falls back to the update's adapter.
     pub adapter_id: String,
+    /// Our extension: the replica holds the entry, but a match may not end
+    /// at it (a chain's last block, else the legacy key): a hybrid model's
+    /// sliding-window layers no longer hold the blocks just before it. A
+    /// lookup whose run would end here backs off to the deepest valid end
+    /// (the `endpoints` module). `false`, the default, is a valid end.
+    pub no_match_end: bool,
 }
 
 /// Replica stats carried by an update.

@@ -38,6 +38,7 @@ impl Identity {
                     token_count: r.token_count,
                     tier: r.tier.as_proto(),
                     adapter_id: r.adapter.to_string(),
+                    no_match_end: r.no_match_end,
                     ..PrefixEntry::default()
                 })
                 .collect(),

@@ -118,6 +118,7 @@ mod tests {
             tier: Tier::T1,
             adapter: Arc::from(""),
             block_size: 16,
+            no_match_end: false,
         })
     }
 
