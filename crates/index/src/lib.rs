@@ -176,6 +176,7 @@ mod entries;
 mod events;
 mod eviction;
 mod export;
+mod fleet;
 mod hashing;
 mod index;
 mod ingest;
@@ -193,6 +194,8 @@ mod replica_table;
 mod replicas;
 mod reserve;
 mod routing;
+#[cfg(test)]
+mod routing_scan;
 mod scratch;
 mod snapshot;
 mod stats;

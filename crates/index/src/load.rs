@@ -21,10 +21,8 @@
 //! the work other server replicas hinted. Reported pressure (a separate term
 //! of the estimate) corrects for those at the scrape interval.
 
-use crate::hashing::FoldBuild;
 use crate::sync::{read, write};
-use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{RwLock, RwLockReadGuard};
 
 /// Half-life of the recent-hint count: long enough that a replica's count
 /// spans tens of requests at a few requests per second over the fleet (so
@@ -56,24 +54,50 @@ impl Queue {
 }
 
 /// Per replica id queued work (a replica's queue is physical: every tenant
-/// and model it serves shares it).
+/// and model it serves shares it). Indexed by the dense replica id: a lookup
+/// reads every live replica's queue under one read lock.
 #[derive(Default)]
 pub(crate) struct LoadTracker {
-    queues: RwLock<HashMap<u32, Queue, FoldBuild>>,
+    queues: RwLock<Vec<Queue>>,
+}
+
+/// The queues read-locked, for one lookup's whole fleet.
+pub(crate) struct LoadView<'a>(RwLockReadGuard<'a, Vec<Queue>>);
+
+impl LoadView<'_> {
+    /// Queued work of a replica at `now`, µs.
+    pub(crate) fn queued_us(&self, replica: u32, now_ns: i64) -> f64 {
+        self.0.get(replica as usize).map_or(0.0, |q| q.at(now_ns))
+    }
+
+    /// Hints delivered to a replica recently (decayed count, see
+    /// [`RECENT_HALF_LIFE_NS`]).
+    pub(crate) fn recent_hints(&self, replica: u32, now_ns: i64) -> f64 {
+        self.0
+            .get(replica as usize)
+            .map_or(0.0, |q| q.recent_at(now_ns))
+    }
 }
 
 impl LoadTracker {
+    /// The queues, read-locked.
+    pub(crate) fn view(&self) -> LoadView<'_> {
+        LoadView(read(&self.queues))
+    }
+
     /// Queued work of a replica at `now`, µs.
     pub(crate) fn queued_us(&self, replica: u32, now_ns: i64) -> f64 {
-        read(&self.queues)
-            .get(&replica)
-            .map_or(0.0, |q| q.at(now_ns))
+        self.view().queued_us(replica, now_ns)
     }
 
     /// A hint for `work_us` of prefill was delivered to the replica.
     pub(crate) fn add(&self, replica: u32, work_us: f64, now_ns: i64) {
         let mut queues = write(&self.queues);
-        let q = queues.entry(replica).or_default();
+        let i = replica as usize;
+        if queues.len() <= i {
+            queues.resize(i + 1, Queue::default());
+        }
+        let q = &mut queues[i];
         let left = q.at(now_ns);
         q.recent = q.recent_at(now_ns) + 1.0;
         q.work_us = left + work_us.max(0.0);
@@ -83,21 +107,24 @@ impl LoadTracker {
 
     /// Hints delivered to a replica recently (decayed count, see
     /// [`RECENT_HALF_LIFE_NS`]).
+    #[cfg(test)]
     pub(crate) fn recent_hints(&self, replica: u32, now_ns: i64) -> f64 {
-        read(&self.queues)
-            .get(&replica)
-            .map_or(0.0, |q| q.recent_at(now_ns))
+        self.view().recent_hints(replica, now_ns)
     }
 
     /// Hints delivered to a replica so far.
     pub(crate) fn delivered(&self, replica: u32) -> u64 {
-        read(&self.queues).get(&replica).map_or(0, |q| q.delivered)
+        read(&self.queues)
+            .get(replica as usize)
+            .map_or(0, |q| q.delivered)
     }
 
     /// Drops a released replica's queue, so an id reused for another
     /// replica starts with none (`replicas.rs`).
     pub(crate) fn forget(&self, replica: u32) {
-        write(&self.queues).remove(&replica);
+        if let Some(q) = write(&self.queues).get_mut(replica as usize) {
+            *q = Queue::default();
+        }
     }
 }
 

@@ -20,7 +20,7 @@ fn route(env: &Env, ids: &[u64], w: TtftWeights) -> TtftRoute {
     let hs = hashes(ids);
     let counts = vec![16; ids.len()];
     let seed = chain_seed(&hs);
-    env.idx.route_ttft(
+    env.idx.route_ttft_explained(
         &LookupRequest::new(T, M, S).chain(&hs, &counts),
         &RouteParams {
             weights: w,
