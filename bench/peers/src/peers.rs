@@ -78,6 +78,9 @@ pub struct Ours {
     op_ns: Vec<i64>,
     /// Per request: the affinity seed `serve` passes (the chain seed).
     seeds: Vec<Vec<u8>>,
+    /// Trace time of the next sweep, ns: `serve` sweeps every 60 s
+    /// (expired tentative holdings go), untimed here as there.
+    next_sweep: std::cell::Cell<i64>,
     idx: ic::Index,
     names: Vec<String>,
     ups: Vec<Option<ic::CacheUpdate>>,
@@ -103,6 +106,7 @@ impl Ours {
             clock,
             op_ns: Vec::new(),
             seeds: Vec::new(),
+            next_sweep: std::cell::Cell::new(NOW_NS + SWEEP_NS),
             idx,
             names: Vec::new(),
             ups: Vec::new(),
@@ -245,10 +249,17 @@ impl Reader for OursReader<'_> {
     }
 }
 
+/// `serve`'s sweep interval (`DEFAULT_SWEEP_INTERVAL`).
+const SWEEP_NS: i64 = 60_000_000_000;
+
 impl Ours {
     fn tick(&self, i: usize) {
         if let Some(&ns) = self.op_ns.get(i) {
             self.clock.set_ns(ns);
+            if ns >= self.next_sweep.get() {
+                self.idx.sweep();
+                self.next_sweep.set(ns + SWEEP_NS);
+            }
         }
     }
 }

@@ -536,22 +536,31 @@ impl Index {
         raws: &[Raw],
         now: i64,
     ) -> Vec<(u32, i32)> {
-        let who = self.routing.tentative.replicas(part);
-        if who.is_empty() {
-            return Vec::new();
-        }
         let keys: Vec<u64> = req
             .block_hashes
             .iter()
             .map(|h| key_hash(part, h.as_ref()))
             .collect();
-        who.into_iter()
-            .filter_map(|r| {
-                let start = raws
-                    .iter()
-                    .find(|x| x.replica == r)
-                    .map_or(0, |x| x.blocks as usize);
-                let n = self.routing.tentative.run_from(part, r, &keys, start, now);
+        // Real runs, by replica id (the walk's raws may come in any order).
+        let mut starts: Vec<(u32, usize)> = raws
+            .iter()
+            .map(|x| (x.replica, x.blocks as usize))
+            .collect();
+        starts.sort_unstable();
+        starts.dedup_by_key(|x| x.0);
+        let deepest = starts.iter().map(|x| x.1).max().unwrap_or(0);
+        let start_of = |r: u32| {
+            starts
+                .binary_search_by_key(&r, |x| x.0)
+                .map_or(0, |i| starts[i].1)
+        };
+        let mut found = Vec::new();
+        self.routing
+            .tentative
+            .runs(part, &keys, deepest, start_of, now, &mut found);
+        found
+            .into_iter()
+            .filter_map(|(r, start, n)| {
                 let tokens: i32 = req
                     .block_token_counts
                     .iter()
@@ -591,18 +600,19 @@ impl Index {
             return out;
         }
         let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
-        // Hashed while stored: no key vector per delivered hint.
-        let mut hashes = req
+        // One record: the chain past the real run, up to a block without a
+        // hash (none of its blocks is a holding).
+        let keys: Vec<u64> = req
             .block_hashes
             .iter()
             .skip(delivery.real_blocks)
             .map(AsRef::as_ref)
-            .filter(|h| !h.is_empty())
-            .peekable();
-        if hashes.peek().is_none() {
+            .take_while(|h| !h.is_empty())
+            .map(|h| key_hash(part.id, h))
+            .collect();
+        if keys.is_empty() {
             return out;
         }
-        let keys = hashes.map(|h| key_hash(part.id, h));
         let short = crate::clock::duration_ns(tentative_ttl);
         let expires = crate::tentative::Expiry {
             publishing: now.saturating_add(short),
@@ -610,10 +620,13 @@ impl Index {
             // cache: they live as long as a real entry would.
             silent: now.saturating_add(short.max(self.request_ttl_ns(req))),
         };
-        let (stored, dropped) = self
-            .routing
-            .tentative
-            .insert(part.id, replica, keys, expires);
+        let (stored, dropped) = self.routing.tentative.insert(
+            part.id,
+            replica,
+            delivery.real_blocks as u32,
+            keys,
+            expires,
+        );
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;
         out
