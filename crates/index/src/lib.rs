@@ -222,10 +222,10 @@ pub use routing::{
     Delivery, DeliveryOutcome, Estimate, RankingMode, RouteParams, TtftRoute, TtftWeights,
 };
 pub use types::{
-    Aggregate, CacheEvent, CacheState, CacheUpdate, EventKind, EventOutcome, EvictionCounts,
-    IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, PrefixEntry,
-    ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant,
-    Strategy, SweepOutcome, Tier,
+    Aggregate, CacheEvent, CacheState, CacheUpdate, EngineLoad, EventKind, EventOutcome,
+    EvictionCounts, IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult,
+    PrefixEntry, ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica,
+    SnapshotTenant, Strategy, SweepOutcome, Tier,
 };
 
 #[cfg(test)]
