@@ -8,8 +8,6 @@
 //! word by word yields the fleet in id order, the order the estimate's sums
 //! have always run in (so its floating-point results are unchanged).
 
-use crate::lookup::Raw;
-
 /// A fleet member while ranking.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Cand {
@@ -21,6 +19,8 @@ pub(crate) struct Cand {
     pub(crate) queued: f64,
     pub(crate) recent: f64,
     pub(crate) pressure: f32,
+    /// Reported KV cache usage, [0, 1]; NaN: none reported.
+    pub(crate) usage: f32,
     pub(crate) work: f64,
     pub(crate) est: f64,
 }
@@ -32,6 +32,8 @@ pub(crate) struct Fleet {
     bits: Vec<u64>,
     /// Pressure per member (valid where the bit is set).
     pressure: Vec<f32>,
+    /// Reported KV cache usage per member; NaN: none.
+    usage: Vec<f32>,
     /// 1 + position of the replica's real run in the raws; 0: none.
     raw_of: Vec<u32>,
     /// The replica's tentative extension, tokens.
@@ -48,6 +50,7 @@ impl Fleet {
         if self.pressure.len() <= i {
             let n = (i + 1).next_power_of_two();
             self.pressure.resize(n, 0.0);
+            self.usage.resize(n, f32::NAN);
             self.raw_of.resize(n, 0);
             self.ext_of.resize(n, 0);
             self.bits.resize(n.div_ceil(64), 0);
@@ -68,12 +71,22 @@ impl Fleet {
         }
     }
 
+    /// Notes a member's reported KV cache usage.
+    pub(crate) fn set_usage(&mut self, id: u32, usage: f32) {
+        self.grow(id);
+        self.usage[id as usize] = usage;
+    }
+
     /// Notes the lookup's matches (first run per replica wins) and
     /// tentative extensions; [`Fleet::take`] clears them.
-    pub(crate) fn note_matches(&mut self, raws: &[Raw], tentative: &[(u32, i32)]) {
-        for (i, r) in raws.iter().enumerate() {
-            self.add(r.replica, 0.0);
-            let at = &mut self.raw_of[r.replica as usize];
+    pub(crate) fn note_matches(
+        &mut self,
+        raws: impl Iterator<Item = u32>,
+        tentative: &[(u32, i32)],
+    ) {
+        for (i, r) in raws.enumerate() {
+            self.add(r, 0.0);
+            let at = &mut self.raw_of[r as usize];
             if *at == 0 {
                 *at = i as u32 + 1;
             }
@@ -87,9 +100,9 @@ impl Fleet {
         }
     }
 
-    /// Every member in id order as (id, pressure, raw position, tentative
-    /// tokens), clearing the buffers for the next lookup.
-    pub(crate) fn take(&mut self, mut each: impl FnMut(u32, f32, Option<usize>, i32)) {
+    /// Every member in id order as (id, pressure, KV usage, raw position,
+    /// tentative tokens), clearing the buffers for the next lookup.
+    pub(crate) fn take(&mut self, mut each: impl FnMut(u32, f32, f32, Option<usize>, i32)) {
         for w in 0..self.bits.len() {
             let mut word = std::mem::take(&mut self.bits[w]);
             while word != 0 {
@@ -98,9 +111,11 @@ impl Fleet {
                 let i = id as usize;
                 let raw = std::mem::take(&mut self.raw_of[i]);
                 let ext = std::mem::take(&mut self.ext_of[i]);
+                let usage = std::mem::replace(&mut self.usage[i], f32::NAN);
                 each(
                     id,
                     self.pressure[i],
+                    usage,
                     raw.checked_sub(1).map(|x| x as usize),
                     ext,
                 );
@@ -120,15 +135,15 @@ mod tests {
         f.add(3, -1.0);
         f.add(3, 0.0);
         f.add(70, 0.25);
-        f.note_matches(&[], &[(9, 32), (9, 16)]);
+        f.note_matches(std::iter::empty(), &[(9, 32), (9, 16)]);
         let mut got = Vec::new();
-        f.take(|id, p, raw, ext| got.push((id, p, raw, ext)));
+        f.take(|id, p, _, raw, ext| got.push((id, p, raw, ext)));
         assert_eq!(
             got,
             vec![(3, 0.0, None, 0), (9, 0.0, None, 32), (70, 0.5, None, 0)]
         );
         let mut again = 0;
-        f.take(|_, _, _, _| again += 1);
+        f.take(|_, _, _, _, _| again += 1);
         assert_eq!(again, 0);
     }
 }

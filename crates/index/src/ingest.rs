@@ -226,6 +226,12 @@ impl Index {
                 last_seen: ts,
                 stats_reported: ts,
             };
+            if let Some(l) = &entry.load {
+                // The ranking's queue restarts from the engine's own counts.
+                self.routing
+                    .load
+                    .report(replica, l.running_requests, l.waiting_requests, ts);
+            }
             self.stats
                 .write()
                 .entry(tm)

@@ -23,8 +23,11 @@
 //!   `1 − t2_reload` for T2 (host), `1 − t3_reload` for T3 (disk / remote /
 //!   SGLang `EXTERNAL`), 0 for unknown tiers: an offload-tier match costs a
 //!   reload, not a recompute;
-//! - `queued(r)` = the delivered-hint window (`load.rs`): the work of the
-//!   hints this server delivered to the replica that has not drained yet;
+//! - `queued(r)` = the replica's queue (`load.rs`): the engine's last load
+//!   report (running and waiting requests turned into work) drained since,
+//!   plus the work of the hints delivered since that report; without
+//!   reports, the work of the hints this server delivered that has not
+//!   drained yet;
 //! - `pressure(r)` = the replica's last reported pressure (fresh stats only).
 //!
 //! The pick: drop replicas reporting pressure ≥ `affinity_max_pressure`
@@ -44,7 +47,9 @@
 //! replicas with the lowest estimate tie, and the tie goes to the
 //! AFFINITY_HINT seed rule (SHA-256 of the chain seed mod the byte-sorted
 //! tied set), so identical prompts still co-locate and an idle fleet is
-//! spread by the prompt's hash. If the pick holds a match of at least
+//! spread by the prompt's hash. Where replicas report their KV cache usage
+//! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %
+//! steps): a new prefix goes where it does not evict others. If the pick holds a match of at least
 //! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
 //! matches after it by estimate); otherwise it is a miss whose pick the
 //! server returns as AFFINITY_HINT. A long match on a busy replica therefore
@@ -248,6 +253,15 @@ pub struct DeliveryOutcome {
     pub tentative_dropped: u64,
 }
 
+/// The tie's room rule: a reported KV cache usage in 5 % steps (fuller
+/// replicas lose the tie; within a step the seed spreads); `None`: none
+/// reported (such replicas lose the tie to any that report).
+pub(crate) fn room_bucket(usage: f32) -> Option<i32> {
+    usage
+        .is_finite()
+        .then(|| (usage.clamp(0.0, 1.0) * 20.0).floor() as i32)
+}
+
 pub(crate) fn score_of(est_us: f64) -> f32 {
     (1e6 / (1e6 + est_us.max(0.0))) as f32
 }
@@ -343,6 +357,9 @@ impl Index {
                         if freshness(now, s.last_seen, ttl) > 0.0 {
                             let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
                             f.add(r, if fresh_stats { s.pressure } else { 0.0 });
+                            if let (true, Some(l)) = (fresh_stats, &s.load) {
+                                f.set_usage(r, l.kv_cache_usage);
+                            }
                         }
                     }
                 }
@@ -353,14 +370,14 @@ impl Index {
                     sc.replicas().for_each(|r| f.add(r, 0.0));
                 }
             }
-            f.note_matches(&raws, &tentative);
+            f.note_matches(raws.iter().map(|x| x.replica), &tentative);
 
             let w = &p.weights;
             let mut cands = std::mem::take(&mut f.cands);
             cands.clear();
             {
                 let load = self.routing.load.view();
-                f.take(|r, pressure, raw, ext| {
+                f.take(|r, pressure, usage, raw, ext| {
                     let (real, fresh, tier) = raw.map_or((0, 1.0, Tier::T1), |i| {
                         (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
                     });
@@ -383,6 +400,7 @@ impl Index {
                         queued,
                         recent,
                         pressure,
+                        usage,
                         work,
                         est,
                     });
@@ -453,6 +471,14 @@ impl Index {
                 .filter(|(_, c)| eligible(c) && c.est <= best)
                 .map(|(i, c)| (catalog.replica_label(c.replica), c.replica, i)),
         );
+        // Among equals a new prefix goes where there is room.
+        if let Some(room) = tied
+            .iter()
+            .filter_map(|t| room_bucket(cands[t.2].usage))
+            .min()
+        {
+            tied.retain(|t| room_bucket(cands[t.2].usage) == Some(room));
+        }
         if tied.is_empty() {
             return;
         }
@@ -666,4 +692,16 @@ pub(crate) fn lfu_hits<H: AsRef<[u8]>>(
         })
         .collect();
     LfuHits::capture(part, req, runs)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_reported_request_stands_for_the_default_weights_work() {
+        let w = super::TtftWeights::default();
+        assert_eq!(
+            w.work_us(crate::load::REPORTED_REQUEST_TOKENS),
+            crate::load::DEFAULT_REQUEST_WORK_US
+        );
+    }
 }

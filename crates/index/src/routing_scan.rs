@@ -8,7 +8,7 @@ use crate::affinity::affinity_index;
 use crate::index::Index;
 use crate::lookup::Raw;
 use crate::ranking::freshness;
-use crate::routing::{Delivery, Estimate, RouteParams, TtftRoute, lfu_hits};
+use crate::routing::{Delivery, Estimate, RouteParams, TtftRoute, lfu_hits, room_bucket};
 use crate::sync::read;
 use crate::types::{LookupRequest, ReplicaScore, Strategy, Tier};
 use std::sync::Arc;
@@ -22,6 +22,7 @@ struct Cand {
     queued: f64,
     recent: f64,
     pressure: f32,
+    usage: f32,
     work: f64,
     est: f64,
 }
@@ -98,6 +99,7 @@ impl Index {
 
         // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
         let mut fleet: Vec<(u32, f32)> = Vec::new();
+        let mut usages: Vec<(u32, f32)> = Vec::new();
         {
             let stats = self.stats.read();
             if let Some(m) = stats.get(&tm) {
@@ -105,6 +107,9 @@ impl Index {
                     if freshness(now, s.last_seen, ttl) > 0.0 {
                         let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
                         fleet.push((r, if fresh_stats { s.pressure } else { 0.0 }));
+                        if let (true, Some(l)) = (fresh_stats, &s.load) {
+                            usages.push((r, l.kv_cache_usage));
+                        }
                     }
                 }
             }
@@ -157,6 +162,7 @@ impl Index {
                     queued,
                     recent,
                     pressure,
+                    usage: usages.iter().find(|u| u.0 == r).map_or(f32::NAN, |u| u.1),
                     work,
                     est,
                 }
@@ -187,6 +193,13 @@ impl Index {
             .filter(|&&i| cands[i].est <= best)
             .map(|&i| (catalog.replica_name(cands[i].replica), i))
             .collect();
+        if let Some(room) = tied
+            .iter()
+            .filter_map(|t| room_bucket(cands[t.1].usage))
+            .min()
+        {
+            tied.retain(|t| room_bucket(cands[t.1].usage) == Some(room));
+        }
         tied.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         let k = if p.seed.is_empty() {
             0
@@ -281,8 +294,13 @@ mod equivalence {
             depth: u8,
             tier: u8,
         },
-        /// Replica reports stats with this pressure (and holds nothing new).
-        Stats { replica: u8, pressure: u8 },
+        /// Replica reports stats with this pressure (and holds nothing new),
+        /// and with `load` (running, waiting, KV usage step) the engine's load.
+        Stats {
+            replica: u8,
+            pressure: u8,
+            load: Option<(u8, u8, u8)>,
+        },
         /// A delivered hint of `work` µs (and, with `ttl`, the chain's
         /// tentative holdings) on the replica.
         Deliver {
@@ -305,7 +323,16 @@ mod equivalence {
                     tier,
                 }
             }),
-            (0u8..10, 0u8..4).prop_map(|(replica, pressure)| Step::Stats { replica, pressure }),
+            (
+                0u8..10,
+                0u8..4,
+                proptest::option::of((0u8..3, 0u8..3, 0u8..4))
+            )
+                .prop_map(|(replica, pressure, load)| Step::Stats {
+                    replica,
+                    pressure,
+                    load
+                }),
             (0u8..10, 0u8..3, 0u16..4, any::<bool>()).prop_map(|(replica, chain, work, ttl)| {
                 Step::Deliver {
                     replica,
@@ -378,9 +405,15 @@ mod equivalence {
                             ..PrefixEntry::default()
                         }], None));
                     }
-                    Step::Stats { replica, pressure } => {
+                    Step::Stats { replica, pressure, load } => {
                         idx.ingest(&update(replica, Vec::new(), Some(ReplicaStatsReport {
                             pressure: f32::from(pressure) * 0.5,
+                            load: load.map(|(running, waiting, usage)| crate::EngineLoad {
+                                running_requests: u32::from(running),
+                                waiting_requests: u32::from(waiting),
+                                kv_cache_usage: f32::from(usage) * 0.3,
+                                ..crate::EngineLoad::default()
+                            }),
                             ..ReplicaStatsReport::default()
                         })));
                     }
