@@ -6,7 +6,8 @@
 #
 #   bench/h2load/run.sh [BINARY] [-- extra serve flags]
 #
-# BINARY defaults to target/release/inferencecache. Prints requests/s and
+# BINARY defaults to target/release/inferencecache. REPLICAS=N (4) seeds N
+# replicas holding nested prefixes of the chain. Prints requests/s and
 # latency for both RPCs and the LookupRoute/Check ratio. INGEST=N (blocks/s)
 # runs `bench grpc --server` beside h2load on core 1, re-reporting chains at
 # that rate (plus one closed-loop lookup client) for the whole measurement.
@@ -25,7 +26,7 @@ C=${C:-4}
 M=${M:-16}
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
-python3 bench/h2load/frames.py "$work" --blocks "${BLOCKS:-32}"
+python3 bench/h2load/frames.py "$work" --blocks "${BLOCKS:-32}" --replicas "${REPLICAS:-4}"
 taskset -c 0 "$bin" --log-level error serve --grpc-bind-address "127.0.0.1:$port" \
   --http-bind-address 127.0.0.1:0 --snapshot-bind-address 127.0.0.1:0 "$@" &
 pid=$!

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub const OURS: &str = "ours (inferencecache-index)";
+pub const OURS_CONTRACT: &str = "ours contract path (lookup_route)";
+pub const OURS_DEFAULT: &str = "ours default path (route_ttft + record_delivery)";
 pub const KVI: &str = "kv-index 2.0.0 ChainIndex";
 pub const DYN: &str = "dynamo-kv-router 1.6.1 RadixTree";
 pub const ARENA: &str = "arena alone (ours, src/arena, no index around it)";
@@ -39,6 +41,11 @@ pub trait Engine {
     fn errors(&self) -> u64;
     /// A writer and a concurrent reader, or `None` if the index cannot be shared.
     fn split(&mut self) -> Option<Split<'_>>;
+    /// Whether lookups answer "leading blocks per replica" (compared with
+    /// the ground truth); the default path answers a pick instead.
+    fn checked(&self) -> bool {
+        true
+    }
 }
 
 // ---------------------------------------------------------------- ours
@@ -51,7 +58,29 @@ const NOW_NS: i64 = 1_700_000_000_000_000_000;
 
 use inferencecache_index as ic;
 
+/// Which of our lookup paths a row measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// `Index::lookup`: the probe the peers compare with (no classifier).
+    Probe,
+    /// `Index::lookup_route`: the contract ranking (`--ranking contract`).
+    Contract,
+    /// `Index::route_ttft` + `Index::record_delivery` of its pick: what
+    /// `serve` does per lookup on defaults. The clock follows the trace's
+    /// timestamps (queued work drains, tentative holdings expire).
+    Default,
+}
+
 pub struct Ours {
+    path: Path,
+    clock: Arc<ic::ManualClock>,
+    /// Per op: the trace time of its request, ns (the default path's clock).
+    op_ns: Vec<i64>,
+    /// Per request: the affinity seed `serve` passes (the chain seed).
+    seeds: Vec<Vec<u8>>,
+    /// Trace time of the next sweep, ns: `serve` sweeps every 60 s
+    /// (expired tentative holdings go), untimed here as there.
+    next_sweep: std::cell::Cell<i64>,
     idx: ic::Index,
     names: Vec<String>,
     ups: Vec<Option<ic::CacheUpdate>>,
@@ -62,13 +91,22 @@ pub struct Ours {
 }
 
 impl Ours {
-    /// Our index.
-    pub fn new() -> Self {
+    /// Our index, measured on `path`.
+    pub fn new(path: Path) -> Self {
+        let clock = Arc::new(ic::ManualClock::new(NOW_NS));
         let idx = ic::IndexConfig::new()
             .max_entries(0)
-            .clock(Arc::new(ic::ManualClock::new(NOW_NS)))
+            // The default path's clock moves with the trace (an hour):
+            // nothing may expire under it for the rows to share one stream.
+            .default_ttl(std::time::Duration::from_secs(86_400))
+            .clock(clock.clone())
             .build();
         Self {
+            path,
+            clock,
+            op_ns: Vec::new(),
+            seeds: Vec::new(),
+            next_sweep: std::cell::Cell::new(NOW_NS + SWEEP_NS),
             idx,
             names: Vec::new(),
             ups: Vec::new(),
@@ -140,10 +178,33 @@ fn ours_apply(idx: &ic::Index, up: Option<&ic::CacheUpdate>, evs: &[ic::CacheEve
     );
 }
 
-fn ours_lookup(idx: &ic::Index, q: &[[u8; 8]], counts: &[i32], out: &mut Vec<(u32, u32)>) -> u64 {
+fn ours_lookup(
+    idx: &ic::Index,
+    path: Path,
+    q: &[[u8; 8]],
+    counts: &[i32],
+    seed: &[u8],
+    out: &mut Vec<(u32, u32)>,
+) -> u64 {
     let req = ic::LookupRequest::new(TENANT, MODEL, SCHEME).chain(q, &counts[..q.len()]);
     let t = Instant::now();
-    let res = idx.lookup(&req);
+    let res = match path {
+        Path::Probe => idx.lookup(&req),
+        Path::Contract => idx.lookup_route(&req),
+        Path::Default => {
+            let params = ic::RouteParams {
+                weights: ic::TtftWeights::default(),
+                min_matched_tokens: 0,
+                ignore_matches: false,
+                seed,
+            };
+            let route = idx.route_ttft(&req, &params);
+            if let Some(d) = &route.delivery {
+                idx.record_delivery(&req, d, params.weights.tentative_ttl);
+            }
+            route.result
+        }
+    };
     let ns = t.elapsed().as_nanos() as u64;
     for s in &res.scores {
         let r: u32 = s.replica_id[1..].parse().expect("replica name");
@@ -154,28 +215,65 @@ fn ours_lookup(idx: &ic::Index, q: &[[u8; 8]], counts: &[i32], out: &mut Vec<(u3
 
 struct OursWriter<'a> {
     idx: &'a ic::Index,
+    clock: &'a ic::ManualClock,
+    op_ns: &'a [i64],
     ups: &'a [Option<ic::CacheUpdate>],
     evs: &'a [Vec<ic::CacheEvent>],
 }
 impl Writer for OursWriter<'_> {
     fn apply(&mut self, i: usize, _op: &Op) {
+        // The writer alone moves the clock (the reader looks up older requests).
+        if let Some(&ns) = self.op_ns.get(i) {
+            self.clock.set_ns(ns);
+        }
         ours_apply(self.idx, self.ups[i].as_ref(), &self.evs[i]);
     }
 }
 struct OursReader<'a> {
     idx: &'a ic::Index,
+    path: Path,
+    seeds: &'a [Vec<u8>],
     q: &'a [Vec<[u8; 8]>],
     counts: &'a [i32],
 }
 impl Reader for OursReader<'_> {
     fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
-        ours_lookup(self.idx, &self.q[req], self.counts, out)
+        ours_lookup(
+            self.idx,
+            self.path,
+            &self.q[req],
+            self.counts,
+            &self.seeds[req],
+            out,
+        )
+    }
+}
+
+/// `serve`'s sweep interval (`DEFAULT_SWEEP_INTERVAL`).
+const SWEEP_NS: i64 = 60_000_000_000;
+
+impl Ours {
+    fn tick(&self, i: usize) {
+        if let Some(&ns) = self.op_ns.get(i) {
+            self.clock.set_ns(ns);
+            if ns >= self.next_sweep.get() {
+                self.idx.sweep();
+                self.next_sweep.set(ns + SWEEP_NS);
+            }
+        }
     }
 }
 
 impl Engine for Ours {
     fn name(&self) -> &'static str {
-        OURS
+        match self.path {
+            Path::Probe => OURS,
+            Path::Contract => OURS_CONTRACT,
+            Path::Default => OURS_DEFAULT,
+        }
+    }
+    fn checked(&self) -> bool {
+        self.path != Path::Default
     }
     fn prepare(&mut self, w: &Workload) {
         self.ups.clear();
@@ -192,16 +290,41 @@ impl Engine for Ours {
             .collect();
         let max = w.chains.iter().map(|c| c.seq.len()).max().unwrap_or(0);
         self.counts = vec![BLOCK_TOKENS as i32; max];
+        self.seeds = w
+            .chains
+            .iter()
+            .map(|c| ic::chain_seed(&c.seq.iter().map(|s| s.to_be_bytes()).collect::<Vec<_>>()))
+            .collect();
+        // Only the default path reads the clock for anything but stamps.
+        self.op_ns.clear();
+        if self.path == Path::Default {
+            let mut ns = NOW_NS;
+            for op in &w.ops {
+                if let Op::Lookup { req, .. } = op {
+                    ns = NOW_NS + w.chains[*req].ts_ms as i64 * 1_000_000;
+                }
+                self.op_ns.push(ns);
+            }
+        }
     }
     fn apply(&mut self, i: usize, _op: &Op) {
+        self.tick(i);
         ours_apply(&self.idx, self.ups[i].as_ref(), &self.evs[i]);
     }
     fn apply_unprepared(&mut self, op: &Op, w: &Workload) {
         let (u, e) = self.convert(op, w);
         ours_apply(&self.idx, u.as_ref(), &e);
     }
-    fn lookup(&self, _i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
-        ours_lookup(&self.idx, &self.q[req], &self.counts, out)
+    fn lookup(&self, i: usize, req: usize, out: &mut Vec<(u32, u32)>) -> u64 {
+        self.tick(i);
+        ours_lookup(
+            &self.idx,
+            self.path,
+            &self.q[req],
+            &self.counts,
+            &self.seeds[req],
+            out,
+        )
     }
     fn errors(&self) -> u64 {
         0
@@ -210,11 +333,15 @@ impl Engine for Ours {
         Some((
             Box::new(OursWriter {
                 idx: &self.idx,
+                clock: &self.clock,
+                op_ns: &self.op_ns,
                 ups: &self.ups,
                 evs: &self.evs,
             }),
             Box::new(OursReader {
                 idx: &self.idx,
+                path: self.path,
+                seeds: &self.seeds,
                 q: &self.q,
                 counts: &self.counts,
             }),

@@ -29,6 +29,8 @@ pub struct Chain {
     /// (kv-index `SequenceHash`, dynamo `ExternalSequenceBlockHash`, and, as
     /// 8 big-endian bytes, our `block_hashes`).
     pub seq: Vec<u64>,
+    /// The request's trace time, ms (the default path's clock).
+    pub ts_ms: u64,
 }
 
 pub enum Op {
@@ -182,7 +184,11 @@ pub fn generate(reqs: &[Req], replicas: usize, cache_blocks: usize) -> Workload 
                 .0
             });
         }
-        chains.push(Chain { content, seq });
+        chains.push(Chain {
+            content,
+            seq,
+            ts_ms: r.ts_ms,
+        });
         if n == 0 {
             continue;
         }

@@ -163,8 +163,10 @@ pub(crate) struct SubscribeArgs {
     )]
     pub engine_metrics_url: String,
 
-    /// Scrape and report interval of replica stats.
-    #[arg(long, env = "INFERENCECACHE_STATS_INTERVAL", default_value = "10s",
+    /// Scrape and report interval of replica stats: the engine's running and
+    /// waiting requests and KV usage, the server's load signal. 1s keeps the
+    /// ranking's queued work current (the reference scrapes every 10s).
+    #[arg(long, env = "INFERENCECACHE_STATS_INTERVAL", default_value = "1s",
           value_parser = parse_duration)]
     pub stats_interval: Duration,
 
@@ -279,11 +281,12 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
     let stats = nonempty(&a.engine_metrics_url).map(|url| StatsConfig {
         url,
         interval: if a.stats_interval.is_zero() {
-            Duration::from_secs(10)
+            Duration::from_secs(1)
         } else {
             a.stats_interval
         },
-        timeout: Duration::from_secs(5),
+        // A scrape slower than two intervals is a stale load signal anyway.
+        timeout: (a.stats_interval * 2).clamp(Duration::from_secs(1), Duration::from_secs(5)),
         profile: ProfileConfig {
             profile,
             model_name: nonempty(&a.engine_model_name),

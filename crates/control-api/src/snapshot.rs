@@ -114,6 +114,29 @@ pub struct ReplicaJson {
     /// Approximate-mode holdings (ours, additive; omitted when 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tentative_count: i64,
+    /// The engine's load from the last stats report (ours, additive;
+    /// omitted when the producer reports none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadJson>,
+}
+
+/// A replica's engine load (ours, additive).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadJson {
+    /// Requests the engine is running.
+    pub running_requests: u32,
+    /// Requests queued for admission.
+    pub waiting_requests: u32,
+    /// Fraction of the KV cache in use, [0, 1].
+    pub kv_cache_usage: GoF32,
+    /// KV cache capacity in tokens (omitted when unknown).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub kv_cache_capacity_tokens: u64,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One tenant row.

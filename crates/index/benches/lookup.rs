@@ -2,7 +2,9 @@
 //! matches), exact lookup, ingest throughput (128- and 32-block chains),
 //! PREFIX_EVICTED removal, chain lookup under concurrent ingest, the same
 //! chain lookup backing off hybrid models' invalid ends, and a
-//! resident-memory report. Criterion reports time per lookup / per update; ingest groups also
+//! resident-memory report; the default path (`route_ttft` + `record_delivery`,
+//! what `serve` does per lookup on defaults) beside the contract lookup at 16
+//! and 256 replicas. Criterion reports time per lookup / per update; ingest groups also
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -11,7 +13,7 @@ mod common;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use inferencecache_index::{
     CacheEvent, CacheUpdate, EventKind, Index, IndexConfig, LookupRequest, PolicyResolver,
-    PrefixEntry, ReplicaStatsReport,
+    PrefixEntry, ReplicaStatsReport, RouteParams, TtftWeights, chain_seed,
 };
 use std::hint::black_box;
 use std::sync::Arc;
@@ -410,9 +412,65 @@ fn memory_report(_c: &mut Criterion) {
     );
 }
 
+/// `replicas` replicas each hold 1,024 blocks of their own and the first
+/// `1 + (i * 3) % 32` blocks of a shared 32-block request.
+fn fleet_of(replicas: usize) -> (Index, Vec<Vec<u8>>) {
+    let idx = IndexConfig::new().build();
+    let request: Vec<Vec<u8>> = (0..32u64).map(|i| hash(5, i)).collect();
+    for r in 0..replicas {
+        idx.ingest(&chain_update(r, &request[..1 + (r * 3) % 32]));
+        let own: Vec<Vec<u8>> = (0..1024u64).map(|i| hash(6_000 + r as u64, i)).collect();
+        idx.ingest(&chain_update(r, &own));
+    }
+    (idx, request)
+}
+
+/// The default path against the contract lookup, one 32-block request, at 16
+/// and 256 replicas. The default path's deliveries renew the same tentative
+/// holdings and queue work on the pick (real time drains it).
+fn bench_default_path(c: &mut Criterion) {
+    let mut g = c.benchmark_group("default_path");
+    let counts = vec![16i32; 32];
+    for replicas in [16usize, 256] {
+        let (idx, request) = fleet_of(replicas);
+        let seed = chain_seed(&request);
+        g.bench_function(
+            format!("contract_lookup_32_blocks_{replicas}_replicas"),
+            |b| {
+                b.iter(|| {
+                    let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm")
+                        .chain(&request, &counts);
+                    black_box(idx.lookup_route(black_box(&req)))
+                })
+            },
+        );
+        let params = RouteParams {
+            weights: TtftWeights::default(),
+            min_matched_tokens: 0,
+            ignore_matches: false,
+            seed: &seed,
+        };
+        g.bench_function(
+            format!("route_and_delivery_32_blocks_{replicas}_replicas"),
+            |b| {
+                b.iter(|| {
+                    let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm")
+                        .chain(&request, &counts);
+                    let route = idx.route_ttft(black_box(&req), &params);
+                    if let Some(d) = &route.delivery {
+                        idx.record_delivery(&req, d, params.weights.tentative_ttl);
+                    }
+                    black_box(route)
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = memory_report, bench_lookup, bench_ingest, bench_ingest_32, bench_remove, bench_quota, bench_sweep, bench_concurrent
+    targets = memory_report, bench_default_path, bench_lookup, bench_ingest, bench_ingest_32, bench_remove, bench_quota, bench_sweep, bench_concurrent
 }
 criterion_main!(benches);

@@ -293,6 +293,7 @@ impl Importer<'_> {
             client_version: v.client_version.clone(),
             t2_hit_tokens: v.t2_hit_tokens,
             t2_query_tokens: v.t2_query_tokens,
+            load: v.load,
             last_seen: v.last_seen_ns,
             stats_reported: v.stats_reported_ns,
         };

@@ -11,7 +11,7 @@ use crate::key::{KeyRef, key_hash};
 use crate::observer::{Note, Notes};
 use crate::stats::StatsEntry;
 use crate::sync::{read, write};
-use crate::types::{CacheUpdate, IngestOutcome, Tier};
+use crate::types::{CacheUpdate, EngineLoad, IngestOutcome, Tier};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -226,9 +226,19 @@ impl Index {
                 client_version: Arc::from(s.client_version.as_str()),
                 t2_hit_tokens: s.t2_hit_tokens,
                 t2_query_tokens: s.t2_query_tokens,
+                load: s.load.map(|l| EngineLoad {
+                    kv_cache_usage: sanitize(l.kv_cache_usage).clamp(0.0, 1.0),
+                    ..l
+                }),
                 last_seen: ts,
                 stats_reported: ts,
             };
+            if let Some(l) = &entry.load {
+                // The ranking's queue restarts from the engine's own counts.
+                self.routing
+                    .load
+                    .report(replica, l.running_requests, l.waiting_requests, ts);
+            }
             self.stats
                 .write()
                 .entry(tm)

@@ -177,6 +177,7 @@ mod entries;
 mod events;
 mod eviction;
 mod export;
+mod fleet;
 mod hashing;
 mod index;
 mod ingest;
@@ -194,6 +195,8 @@ mod replica_table;
 mod replicas;
 mod reserve;
 mod routing;
+#[cfg(test)]
+mod routing_scan;
 mod scratch;
 mod snapshot;
 mod stats;
@@ -220,10 +223,10 @@ pub use routing::{
     Delivery, DeliveryOutcome, Estimate, RankingMode, RouteParams, TtftRoute, TtftWeights,
 };
 pub use types::{
-    Aggregate, CacheEvent, CacheState, CacheUpdate, EventKind, EventOutcome, EvictionCounts,
-    IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, PrefixEntry,
-    ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant,
-    Strategy, SweepOutcome, Tier,
+    Aggregate, CacheEvent, CacheState, CacheUpdate, EngineLoad, EventKind, EventOutcome,
+    EvictionCounts, IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult,
+    PrefixEntry, ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica,
+    SnapshotTenant, Strategy, SweepOutcome, Tier,
 };
 
 #[cfg(test)]

@@ -23,8 +23,11 @@
 //!   `1 − t2_reload` for T2 (host), `1 − t3_reload` for T3 (disk / remote /
 //!   SGLang `EXTERNAL`), 0 for unknown tiers: an offload-tier match costs a
 //!   reload, not a recompute;
-//! - `queued(r)` = the delivered-hint window (`load.rs`): the work of the
-//!   hints this server delivered to the replica that has not drained yet;
+//! - `queued(r)` = the replica's queue (`load.rs`): the engine's last load
+//!   report (running and waiting requests turned into work) drained since,
+//!   plus the work of the hints delivered since that report; without
+//!   reports, the work of the hints this server delivered that has not
+//!   drained yet;
 //! - `pressure(r)` = the replica's last reported pressure (fresh stats only).
 //!
 //! The pick: drop replicas reporting pressure ≥ `affinity_max_pressure`
@@ -44,12 +47,25 @@
 //! replicas with the lowest estimate tie, and the tie goes to the
 //! AFFINITY_HINT seed rule (SHA-256 of the chain seed mod the byte-sorted
 //! tied set), so identical prompts still co-locate and an idle fleet is
-//! spread by the prompt's hash. If the pick holds a match of at least
+//! spread by the prompt's hash. Where replicas report their KV cache usage
+//! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %
+//! steps): a new prefix goes where it does not evict others. If the pick holds a match of at least
 //! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
 //! matches after it by estimate); otherwise it is a miss whose pick the
 //! server returns as AFFINITY_HINT. A long match on a busy replica therefore
 //! loses to a shorter match or a cold idle replica exactly when the estimate
 //! says that is faster.
+//!
+//! # Cost
+//!
+//! One pass over the live fleet (`fleet.rs`): members gathered into a bitset
+//! by replica id (no sort), each replica's queue read under one lock from a
+//! vector indexed by id, matches found by id (not searched), the tie
+//! resolved by a selection over the names' order labels (no name is read or
+//! cloned), and the per-replica estimate list built only when asked
+//! ([`Index::route_ttft_explained`]). `routing_scan.rs` keeps the ranking as
+//! first written, a scan with vectors and sorted names; a property test
+//! holds the two to the same answers.
 //!
 //! Response scores are `1e6 / (1e6 + ttft_us)`: in (0, 1], descending in the
 //! estimate, 0.5 at one second.
@@ -62,6 +78,7 @@
 //! is live (approximate mode may know replicas that hold nothing real yet).
 
 use crate::affinity::affinity_index;
+use crate::fleet::{Cand, Fleet};
 use crate::index::Index;
 use crate::key::key_hash;
 use crate::lookup::Raw;
@@ -211,7 +228,8 @@ pub struct TtftRoute {
     /// What delivering the pick means, for [`Index::record_delivery`]
     /// (`None` when no replica is live).
     pub delivery: Option<Delivery>,
-    /// Every live replica's estimate, best first.
+    /// Every live replica's estimate, best first: filled by
+    /// [`Index::route_ttft_explained`] only.
     pub estimates: Vec<Estimate>,
 }
 
@@ -235,48 +253,51 @@ pub struct DeliveryOutcome {
     pub tentative_dropped: u64,
 }
 
-/// A fleet member while ranking.
-struct Cand {
-    replica: u32,
-    raw: Option<usize>,
-    tentative_tokens: i32,
-    matched: i32,
-    queued: f64,
-    recent: f64,
-    pressure: f32,
-    work: f64,
-    est: f64,
+/// The tie's room rule: a reported KV cache usage in 5 % steps (fuller
+/// replicas lose the tie; within a step the seed spreads); `None`: none
+/// reported (such replicas lose the tie to any that report).
+pub(crate) fn room_bucket(usage: f32) -> Option<i32> {
+    usage
+        .is_finite()
+        .then(|| (usage.clamp(0.0, 1.0) * 20.0).floor() as i32)
 }
 
-/// The bounded-load rule (module docs): `ok` without the replicas whose
-/// recent hint count exceeds `bound` × the fleet mean + 1, unless that
-/// leaves nobody.
-fn bounded(cands: &[Cand], mut ok: Vec<usize>, bound: f64) -> Vec<usize> {
-    if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
-        return ok;
-    }
-    let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
-    let limit = bound * mean + 1.0;
-    let under = |i: &usize| cands[*i].recent <= limit;
-    // Filtered in place: no second vector on the lookup path.
-    if ok.iter().any(under) {
-        ok.retain(under);
-    }
-    ok
-}
-
-fn score_of(est_us: f64) -> f32 {
+pub(crate) fn score_of(est_us: f64) -> f32 {
     (1e6 / (1e6 + est_us.max(0.0))) as f32
+}
+
+thread_local! {
+    static FLEET: std::cell::RefCell<Fleet> = std::cell::RefCell::default();
 }
 
 impl Index {
     /// Estimated-TTFT ranking of one request (module docs). Never mutates the
     /// index: the caller reports a delivered hint with
-    /// [`Index::record_delivery`].
+    /// [`Index::record_delivery`]. `estimates` stays empty: see
+    /// [`Index::route_ttft_explained`].
     pub fn route_ttft<H: AsRef<[u8]>>(
         &self,
         req: &LookupRequest<'_, H>,
         p: &RouteParams<'_>,
+    ) -> TtftRoute {
+        self.route_ttft_with(req, p, false)
+    }
+
+    /// [`Index::route_ttft`] with every live replica's estimate, best first,
+    /// in `estimates` (diagnostics and tests; the lookup path asks for none).
+    pub fn route_ttft_explained<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+    ) -> TtftRoute {
+        self.route_ttft_with(req, p, true)
+    }
+
+    fn route_ttft_with<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+        explain: bool,
     ) -> TtftRoute {
         let mut out = TtftRoute::default();
         if req.tenant.is_empty() || req.model.is_empty() || req.hash_scheme.is_empty() {
@@ -318,36 +339,6 @@ impl Index {
                 tentative = self.tentative_runs(pt.id, req, &raws, now);
             }
         }
-
-        // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
-        let mut fleet: Vec<(u32, f32)> = Vec::new();
-        {
-            let stats = self.stats.read();
-            if let Some(m) = stats.get(&tm) {
-                for (&r, s) in m {
-                    if freshness(now, s.last_seen, ttl) > 0.0 {
-                        let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
-                        fleet.push((r, if fresh_stats { s.pressure } else { 0.0 }));
-                    }
-                }
-            }
-        }
-        if let Some(scope) = scope {
-            let c = read(&self.store.counters);
-            if let Some(sc) = c.scope(scope) {
-                fleet.extend(sc.replicas().map(|r| (r, 0.0)));
-            }
-        }
-        fleet.extend(raws.iter().map(|r| (r.replica, 0.0)));
-        fleet.extend(tentative.iter().map(|&(r, _)| (r, 0.0)));
-        // Keep the stats pressure where a replica appears twice.
-        fleet.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
-        fleet.dedup_by_key(|x| x.0);
-        if fleet.is_empty() {
-            out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
-            return out;
-        }
-
         let prompt: f64 = if chain {
             req.block_token_counts
                 .iter()
@@ -357,68 +348,149 @@ impl Index {
             let stored = raws.iter().map(|r| r.tokens).max().unwrap_or(0);
             f64::from(req.prefix_token_count.max(stored).max(0))
         };
-        let w = &p.weights;
-        let cands: Vec<Cand> = fleet
-            .iter()
-            .map(|&(r, pressure)| {
-                let raw = raws.iter().position(|x| x.replica == r);
-                let ext = tentative.iter().find(|x| x.0 == r).map_or(0, |x| x.1);
-                let (real, fresh, tier) = raw.map_or((0, 1.0, Tier::T1), |i| {
-                    (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
-                });
-                let matched = real.saturating_add(ext);
-                let credited = f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
-                let work = w.work_us(prompt - credited);
-                let queued = self.routing.load.queued_us(r, now);
-                let recent = self.routing.load.recent_hints(r, now);
-                let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
-                Cand {
-                    replica: r,
-                    raw,
-                    tentative_tokens: ext,
-                    matched,
-                    queued,
-                    recent,
-                    pressure,
-                    work,
-                    est,
+
+        crate::scratch::with(&FLEET, |f: &mut Fleet| {
+            // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
+            if let Some(stats) = self.stats.read_any() {
+                if let Some(m) = stats.get(&tm) {
+                    for (&r, s) in m {
+                        if freshness(now, s.last_seen, ttl) > 0.0 {
+                            let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
+                            f.add(r, if fresh_stats { s.pressure } else { 0.0 });
+                            if let (true, Some(l)) = (fresh_stats, &s.load) {
+                                f.set_usage(r, l.kv_cache_usage);
+                            }
+                        }
+                    }
                 }
-            })
-            .collect();
+            }
+            if let Some(scope) = scope {
+                let c = read(&self.store.counters);
+                if let Some(sc) = c.scope(scope) {
+                    sc.replicas().for_each(|r| f.add(r, 0.0));
+                }
+            }
+            f.note_matches(raws.iter().map(|x| x.replica), &tentative);
+
+            let w = &p.weights;
+            let mut cands = std::mem::take(&mut f.cands);
+            cands.clear();
+            {
+                let load = self.routing.load.view();
+                f.take(|r, pressure, usage, raw, ext| {
+                    let (real, fresh, tier) = raw.map_or((0, 1.0, Tier::T1), |i| {
+                        (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
+                    });
+                    // A replica's matched depth is final here (real run,
+                    // then its tentative extension): a rule that caps what a
+                    // replica can reuse (e.g. hybrid models' window groups)
+                    // applies to `real` / `ext` at this point.
+                    let matched = real.saturating_add(ext);
+                    let credited =
+                        f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
+                    let work = w.work_us(prompt - credited);
+                    let queued = load.queued_us(r, now);
+                    let recent = load.recent_hints(r, now);
+                    let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
+                    cands.push(Cand {
+                        replica: r,
+                        raw,
+                        tentative_tokens: ext,
+                        matched,
+                        queued,
+                        recent,
+                        pressure,
+                        usage,
+                        work,
+                        est,
+                    });
+                });
+            }
+            if cands.is_empty() {
+                out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
+            } else {
+                self.pick(
+                    req,
+                    p,
+                    chain,
+                    part.as_ref().map(|pt| pt.id),
+                    &raws,
+                    &cands,
+                    &mut f.tied,
+                    explain,
+                    &mut out,
+                );
+            }
+            f.cands = cands;
+        });
+        out
+    }
+
+    /// The pick among the fleet's `cands` (module docs), into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn pick<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+        chain: bool,
+        part: Option<u32>,
+        raws: &[Raw],
+        cands: &[Cand],
+        tied: &mut Vec<(u64, u32, usize)>,
+        explain: bool,
+        out: &mut TtftRoute,
+    ) {
+        let w = &p.weights;
         let floor = p.min_matched_tokens.max(1);
         let is_match = |c: &Cand| c.matched >= floor;
-
-        // Candidates: busy replicas without a match are skipped.
-        let eligible: Vec<usize> = {
-            let ok: Vec<usize> = (0..cands.len())
-                .filter(|&i| is_match(&cands[i]) || cands[i].pressure < w.affinity_max_pressure)
-                .collect();
-            let ok = if ok.is_empty() {
-                (0..cands.len()).collect()
-            } else {
-                ok
-            };
-            bounded(&cands, ok, w.load_bound)
+        // Busy replicas without a match are skipped, unless that leaves nobody.
+        let pressure_ok = |c: &Cand| is_match(c) || c.pressure < w.affinity_max_pressure;
+        let any_ok = cands.iter().any(pressure_ok);
+        let ok = |c: &Cand| !any_ok || pressure_ok(c);
+        // The bounded-load rule, unless it leaves nobody.
+        let bound = w.load_bound;
+        let limit = if bound.is_nan() || bound <= 0.0 {
+            f64::INFINITY
+        } else {
+            let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
+            bound * mean + 1.0
         };
-        let best = eligible
+        let under_any = limit.is_finite() && cands.iter().any(|c| ok(c) && c.recent <= limit);
+        let eligible = |c: &Cand| ok(c) && (!under_any || c.recent <= limit);
+        let best = cands
             .iter()
-            .map(|&i| cands[i].est)
+            .filter(|c| eligible(c))
+            .map(|c| c.est)
             .fold(f64::INFINITY, f64::min);
         let catalog = read(&self.store.catalog);
-        let mut tied: Vec<(Arc<str>, usize)> = eligible
+        tied.clear();
+        tied.extend(
+            cands
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| eligible(c) && c.est <= best)
+                .map(|(i, c)| (catalog.replica_label(c.replica), c.replica, i)),
+        );
+        // Among equals a new prefix goes where there is room.
+        if let Some(room) = tied
             .iter()
-            .filter(|&&i| cands[i].est <= best)
-            .map(|&i| (catalog.replica_name(cands[i].replica), i))
-            .collect();
-        tied.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            .filter_map(|t| room_bucket(cands[t.2].usage))
+            .min()
+        {
+            tied.retain(|t| room_bucket(cands[t.2].usage) == Some(room));
+        }
+        if tied.is_empty() {
+            return;
+        }
+        // The k-th tied replica in name order (labels follow the names' byte
+        // order): a selection, not a sort.
         let k = if p.seed.is_empty() {
             0
         } else {
             affinity_index(p.seed, tied.len())
         };
-        let Some((pick_name, pick)) = tied.get(k).cloned() else {
-            return out;
-        };
+        let (_, _, pick) = *tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
+        let pick_name = catalog.replica_name(cands[pick].replica);
         out.delivery = Some(Delivery {
             replica_id: pick_name.clone(),
             work_us: cands[pick].work,
@@ -427,34 +499,37 @@ impl Index {
                 .filter(|_| chain)
                 .map_or(0, |j| raws[j].blocks as usize),
         });
-
-        let mut order: Vec<usize> = (0..cands.len()).collect();
-        order.sort_by(|&a, &b| {
-            (a != pick)
-                .cmp(&(b != pick))
-                .then(cands[a].est.total_cmp(&cands[b].est))
-                .then(cands[a].replica.cmp(&cands[b].replica))
-        });
-        out.estimates = order
-            .iter()
-            .map(|&i| {
-                let c = &cands[i];
-                Estimate {
-                    replica_id: catalog.replica_name(c.replica),
-                    matched_tokens: c.matched,
-                    tentative_tokens: c.tentative_tokens,
-                    queued_us: c.queued,
-                    pressure: c.pressure,
-                    work_us: c.work,
-                    ttft_us: c.est,
-                }
-            })
-            .collect();
+        let rank = |a: &usize, b: &usize| {
+            (*a != pick)
+                .cmp(&(*b != pick))
+                .then(cands[*a].est.total_cmp(&cands[*b].est))
+                .then(cands[*a].replica.cmp(&cands[*b].replica))
+        };
+        if explain {
+            let mut order: Vec<usize> = (0..cands.len()).collect();
+            order.sort_by(rank);
+            out.estimates = order
+                .iter()
+                .map(|&i| {
+                    let c = &cands[i];
+                    Estimate {
+                        replica_id: catalog.replica_name(c.replica),
+                        matched_tokens: c.matched,
+                        tentative_tokens: c.tentative_tokens,
+                        queued_us: c.queued,
+                        pressure: c.pressure,
+                        work_us: c.work,
+                        ttft_us: c.est,
+                    }
+                })
+                .collect();
+        }
         if !is_match(&cands[pick]) {
             out.pick = Some(pick_name);
-            return out;
+            return;
         }
-        let matched: Vec<usize> = order.into_iter().filter(|&i| is_match(&cands[i])).collect();
+        let mut matched: Vec<usize> = (0..cands.len()).filter(|&i| is_match(&cands[i])).collect();
+        matched.sort_by(rank);
         out.result.scores = matched
             .iter()
             .map(|&i| {
@@ -473,36 +548,45 @@ impl Index {
         out.result.strategy = Strategy::PrefixMatch;
         // Hits are captured for every tenant: `hot_prefixes` counts delivered
         // hits for LRU tenants too; only LFU eviction reads the counters.
-        if let Some(pt) = &part {
-            out.result.hits = lfu_hits(pt.id, req, &raws, &matched, &cands, &out.result.scores);
+        if let Some(part) = part {
+            let runs: Vec<Option<usize>> = matched.iter().map(|&i| cands[i].raw).collect();
+            out.result.hits = lfu_hits(part, req, raws, &runs, &out.result.scores);
         }
-        out
     }
 
     /// Each replica's tentative extension of its real run: (replica, tokens).
-    fn tentative_runs<H: AsRef<[u8]>>(
+    pub(crate) fn tentative_runs<H: AsRef<[u8]>>(
         &self,
         part: u32,
         req: &LookupRequest<'_, H>,
         raws: &[Raw],
         now: i64,
     ) -> Vec<(u32, i32)> {
-        let who = self.routing.tentative.replicas(part);
-        if who.is_empty() {
-            return Vec::new();
-        }
         let keys: Vec<u64> = req
             .block_hashes
             .iter()
             .map(|h| key_hash(part, h.as_ref()))
             .collect();
-        who.into_iter()
-            .filter_map(|r| {
-                let start = raws
-                    .iter()
-                    .find(|x| x.replica == r)
-                    .map_or(0, |x| x.blocks as usize);
-                let n = self.routing.tentative.run_from(part, r, &keys, start, now);
+        // Real runs, by replica id (the walk's raws may come in any order).
+        let mut starts: Vec<(u32, usize)> = raws
+            .iter()
+            .map(|x| (x.replica, x.blocks as usize))
+            .collect();
+        starts.sort_unstable();
+        starts.dedup_by_key(|x| x.0);
+        let deepest = starts.iter().map(|x| x.1).max().unwrap_or(0);
+        let start_of = |r: u32| {
+            starts
+                .binary_search_by_key(&r, |x| x.0)
+                .map_or(0, |i| starts[i].1)
+        };
+        let mut found = Vec::new();
+        self.routing
+            .tentative
+            .runs(part, &keys, deepest, start_of, now, &mut found);
+        found
+            .into_iter()
+            .filter_map(|(r, start, n)| {
                 let tokens: i32 = req
                     .block_token_counts
                     .iter()
@@ -542,18 +626,19 @@ impl Index {
             return out;
         }
         let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
-        // Hashed while stored: no key vector per delivered hint.
-        let mut hashes = req
+        // One record: the chain past the real run, up to a block without a
+        // hash (none of its blocks is a holding).
+        let keys: Vec<u64> = req
             .block_hashes
             .iter()
             .skip(delivery.real_blocks)
             .map(AsRef::as_ref)
-            .filter(|h| !h.is_empty())
-            .peekable();
-        if hashes.peek().is_none() {
+            .take_while(|h| !h.is_empty())
+            .map(|h| key_hash(part.id, h))
+            .collect();
+        if keys.is_empty() {
             return out;
         }
-        let keys = hashes.map(|h| key_hash(part.id, h));
         let short = crate::clock::duration_ns(tentative_ttl);
         let expires = crate::tentative::Expiry {
             publishing: now.saturating_add(short),
@@ -561,10 +646,13 @@ impl Index {
             // cache: they live as long as a real entry would.
             silent: now.saturating_add(short.max(self.request_ttl_ns(req))),
         };
-        let (stored, dropped) = self
-            .routing
-            .tentative
-            .insert(part.id, replica, keys, expires);
+        let (stored, dropped) = self.routing.tentative.insert(
+            part.id,
+            replica,
+            delivery.real_blocks as u32,
+            keys,
+            expires,
+        );
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;
         out
@@ -584,19 +672,18 @@ impl Index {
 }
 
 /// LFU hits of the delivered matches: their real runs only (a tentative
-/// holding has no entry to credit).
-fn lfu_hits<H: AsRef<[u8]>>(
+/// holding has no entry to credit). `runs[i]` is the raw of `scores[i]`.
+pub(crate) fn lfu_hits<H: AsRef<[u8]>>(
     part: u32,
     req: &LookupRequest<'_, H>,
     raws: &[Raw],
-    matched: &[usize],
-    cands: &[Cand],
+    runs: &[Option<usize>],
     scores: &[ReplicaScore],
 ) -> LfuHits {
-    let runs: Vec<HitRun> = matched
+    let runs: Vec<HitRun> = runs
         .iter()
         .zip(scores)
-        .filter_map(|(&i, s)| cands[i].raw.map(|j| (&raws[j], s)))
+        .filter_map(|(&j, s)| j.map(|j| (&raws[j], s)))
         .filter(|(r, _)| r.tokens > 0)
         .map(|(r, s)| HitRun {
             replica: r.replica,
@@ -605,4 +692,16 @@ fn lfu_hits<H: AsRef<[u8]>>(
         })
         .collect();
     LfuHits::capture(part, req, runs)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_reported_request_stands_for_the_default_weights_work() {
+        let w = super::TtftWeights::default();
+        assert_eq!(
+            w.work_us(crate::load::REPORTED_REQUEST_TOKENS),
+            crate::load::DEFAULT_REQUEST_WORK_US
+        );
+    }
 }

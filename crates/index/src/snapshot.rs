@@ -124,6 +124,7 @@ impl Index {
                     row.t2_hit_tokens = s.t2_hit_tokens;
                     row.t2_query_tokens = s.t2_query_tokens;
                     row.client_version = s.client_version.clone();
+                    row.load = s.load;
                 }
                 row
             })

@@ -21,6 +21,8 @@ pub(crate) struct StatsEntry {
     pub(crate) client_version: Arc<str>,
     pub(crate) t2_hit_tokens: i64,
     pub(crate) t2_query_tokens: i64,
+    /// The engine's load (sanitized); `None` = the producer reports none.
+    pub(crate) load: Option<crate::types::EngineLoad>,
     pub(crate) last_seen: i64,
     pub(crate) stats_reported: i64,
 }
@@ -37,6 +39,7 @@ impl StatsEntry {
             client_version: self.client_version.clone(),
             t2_hit_tokens: self.t2_hit_tokens,
             t2_query_tokens: self.t2_query_tokens,
+            load: self.load,
             last_seen_ns: self.last_seen,
             stats_reported_ns: self.stats_reported,
         }

@@ -34,9 +34,30 @@
 //! - the overlay is bounded (as many holdings as the index's entry cap): past the bound new
 //!   holdings are dropped and counted, never grown.
 //!
-//! Keys are the index's 64-bit entry hash of (partition, hash bytes): a
-//! collision would only make an approximate holding slightly more
-//! approximate, and it saves an allocation per block.
+//! # One record per delivered chain
+//!
+//! A delivered hint writes **one record**: the chain's keys past the
+//! replica's real run (the index's 64-bit entry hash of (partition, hash
+//! bytes); a collision would only make an approximate holding slightly more
+//! approximate), the position of its first key, the replica and both
+//! expiries. It is filed under its first key and its (partition, replica):
+//! two map writes per delivery, whatever the chain's length. The same chain
+//! delivered again to the same replica renews (or extends) its record.
+//!
+//! A lookup reads the records as it goes down the request's chain: one probe
+//! per position up to the deepest real run, each finding the records that
+//! begin there with the request's key; a record counts for its replica from
+//! the end of the replica's real run, for as long as its keys equal the
+//! request's (block hashes identify their whole prefix, so equal keys at one
+//! position mean equal chains up to it) and are still held. The cost grows
+//! with the request and the records that match it, not with the fleet.
+//!
+//! A real report or removal of a key marks it gone in the replica's records
+//! that hold it (a per-record bit filter skips most records without reading
+//! their keys); a record with nothing left held is dropped. Counts (stored,
+//! confirmed, removed, expired, `tentativeCount`) are of held positions, as
+//! when every block was its own holding; a block delivered within two
+//! overlapping chains (different real runs at delivery) counts in each.
 
 use crate::hashing::FoldBuild;
 use crate::sync::{read, write};
@@ -64,18 +85,135 @@ impl Expiry {
     }
 }
 
-/// key hash → expiries.
-type Blocks = HashMap<u64, Expiry, FoldBuild>;
+/// One delivered chain on one replica.
+struct Record {
+    part: u32,
+    replica: u32,
+    /// Chain position of `keys[0]`.
+    from: u32,
+    keys: Box<[u64]>,
+    /// One bit per key: no longer held (confirmed by a real report or
+    /// removed).
+    gone: Box<[u64]>,
+    /// Keys still held.
+    live: u32,
+    expires: Expiry,
+    /// A one-hash bit filter of `keys` (16 bits per key): a removal reads
+    /// the keys of the records whose filter has its bit only.
+    filter: Box<[u64]>,
+}
 
-/// partition id → replica id → blocks.
-type Parts = HashMap<u32, HashMap<u32, Blocks, FoldBuild>, FoldBuild>;
+impl Record {
+    fn new(part: u32, replica: u32, from: u32, keys: Vec<u64>, expires: Expiry) -> Self {
+        let n = keys.len();
+        let mut r = Self {
+            part,
+            replica,
+            from,
+            keys: keys.into_boxed_slice(),
+            gone: vec![0; n.div_ceil(64)].into_boxed_slice(),
+            live: n as u32,
+            expires,
+            filter: vec![0; (n * 16).div_ceil(64).max(1)].into_boxed_slice(),
+        };
+        for i in 0..n {
+            let (w, b) = r.filter_bit(r.keys[i]);
+            r.filter[w] |= b;
+        }
+        r
+    }
+
+    fn filter_bit(&self, key: u64) -> (usize, u64) {
+        let bit = (key >> 11) % (self.filter.len() as u64 * 64);
+        ((bit / 64) as usize, 1 << (bit % 64))
+    }
+
+    fn may_hold(&self, key: u64) -> bool {
+        let (w, b) = self.filter_bit(key);
+        self.filter[w] & b != 0
+    }
+
+    fn held(&self, i: usize) -> bool {
+        self.gone[i / 64] & (1 << (i % 64)) == 0
+    }
+
+    /// Marks every held position of `key` gone; returns how many.
+    fn take(&mut self, key: u64) -> u32 {
+        if !self.may_hold(key) {
+            return 0;
+        }
+        let mut n = 0;
+        for i in 0..self.keys.len() {
+            if self.keys[i] == key && self.held(i) {
+                self.gone[i / 64] |= 1 << (i % 64);
+                n += 1;
+            }
+        }
+        self.live -= n;
+        n
+    }
+}
+
+/// The records and their two files.
+#[derive(Default)]
+struct Overlay {
+    records: Vec<Option<Record>>,
+    free: Vec<u32>,
+    /// (partition, first key) → records.
+    by_head: HashMap<(u32, u64), Vec<u32>, FoldBuild>,
+    /// (partition, replica) → records.
+    by_owner: HashMap<(u32, u32), Vec<u32>, FoldBuild>,
+}
+
+impl Overlay {
+    fn add(&mut self, r: Record) -> u32 {
+        let (head, owner) = ((r.part, r.keys[0]), (r.part, r.replica));
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.records[id as usize] = Some(r);
+                id
+            }
+            None => {
+                self.records.push(Some(r));
+                (self.records.len() - 1) as u32
+            }
+        };
+        self.by_head.entry(head).or_default().push(id);
+        self.by_owner.entry(owner).or_default().push(id);
+        id
+    }
+
+    /// Drops record `id`; returns its held keys.
+    fn drop_record(&mut self, id: u32) -> u64 {
+        let Some(r) = self.records.get_mut(id as usize).and_then(Option::take) else {
+            return 0;
+        };
+        self.free.push(id);
+        let head = (r.part, r.keys[0]);
+        if let Some(ids) = self.by_head.get_mut(&head) {
+            ids.retain(|&x| x != id);
+            if ids.is_empty() {
+                self.by_head.remove(&head);
+            }
+        }
+        let owner = (r.part, r.replica);
+        if let Some(ids) = self.by_owner.get_mut(&owner) {
+            ids.retain(|&x| x != id);
+            if ids.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+        u64::from(r.live)
+    }
+}
 
 /// The tentative overlay. Lock order: never taken while a shard lock is held
 /// by the same thread except after it (shard → tentative), like the counters.
 pub(crate) struct Tentative {
-    parts: RwLock<Parts>,
+    overlay: RwLock<Overlay>,
     /// Replicas that have published at least one KV event.
     publishers: RwLock<HashSet<u32, FoldBuild>>,
+    /// Held keys over all records.
     len: AtomicUsize,
     cap: usize,
 }
@@ -83,7 +221,7 @@ pub(crate) struct Tentative {
 impl Tentative {
     pub(crate) fn new(cap: usize) -> Self {
         Self {
-            parts: RwLock::new(Parts::default()),
+            overlay: RwLock::new(Overlay::default()),
             publishers: RwLock::new(HashSet::default()),
             len: AtomicUsize::new(0),
             cap: cap.max(1),
@@ -114,81 +252,154 @@ impl Tentative {
     /// replica starts as a silent one with nothing (`replicas.rs`).
     pub(crate) fn forget_replica(&self, replica: u32) {
         write(&self.publishers).remove(&replica);
-        let mut parts = write(&self.parts);
-        let mut removed = 0;
-        parts.retain(|_, m| {
-            if let Some(blocks) = m.remove(&replica) {
-                removed += blocks.len();
-            }
-            !m.is_empty()
-        });
-        self.len.fetch_sub(removed, Ordering::Relaxed);
+        let mut o = write(&self.overlay);
+        let ids: Vec<u32> = o
+            .by_owner
+            .iter()
+            .filter(|((_, r), _)| *r == replica)
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .collect();
+        let removed: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
+        self.len.fetch_sub(removed as usize, Ordering::Relaxed);
     }
 
     /// Whether the replica has ever published a KV event.
+    #[cfg(test)]
     pub(crate) fn publishes(&self, replica: u32) -> bool {
         read(&self.publishers).contains(&replica)
     }
 
-    /// Records `keys` on `replica` until `expires`. Returns (inserted or
-    /// renewed, dropped at the cap).
+    /// Records the chain `keys` (chain positions `from..`) on `replica` until
+    /// `expires`: one record, or the renewal of the record of the same chain.
+    /// Returns (keys stored or renewed, keys dropped at the cap).
     pub(crate) fn insert(
         &self,
         part: u32,
         replica: u32,
-        keys: impl IntoIterator<Item = u64>,
+        from: u32,
+        mut keys: Vec<u64>,
         expires: Expiry,
     ) -> (u64, u64) {
-        let mut parts = write(&self.parts);
-        let blocks = parts.entry(part).or_default().entry(replica).or_default();
-        let (mut stored, mut dropped) = (0, 0);
-        for k in keys {
-            if let Some(e) = blocks.get_mut(&k) {
-                e.publishing = e.publishing.max(expires.publishing);
-                e.silent = e.silent.max(expires.silent);
-                stored += 1;
-            } else if self.len.load(Ordering::Relaxed) < self.cap {
-                blocks.insert(k, expires);
-                self.len.fetch_add(1, Ordering::Relaxed);
-                stored += 1;
-            } else {
-                dropped += 1;
-            }
+        if keys.is_empty() {
+            return (0, 0);
         }
-        (stored, dropped)
-    }
-
-    /// Replicas with at least one holding in `part`.
-    pub(crate) fn replicas(&self, part: u32) -> Vec<u32> {
-        read(&self.parts)
-            .get(&part)
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, b)| !b.is_empty())
-                    .map(|(&r, _)| r)
-                    .collect()
+        let mut o = write(&self.overlay);
+        let room = self.cap.saturating_sub(self.len());
+        // The same chain (same start, one a prefix of the other) again.
+        let same = o.by_owner.get(&(part, replica)).and_then(|ids| {
+            ids.iter().copied().find(|&id| {
+                o.records[id as usize].as_ref().is_some_and(|r| {
+                    let n = r.keys.len().min(keys.len());
+                    r.from == from && r.keys[..n] == keys[..n]
+                })
             })
-            .unwrap_or_default()
+        });
+        if let Some(id) = same {
+            let Some(r) = o.records[id as usize].as_mut() else {
+                return (0, 0);
+            };
+            let before = r.live as usize;
+            // Held again: what the new delivery covers, plus the rest of the
+            // record as it was.
+            let covered = keys.len().min(r.keys.len());
+            let regained = (0..covered).filter(|&i| !r.held(i)).count();
+            let grow = keys.len().saturating_sub(r.keys.len());
+            let allowed = (regained + grow).min(room);
+            let dropped = (regained + grow - allowed) as u64;
+            let (mut regain_left, grow_kept) =
+                (allowed.min(regained), allowed.saturating_sub(regained));
+            for i in 0..covered {
+                if regain_left > 0 && !r.held(i) {
+                    r.gone[i / 64] &= !(1 << (i % 64));
+                    regain_left -= 1;
+                }
+            }
+            if grow_kept > 0 {
+                keys.truncate(r.keys.len() + grow_kept);
+                let mut longer = Record::new(part, replica, from, keys, expires);
+                // Keep what is gone in the old part.
+                for i in 0..r.keys.len() {
+                    if !r.held(i) {
+                        longer.gone[i / 64] |= 1 << (i % 64);
+                        longer.live -= 1;
+                    }
+                }
+                longer.expires = r.expires;
+                *r = longer;
+            } else {
+                r.live = (0..r.keys.len()).filter(|&i| r.held(i)).count() as u32;
+            }
+            r.expires.publishing = r.expires.publishing.max(expires.publishing);
+            r.expires.silent = r.expires.silent.max(expires.silent);
+            let after = r.live as usize;
+            self.len.fetch_add(after - before, Ordering::Relaxed);
+            return (
+                covered as u64 - dropped.min(covered as u64) + grow_kept as u64,
+                dropped,
+            );
+        }
+        let kept = keys.len().min(room);
+        let dropped = (keys.len() - kept) as u64;
+        if kept == 0 {
+            return (0, dropped);
+        }
+        keys.truncate(kept);
+        o.add(Record::new(part, replica, from, keys, expires));
+        self.len.fetch_add(kept, Ordering::Relaxed);
+        (kept as u64, dropped)
     }
 
-    /// How many consecutive keys from `start` the replica holds unexpired.
-    pub(crate) fn run_from(
+    /// Each replica's tentative run over the request's chain `keys` (the
+    /// partition's key hashes) from `start_of(replica)`, the end of its real
+    /// run: calls `each(replica, start, blocks)` once per replica with a
+    /// run. Positions `0..=deepest` are probed (`deepest`: the deepest real
+    /// run).
+    pub(crate) fn runs(
         &self,
         part: u32,
-        replica: u32,
         keys: &[u64],
-        start: usize,
+        deepest: usize,
+        start_of: impl Fn(u32) -> usize,
         now: i64,
-    ) -> usize {
-        let publishes = self.publishes(replica);
-        let parts = read(&self.parts);
-        let Some(blocks) = parts.get(&part).and_then(|m| m.get(&replica)) else {
-            return 0;
-        };
-        keys.iter()
-            .skip(start)
-            .take_while(|k| blocks.get(k).is_some_and(|e| e.of(publishes) > now))
-            .count()
+        found: &mut Vec<(u32, usize, usize)>,
+    ) {
+        found.clear();
+        let o = read(&self.overlay);
+        if o.by_head.is_empty() || keys.is_empty() {
+            return;
+        }
+        let publishers = read(&self.publishers);
+        for (p, key) in keys.iter().enumerate().take(deepest.saturating_add(1)) {
+            let Some(ids) = o.by_head.get(&(part, *key)) else {
+                continue;
+            };
+            for &id in ids {
+                let Some(r) = o.records[id as usize].as_ref() else {
+                    continue;
+                };
+                let s = start_of(r.replica);
+                if r.from as usize != p
+                    || s < p
+                    || s >= p + r.keys.len()
+                    || r.expires.of(publishers.contains(&r.replica)) <= now
+                {
+                    continue;
+                }
+                let n = (s..keys.len())
+                    .take_while(|&i| {
+                        let j = i - p;
+                        j < r.keys.len() && r.keys[j] == keys[i] && r.held(j)
+                    })
+                    .count();
+                if n == 0 {
+                    continue;
+                }
+                match found.iter_mut().find(|f| f.0 == r.replica) {
+                    Some(f) => f.2 = f.2.max(n),
+                    None => found.push((r.replica, s, n)),
+                }
+            }
+        }
     }
 
     /// Real reports of `(part, key)` by `replica` replace the tentative ones.
@@ -201,14 +412,35 @@ impl Tentative {
         if keys.is_empty() {
             return 0;
         }
-        let mut parts = write(&self.parts);
-        let mut n = 0;
-        for &(part, k) in keys {
-            if let Some(blocks) = parts.get_mut(&part).and_then(|m| m.get_mut(&replica)) {
-                if blocks.remove(&k).is_some() {
-                    n += 1;
+        // Most reports come from replicas without records: a read first.
+        {
+            let o = read(&self.overlay);
+            if !keys
+                .iter()
+                .any(|(p, _)| o.by_owner.contains_key(&(*p, replica)))
+            {
+                return 0;
+            }
+        }
+        let mut o = write(&self.overlay);
+        let mut n = 0u64;
+        let mut emptied: Vec<u32> = Vec::new();
+        for &(part, key) in keys {
+            let Some(ids) = o.by_owner.get(&(part, replica)) else {
+                continue;
+            };
+            let ids = ids.clone();
+            for id in ids {
+                if let Some(r) = o.records[id as usize].as_mut() {
+                    n += u64::from(r.take(key));
+                    if r.live == 0 && !emptied.contains(&id) {
+                        emptied.push(id);
+                    }
                 }
             }
+        }
+        for id in emptied {
+            o.drop_record(id);
         }
         self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
@@ -216,11 +448,11 @@ impl Tentative {
 
     /// `ALL_CLEARED`: every holding of `replica` in the given partitions.
     pub(crate) fn clear(&self, parts_of: &[u32], replica: u32) -> u64 {
-        let mut parts = write(&self.parts);
+        let mut o = write(&self.overlay);
         let mut n = 0;
         for p in parts_of {
-            if let Some(blocks) = parts.get_mut(p).and_then(|m| m.remove(&replica)) {
-                n += blocks.len() as u64;
+            if let Some(ids) = o.by_owner.get(&(*p, replica)).cloned() {
+                n += ids.into_iter().map(|id| o.drop_record(id)).sum::<u64>();
             }
         }
         self.len.fetch_sub(n as usize, Ordering::Relaxed);
@@ -233,18 +465,17 @@ impl Tentative {
             return 0;
         }
         let publishers = read(&self.publishers).clone();
-        let mut parts = write(&self.parts);
-        let mut n = 0u64;
-        parts.retain(|_, m| {
-            m.retain(|r, blocks| {
-                let publishes = publishers.contains(r);
-                let before = blocks.len();
-                blocks.retain(|_, e| e.of(publishes) > now);
-                n += (before - blocks.len()) as u64;
-                !blocks.is_empty()
-            });
-            !m.is_empty()
-        });
+        let mut o = write(&self.overlay);
+        let expired: Vec<u32> = o
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(id, r)| {
+                let r = r.as_ref()?;
+                (r.expires.of(publishers.contains(&r.replica)) <= now).then_some(id as u32)
+            })
+            .collect();
+        let n: u64 = expired.into_iter().map(|id| o.drop_record(id)).sum();
         self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
     }
@@ -252,15 +483,18 @@ impl Tentative {
     /// Unexpired holdings per (partition, replica).
     pub(crate) fn counts(&self, now: i64) -> Vec<(u32, u32, u64)> {
         let publishers = read(&self.publishers).clone();
-        let parts = read(&self.parts);
+        let o = read(&self.overlay);
         let mut out = Vec::new();
-        for (&p, m) in parts.iter() {
-            for (&r, blocks) in m {
-                let publishes = publishers.contains(&r);
-                let n = blocks.values().filter(|e| e.of(publishes) > now).count() as u64;
-                if n > 0 {
-                    out.push((p, r, n));
-                }
+        for (&(p, r), ids) in &o.by_owner {
+            let publishes = publishers.contains(&r);
+            let n: u64 = ids
+                .iter()
+                .filter_map(|&id| o.records[id as usize].as_ref())
+                .filter(|x| x.expires.of(publishes) > now)
+                .map(|x| u64::from(x.live))
+                .sum();
+            if n > 0 {
+                out.push((p, r, n));
             }
         }
         out
@@ -278,18 +512,50 @@ mod tests {
         }
     }
 
+    fn run(t: &Tentative, replica: u32, keys: &[u64], start: usize, now: i64) -> usize {
+        let mut found = Vec::new();
+        t.runs(
+            1,
+            keys,
+            start,
+            |r| if r == replica { start } else { usize::MAX },
+            now,
+            &mut found,
+        );
+        found.iter().find(|f| f.0 == replica).map_or(0, |f| f.2)
+    }
+
     #[test]
     fn cap_drops_and_counts() {
         let t = Tentative::new(3);
-        assert_eq!(t.insert(1, 7, [1, 2, 3, 4], both(100)), (3, 1));
+        assert_eq!(t.insert(1, 7, 0, vec![1, 2, 3, 4], both(100)), (3, 1));
         assert_eq!(t.len(), 3);
-        // Renewing an existing key is not growth.
-        assert_eq!(t.insert(1, 7, [1], both(200)), (1, 0));
-        assert_eq!(t.run_from(1, 7, &[1, 2, 3, 4], 0, 150), 1);
-        assert_eq!(t.run_from(1, 7, &[1, 2, 3, 4], 0, 50), 3);
-        assert_eq!(t.sweep(150), 2);
-        assert_eq!(t.len(), 1);
-        assert_eq!(t.clear(&[1], 7), 1);
+        // Renewing the same chain is not growth.
+        assert_eq!(t.insert(1, 7, 0, vec![1], both(200)), (1, 0));
+        assert_eq!(t.len(), 3);
+        assert_eq!(run(&t, 7, &[1, 2, 3, 4], 0, 150), 3);
+        assert_eq!(run(&t, 7, &[1, 2, 3, 4], 1, 150), 2);
+        assert_eq!(run(&t, 7, &[1, 2, 9], 0, 150), 2);
+        assert_eq!(run(&t, 7, &[1, 2, 3, 4], 0, 200), 0);
+        assert_eq!(t.remove_many(7, &[(1, 2)]), 1);
+        assert_eq!(run(&t, 7, &[1, 2, 3, 4], 0, 150), 1);
+        assert_eq!(t.sweep(250), 2);
+        assert_eq!(t.len(), 0);
+        assert!(!t.active());
+    }
+
+    #[test]
+    fn a_longer_delivery_of_the_same_chain_extends_its_record() {
+        let t = Tentative::new(100);
+        assert_eq!(t.insert(1, 7, 2, vec![3, 4], both(100)), (2, 0));
+        assert_eq!(t.insert(1, 7, 2, vec![3, 4, 5], both(100)), (3, 0));
+        assert_eq!(t.len(), 3);
+        assert_eq!(run(&t, 7, &[1, 2, 3, 4, 5, 6], 2, 50), 3);
+        // Confirmed blocks are no longer tentative; the rest still count
+        // from the end of the (now longer) real run.
+        assert_eq!(t.confirm(7, &[(1, 3)]), 1);
+        assert_eq!(run(&t, 7, &[1, 2, 3, 4, 5, 6], 3, 50), 2);
+        assert_eq!(t.clear(&[1], 7), 2);
         assert!(!t.active());
     }
 
@@ -300,16 +566,16 @@ mod tests {
             publishing: 100,
             silent: 1_000,
         };
-        t.insert(1, 7, [1, 2], e);
-        t.insert(1, 8, [1, 2], e);
+        t.insert(1, 7, 0, vec![1, 2], e);
+        t.insert(1, 8, 0, vec![1, 2], e);
         // Neither has published: both hold until the long expiry.
-        assert_eq!(t.run_from(1, 7, &[1, 2], 0, 500), 2);
+        assert_eq!(run(&t, 7, &[1, 2], 0, 500), 2);
         assert_eq!(t.counts(500).len(), 2);
         // 7 starts publishing: its holdings fall back to the short expiry.
         t.mark_publisher(7);
         assert!(t.publishes(7) && !t.publishes(8));
-        assert_eq!(t.run_from(1, 7, &[1, 2], 0, 500), 0);
-        assert_eq!(t.run_from(1, 8, &[1, 2], 0, 500), 2);
+        assert_eq!(run(&t, 7, &[1, 2], 0, 500), 0);
+        assert_eq!(run(&t, 8, &[1, 2], 0, 500), 2);
         assert_eq!(t.counts(500), vec![(1, 8, 2)]);
         assert_eq!(t.sweep(500), 2);
         assert_eq!(t.sweep(1_000), 2);

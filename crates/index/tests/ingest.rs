@@ -225,3 +225,41 @@ fn hashes_of_any_length_round_trip() {
     assert_eq!(e.idx.sweep().evictions.ttl_total(), 6);
     assert_eq!(e.idx.total_entries(), 0);
 }
+
+#[test]
+fn engine_load_is_stored_sanitized_and_shown_in_views() {
+    let e = Env::new();
+    let mut u = upd("t", "m", "vllm", "r1", vec![]);
+    u.stats = Some(ReplicaStatsReport {
+        load: Some(EngineLoad {
+            running_requests: 3,
+            waiting_requests: 2,
+            kv_cache_usage: f32::NAN,
+            kv_cache_capacity_tokens: 8192,
+        }),
+        ..Default::default()
+    });
+    assert!(e.idx.ingest(&u).stats_stored);
+    let load = e.idx.cache_state("t", "m").replicas[0].load.unwrap();
+    assert_eq!((load.running_requests, load.waiting_requests), (3, 2));
+    assert_eq!(load.kv_cache_usage, 0.0, "non-finite usage is stored as 0");
+    assert_eq!(load.requests(), 5);
+    assert_eq!(load.free_tokens(), Some(8192));
+
+    u.stats
+        .as_mut()
+        .unwrap()
+        .load
+        .as_mut()
+        .unwrap()
+        .kv_cache_usage = 7.5;
+    e.idx.ingest(&u);
+    let load = e.idx.snapshot().replicas[0].load.unwrap();
+    assert_eq!(load.kv_cache_usage, 1.0, "usage is clamped to [0, 1]");
+    assert_eq!(load.free_tokens(), Some(0));
+
+    // A producer without the extension (the reference's) reports no load.
+    u.stats.as_mut().unwrap().load = None;
+    e.idx.ingest(&u);
+    assert_eq!(e.idx.cache_state("t", "m").replicas[0].load, None);
+}

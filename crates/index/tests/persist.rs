@@ -91,6 +91,8 @@ fn data() -> impl Strategy<Value = SnapshotData> {
                         client_version: Arc::from("v1"),
                         t2_hit_tokens: n / 3,
                         t2_query_tokens: -n / 5,
+                        // Not persisted: a load report is stale after a restart.
+                        load: None,
                         last_seen_ns: ts,
                         stats_reported_ns: ts / 2,
                     },

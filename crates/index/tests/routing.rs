@@ -20,7 +20,7 @@ fn route(env: &Env, ids: &[u64], w: TtftWeights) -> TtftRoute {
     let hs = hashes(ids);
     let counts = vec![16; ids.len()];
     let seed = chain_seed(&hs);
-    env.idx.route_ttft(
+    env.idx.route_ttft_explained(
         &LookupRequest::new(T, M, S).chain(&hs, &counts),
         &RouteParams {
             weights: w,
@@ -432,4 +432,100 @@ fn the_bounded_load_rule_keeps_the_only_replica() {
         (r.result.strategy, top(&r)),
         (Strategy::PrefixMatch, "a".into())
     );
+}
+
+/// The engine's load report (issue 33): running, waiting requests and KV
+/// cache usage, as the sidecar scrapes them every second.
+fn load_report(env: &Env, replica: &str, running: u32, waiting: u32, usage: f32) {
+    let mut u = upd(T, M, "", replica, vec![]);
+    u.stats = Some(ReplicaStatsReport {
+        load: Some(EngineLoad {
+            running_requests: running,
+            waiting_requests: waiting,
+            kv_cache_usage: usage,
+            ..EngineLoad::default()
+        }),
+        ..Default::default()
+    });
+    env.idx.ingest(&u);
+}
+
+#[test]
+fn sequential_follow_ups_stay_on_the_idle_replica_that_holds_their_prefix() {
+    // Issue 33's finding 6: strictly sequential traffic, one replica holds
+    // the conversation's prefix. Counted in hints, its recent deliveries put
+    // it over the bounded load and the follow-up went to a cold replica.
+    let env = Env::new();
+    for r in ["a", "b", "c", "d"] {
+        load_report(&env, r, 0, 0, 0.0);
+    }
+    let prefix: Vec<u64> = (1..=8).collect();
+    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    let w = plain();
+    for turn in 0..4u64 {
+        let r = route(&env, &prefix, w);
+        assert_eq!(
+            (r.result.strategy, top(&r)),
+            (Strategy::PrefixMatch, "a".into()),
+            "turn {turn}"
+        );
+        let d = r.delivery.unwrap();
+        deliver(&env, &prefix, "a", d.work_us, Duration::ZERO);
+        // The turn is answered before the next one starts: the engine says
+        // it is idle again.
+        env.advance(Duration::from_secs(2));
+        load_report(&env, "a", 0, 0, 0.1);
+    }
+    // Without reports the same history is over the bound (the hint count).
+    let env = Env::new();
+    for r in ["a", "b", "c", "d"] {
+        env.stats(T, M, r, 0.0, 0.0);
+    }
+    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    for _ in 0..4 {
+        deliver(&env, &prefix, "a", 0.0, Duration::ZERO);
+        env.advance(Duration::from_secs(2));
+    }
+    assert_ne!(top(&route(&env, &prefix, w)), "a");
+}
+
+#[test]
+fn a_busy_engine_report_sends_a_follow_up_elsewhere_when_that_is_faster() {
+    let env = Env::new();
+    for r in ["a", "b"] {
+        load_report(&env, r, 0, 0, 0.0);
+    }
+    let prefix: Vec<u64> = (1..=8).collect();
+    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    assert_eq!(top(&route(&env, &prefix, plain())), "a");
+    // Its engine now reports ten waiting requests (~55 ms each): recomputing
+    // 128 tokens on "b" is faster.
+    load_report(&env, "a", 0, 10, 0.5);
+    let r = route(&env, &prefix, plain());
+    assert_eq!((r.result.strategy, top(&r)), (Strategy::None, "b".into()));
+    assert!(
+        r.estimates
+            .iter()
+            .any(|e| &*e.replica_id == "a" && e.queued_us > 500_000.0)
+    );
+    // The queue drains in real time: a second later "a" is idle again.
+    env.advance(Duration::from_secs(1));
+    assert_eq!(top(&route(&env, &prefix, plain())), "a");
+}
+
+#[test]
+fn among_equal_replicas_a_new_prefix_goes_where_there_is_room() {
+    let env = Env::new();
+    load_report(&env, "full", 0, 0, 0.9);
+    load_report(&env, "roomy", 0, 0, 0.1);
+    load_report(&env, "half", 0, 0, 0.5);
+    for k in 0..50u64 {
+        assert_eq!(top(&route(&env, &[1_000 + k], plain())), "roomy");
+    }
+    // Equal room: the seed spreads as before.
+    load_report(&env, "full", 0, 0, 0.12);
+    let seen: std::collections::BTreeSet<String> = (0..50u64)
+        .map(|k| top(&route(&env, &[2_000 + k], plain())))
+        .collect();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["full", "roomy"]);
 }

@@ -38,6 +38,12 @@ fn stats_from_proto(s: pb::ReplicaStats) -> index::ReplicaStatsReport {
         client_version: s.client_version,
         t2_hit_tokens: s.t2_hit_tokens,
         t2_query_tokens: s.t2_query_tokens,
+        load: s.load.map(|l| index::EngineLoad {
+            running_requests: l.running_requests,
+            waiting_requests: l.waiting_requests,
+            kv_cache_usage: l.kv_cache_usage,
+            kv_cache_capacity_tokens: l.kv_cache_capacity_tokens,
+        }),
     }
 }
 
@@ -145,6 +151,12 @@ pub fn stats_to_proto(s: &index::ReplicaStatsView) -> pb::ReplicaStats {
         client_version: s.client_version.to_string(),
         t2_hit_tokens: s.t2_hit_tokens,
         t2_query_tokens: s.t2_query_tokens,
+        load: s.load.map(|l| pb::EngineLoad {
+            running_requests: l.running_requests,
+            waiting_requests: l.waiting_requests,
+            kv_cache_usage: l.kv_cache_usage,
+            kv_cache_capacity_tokens: l.kv_cache_capacity_tokens,
+        }),
     }
 }
 

@@ -9,7 +9,7 @@ use crate::named::NamedSet;
 use crate::pd::Topology;
 use crate::templates::CompiledTemplate;
 pub use inferencecache_control_api::snapshot::{
-    GoF32, PdTopologyRow, ReplicaJson, SnapshotJson, TemplateRow, TenantJson, ZERO_TIME,
+    GoF32, LoadJson, PdTopologyRow, ReplicaJson, SnapshotJson, TemplateRow, TenantJson, ZERO_TIME,
     rfc3339_nano,
 };
 use inferencecache_index::{Snapshot, SnapshotReplica, SnapshotTenant};
@@ -29,6 +29,12 @@ fn replica(r: &SnapshotReplica) -> ReplicaJson {
         t2_query_tokens: r.t2_query_tokens,
         client_version: r.client_version.to_string(),
         tentative_count: r.tentative_count,
+        load: r.load.map(|l| LoadJson {
+            running_requests: l.running_requests,
+            waiting_requests: l.waiting_requests,
+            kv_cache_usage: GoF32(l.kv_cache_usage),
+            kv_cache_capacity_tokens: l.kv_cache_capacity_tokens,
+        }),
     }
 }
 

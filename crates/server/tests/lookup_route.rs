@@ -552,6 +552,12 @@ async fn get_cache_state_aggregates_stats_prefixes_and_lfu_hot_prefixes() {
         client_version: "lmcache-0.3".into(),
         t2_hit_tokens: 3,
         t2_query_tokens: 4,
+        load: Some(EngineLoad {
+            running_requests: 2,
+            waiting_requests: 1,
+            kv_cache_usage: f32::INFINITY,
+            kv_cache_capacity_tokens: 8192,
+        }),
     });
     report(&mut c, vec![u, update("r2", vec![entry(h(3), 128)])]).await;
     assert_eq!(
@@ -573,6 +579,10 @@ async fn get_cache_state_aggregates_stats_prefixes_and_lfu_hot_prefixes() {
         (1024, 3, 4)
     );
     assert_eq!(r1.client_version, "lmcache-0.3");
+    let load = r1.load.unwrap();
+    assert_eq!((load.running_requests, load.waiting_requests), (2, 1));
+    assert_eq!(load.kv_cache_usage, 0.0, "non-finite usage is stored as 0");
+    assert_eq!(load.kv_cache_capacity_tokens, 8192);
     s.stop().await;
 }
 

@@ -388,7 +388,8 @@ async fn engine_metrics() -> SocketAddr {
                      vllm:prefix_cache_queries_total{{model_name=\"m\"}} {}\n\
                      vllm:external_prefix_cache_hits_total{{model_name=\"m\"}} 750\n\
                      vllm:external_prefix_cache_queries_total{{model_name=\"m\"}} 1000\n\
-                     vllm:version_info{{version=\"0.33.0\"}} 1\n",
+                     vllm:version_info{{version=\"0.33.0\"}} 1\n\
+                     vllm:cache_config_info{{block_size=\"32\",num_gpu_blocks=\"256\"}} 1\n",
                     60 * n,
                     100 * n
                 )
@@ -447,6 +448,10 @@ async fn engine_metrics_become_replica_stats() {
     assert_eq!(s.cache_memory_bytes, 1 << 29);
     assert_eq!((s.t2_hit_tokens, s.t2_query_tokens), (750, 1000));
     assert_eq!(s.client_version, "vllm/0.33.0");
+    let load = s.load.expect("the engine's load is reported");
+    assert_eq!((load.running_requests, load.waiting_requests), (3, 5));
+    assert_eq!(load.kv_cache_usage, 0.5);
+    assert_eq!(load.kv_cache_capacity_tokens, 256 * 32);
     assert!(sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"ok\"}") >= 2.0);
     sc.stop().await;
     srv.stop().await;

@@ -346,6 +346,7 @@ fn decode_with(bytes: &[u8], sink: &mut impl Sink) -> Result<SnapshotMeta, Persi
                 client_version,
                 t2_hit_tokens,
                 t2_query_tokens,
+                load: None,
                 last_seen_ns,
                 stats_reported_ns,
             },

@@ -11,7 +11,7 @@ mod tier;
 pub(crate) use lookup::HitRun;
 pub use lookup::{LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, ReplicaScore, Strategy};
 pub use outcome::{EventOutcome, EvictionCounts, IngestOutcome, SweepOutcome};
-pub use report::{CacheEvent, CacheUpdate, EventKind, PrefixEntry, ReplicaStatsReport};
+pub use report::{CacheEvent, CacheUpdate, EngineLoad, EventKind, PrefixEntry, ReplicaStatsReport};
 pub use state::{
     Aggregate, CacheState, ReplicaStatsView, Snapshot, SnapshotReplica, SnapshotTenant,
 };

@@ -40,6 +40,39 @@ pub struct ReplicaStatsReport {
     pub t2_hit_tokens: i64,
     /// T2 query tokens.
     pub t2_query_tokens: i64,
+    /// The engine's load (our extension); `None` = not reported.
+    pub load: Option<EngineLoad>,
+}
+
+/// What an engine is doing, as its producer last scraped it (our extension
+/// of v1alpha1's `ReplicaStats`). Sanitized at ingest: `kv_cache_usage` is in
+/// [0, 1].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineLoad {
+    /// Requests running.
+    pub running_requests: u32,
+    /// Requests waiting for admission.
+    pub waiting_requests: u32,
+    /// Fraction of the KV cache in use, [0, 1].
+    pub kv_cache_usage: f32,
+    /// KV cache capacity in tokens; 0 = unknown.
+    pub kv_cache_capacity_tokens: u64,
+}
+
+impl EngineLoad {
+    /// Requests in the engine (running + waiting).
+    pub fn requests(&self) -> u64 {
+        u64::from(self.running_requests) + u64::from(self.waiting_requests)
+    }
+
+    /// Free KV cache tokens, when the capacity is known.
+    pub fn free_tokens(&self) -> Option<u64> {
+        (self.kv_cache_capacity_tokens > 0).then(|| {
+            let used = f64::from(self.kv_cache_usage) * self.kv_cache_capacity_tokens as f64;
+            self.kv_cache_capacity_tokens
+                .saturating_sub(used.round() as u64)
+        })
+    }
 }
 
 /// One `CacheStateUpdate`.

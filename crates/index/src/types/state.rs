@@ -19,6 +19,9 @@ pub struct ReplicaStatsView {
     pub t2_hit_tokens: i64,
     /// T2 query tokens.
     pub t2_query_tokens: i64,
+    /// The engine's load from the last stats report (not persisted: a
+    /// restored index has none until the next report).
+    pub load: Option<super::EngineLoad>,
     /// Liveness (ingest or REPLICA_UPDATED), Unix ns.
     pub last_seen_ns: i64,
     /// Last ingest carrying stats, Unix ns.
@@ -73,6 +76,8 @@ pub struct SnapshotReplica {
     pub t2_query_tokens: i64,
     /// Client version (`""` without stats).
     pub client_version: Arc<str>,
+    /// The engine's load from the last stats report.
+    pub load: Option<super::EngineLoad>,
     /// Unexpired tentative holdings (approximate mode), not in `prefix_count`.
     pub tentative_count: i64,
 }

@@ -3,7 +3,7 @@
 //! see [`super`].
 
 use inferencecache_proto::v1alpha1::{
-    CacheEvent, CacheStateUpdate, PrefixEntry, ReplicaStats, cache_event,
+    CacheEvent, CacheStateUpdate, EngineLoad, PrefixEntry, ReplicaStats, cache_event,
 };
 
 use crate::mapping::{PrefixEviction, PrefixReport};
@@ -84,6 +84,12 @@ impl Identity {
                 client_version: s.client_version.clone(),
                 t2_hit_tokens: s.t2_hit_tokens,
                 t2_query_tokens: s.t2_query_tokens,
+                load: Some(EngineLoad {
+                    running_requests: s.load.running,
+                    waiting_requests: s.load.waiting,
+                    kv_cache_usage: s.load.kv_usage as f32,
+                    kv_cache_capacity_tokens: s.load.kv_capacity_tokens,
+                }),
             }),
             adapter_id: String::new(),
             block_size: 0,

@@ -31,6 +31,21 @@ pub struct EngineStats {
     pub t2_hit_tokens: i64,
     /// Cumulative tier-2 query tokens.
     pub t2_query_tokens: i64,
+    /// What the engine is doing now (sent as `ReplicaStats.load`).
+    pub load: EngineLoad,
+}
+
+/// The engine's load from one scrape: the ranking's queued-work input.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineLoad {
+    /// Requests running.
+    pub running: u32,
+    /// Requests waiting for admission.
+    pub waiting: u32,
+    /// Fraction of the KV cache in use, [0, 1] (the `--cache-tier` gauge).
+    pub kv_usage: f64,
+    /// KV cache capacity in tokens; 0 = the engine does not say.
+    pub kv_capacity_tokens: u64,
 }
 
 /// `--cache-tier`: which usage gauge feeds `cache_memory_bytes`.

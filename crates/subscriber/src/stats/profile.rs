@@ -1,7 +1,7 @@
 //! Engine metrics → [`EngineStats`] (spec A.8): the vLLM and SGLang profiles.
 
 use super::exposition::Sample;
-use super::{CacheTierGauge, EngineStats};
+use super::{CacheTierGauge, EngineLoad, EngineStats};
 
 /// Which engine's metric names to read (`--hash-scheme sglang` → SGLang).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +159,12 @@ pub fn compute(
     };
     stats.cache_memory_bytes =
         (clamp01(usage.unwrap_or(0.0)) * config.cache_size_bytes as f64) as i64;
+    stats.load = EngineLoad {
+        running: count(running_v),
+        waiting: count(waiting_v),
+        kv_usage: clamp01(usage.unwrap_or(0.0)),
+        kv_capacity_tokens: capacity_tokens(samples, config.profile),
+    };
     match config.profile {
         Profile::Vllm => {
             if let (Some(h), Some(q)) = (
@@ -189,6 +195,44 @@ pub fn compute(
     }
     stats.client_version = detect_version(samples, config.profile);
     Ok(stats)
+}
+
+/// A request-count gauge as a count (non-finite or negative → 0).
+fn count(v: f64) -> u32 {
+    if v.is_finite() && v > 0.0 {
+        v.round().min(f64::from(u32::MAX)) as u32
+    } else {
+        0
+    }
+}
+
+/// The engine's KV cache capacity in tokens, 0 when it does not say. vLLM
+/// exports its cache config as the labels of `vllm:cache_config_info`:
+/// `kv_cache_size_tokens` is group-aware (right for hybrid models) where
+/// the version has it, else `num_gpu_blocks × block_size`. SGLang exports
+/// `sglang:max_total_num_tokens`. The info series carries no `model_name`,
+/// so the model filter does not apply.
+fn capacity_tokens(samples: &[Sample], profile: Profile) -> u64 {
+    let label_u64 = |s: &Sample, k: &str| s.label(k).and_then(|v| v.parse::<u64>().ok());
+    match profile {
+        Profile::Vllm => samples
+            .iter()
+            .filter(|s| s.name == "vllm:cache_config_info")
+            .find_map(|s| {
+                label_u64(s, "kv_cache_size_tokens").or_else(|| {
+                    Some(
+                        label_u64(s, "num_gpu_blocks")?.saturating_mul(label_u64(s, "block_size")?),
+                    )
+                })
+            })
+            .unwrap_or(0),
+        Profile::Sglang => samples
+            .iter()
+            .filter(|s| s.name == "sglang:max_total_num_tokens")
+            .map(|s| s.value)
+            .find(|v| v.is_finite() && *v > 0.0)
+            .map_or(0, |v| v as u64),
+    }
 }
 
 /// An engine version from an info-style series (`*_info{version="…"}`),
@@ -235,6 +279,15 @@ mod tests {
         assert_eq!(s.cache_memory_bytes, 420_000);
         assert_eq!(s.hit_rate, 0.0, "first scrape only sets the baseline");
         assert_eq!((s.t2_hit_tokens, s.t2_query_tokens), (750, 1000));
+        assert_eq!(
+            s.load,
+            EngineLoad {
+                running: 3,
+                waiting: 5,
+                kv_usage: 0.42,
+                kv_capacity_tokens: 0,
+            }
+        );
         let tick2 = VLLM
             .replace(
                 "hits_total{model_name=\"m\"} 25",
@@ -277,6 +330,34 @@ mod tests {
         assert_eq!(s.hit_rate, 0.75);
         assert_eq!(s.cache_memory_bytes, 630_000);
         assert_eq!(s.client_version, "sglang/0.5.1");
+        assert_eq!((s.load.running, s.load.waiting), (3, 5));
+        assert_eq!(s.load.kv_usage, 0.63);
+        assert_eq!(s.load.kv_capacity_tokens, 0, "no max_total_num_tokens");
+        let body = format!("{body}sglang:max_total_num_tokens 65536\n");
+        let s = compute(
+            &parse(&body).0,
+            &cfg(Profile::Sglang),
+            &mut HitBaseline::default(),
+        )
+        .unwrap();
+        assert_eq!(s.load.kv_capacity_tokens, 65536);
+    }
+
+    #[test]
+    fn vllm_capacity_from_cache_config_info_despite_the_model_filter() {
+        let info = "vllm:cache_config_info{block_size=\"32\",engine=\"0\",\
+            num_gpu_blocks=\"256\",kv_cache_size_tokens=\"None\"} 1.0\n";
+        let mut c = cfg(Profile::Vllm);
+        c.model_name = Some("m".into());
+        let body = format!("{VLLM}{info}");
+        let s = compute(&parse(&body).0, &c, &mut HitBaseline::default()).unwrap();
+        assert_eq!(s.load.kv_capacity_tokens, 256 * 32, "blocks × block size");
+        let body = body.replace("\"None\"", "\"4000\"");
+        let s = compute(&parse(&body).0, &c, &mut HitBaseline::default()).unwrap();
+        assert_eq!(s.load.kv_capacity_tokens, 4000, "the group-aware size wins");
+        let body = VLLM.replace("} 3\n", "} -1\n").replace("} 5\n", "} 2.6\n");
+        let s = compute(&parse(&body).0, &c, &mut HitBaseline::default()).unwrap();
+        assert_eq!((s.load.running, s.load.waiting), (0, 3));
     }
 
     #[test]

@@ -1,0 +1,458 @@
+//! The default ranking as first written (issue 36's "straightforward
+//! scan"): every live replica estimated one by one, the candidate sets
+//! built as vectors, names sorted for the tie. Kept for the property test
+//! (below): [`Index::route_ttft`] must give the same
+//! answers.
+
+use crate::affinity::affinity_index;
+use crate::index::Index;
+use crate::lookup::Raw;
+use crate::ranking::freshness;
+use crate::routing::{Delivery, Estimate, RouteParams, TtftRoute, lfu_hits, room_bucket};
+use crate::sync::read;
+use crate::types::{LookupRequest, ReplicaScore, Strategy, Tier};
+use std::sync::Arc;
+
+/// A fleet member while ranking.
+struct Cand {
+    replica: u32,
+    raw: Option<usize>,
+    tentative_tokens: i32,
+    matched: i32,
+    queued: f64,
+    recent: f64,
+    pressure: f32,
+    usage: f32,
+    work: f64,
+    est: f64,
+}
+
+/// The bounded-load rule (module docs): `ok` without the replicas whose
+/// recent hint count exceeds `bound` × the fleet mean + 1, unless that
+/// leaves nobody.
+fn bounded(cands: &[Cand], mut ok: Vec<usize>, bound: f64) -> Vec<usize> {
+    if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
+        return ok;
+    }
+    let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
+    let limit = bound * mean + 1.0;
+    let under = |i: &usize| cands[*i].recent <= limit;
+    // Filtered in place: no second vector on the lookup path.
+    if ok.iter().any(under) {
+        ok.retain(under);
+    }
+    ok
+}
+
+fn score_of(est_us: f64) -> f32 {
+    (1e6 / (1e6 + est_us.max(0.0))) as f32
+}
+
+impl Index {
+    /// The straightforward scan: every live replica estimated, the
+    /// candidates filtered and tied in vectors (the ranking as first written).
+    pub(crate) fn route_ttft_scan<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+    ) -> TtftRoute {
+        let mut out = TtftRoute::default();
+        if req.tenant.is_empty() || req.model.is_empty() || req.hash_scheme.is_empty() {
+            return out;
+        }
+        let chain = req.is_chain_bearing();
+        if chain && req.block_hashes.len() != req.block_token_counts.len() {
+            return out;
+        }
+        if !chain && req.prefix_hash.is_empty() {
+            return out;
+        }
+        let now = self.now();
+        let ttl = self.request_ttl_ns(req);
+        let (tm, scope, part) = {
+            let c = read(&self.store.catalog);
+            (
+                c.find_tm(req.tenant, req.model),
+                c.find_scope(req.tenant, req.model, req.hash_scheme),
+                c.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter)
+                    .cloned(),
+            )
+        };
+        let Some(tm) = tm else {
+            out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
+            return out;
+        };
+
+        // Matches: real runs, then tentative extensions.
+        let mut raws: Vec<Raw> = Vec::new();
+        let mut tentative: Vec<(u32, i32)> = Vec::new();
+        if let (Some(pt), false) = (&part, p.ignore_matches) {
+            if chain {
+                raws = self.chain_raws(pt.id, req, now, ttl, |_| true);
+            } else {
+                self.exact_raws(pt.id, req.prefix_hash, now, ttl, &mut raws);
+            }
+            if chain && self.routing.tentative.active() {
+                tentative = self.tentative_runs(pt.id, req, &raws, now);
+            }
+        }
+
+        // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
+        let mut fleet: Vec<(u32, f32)> = Vec::new();
+        let mut usages: Vec<(u32, f32)> = Vec::new();
+        {
+            let stats = self.stats.read();
+            if let Some(m) = stats.get(&tm) {
+                for (&r, s) in m {
+                    if freshness(now, s.last_seen, ttl) > 0.0 {
+                        let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
+                        fleet.push((r, if fresh_stats { s.pressure } else { 0.0 }));
+                        if let (true, Some(l)) = (fresh_stats, &s.load) {
+                            usages.push((r, l.kv_cache_usage));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(scope) = scope {
+            let c = read(&self.store.counters);
+            if let Some(sc) = c.scope(scope) {
+                fleet.extend(sc.replicas().map(|r| (r, 0.0)));
+            }
+        }
+        fleet.extend(raws.iter().map(|r| (r.replica, 0.0)));
+        fleet.extend(tentative.iter().map(|&(r, _)| (r, 0.0)));
+        // Keep the stats pressure where a replica appears twice.
+        fleet.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        fleet.dedup_by_key(|x| x.0);
+        if fleet.is_empty() {
+            out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
+            return out;
+        }
+
+        let prompt: f64 = if chain {
+            req.block_token_counts
+                .iter()
+                .map(|&c| f64::from(c.max(0)))
+                .sum()
+        } else {
+            let stored = raws.iter().map(|r| r.tokens).max().unwrap_or(0);
+            f64::from(req.prefix_token_count.max(stored).max(0))
+        };
+        let w = &p.weights;
+        let cands: Vec<Cand> = fleet
+            .iter()
+            .map(|&(r, pressure)| {
+                let raw = raws.iter().position(|x| x.replica == r);
+                let ext = tentative.iter().find(|x| x.0 == r).map_or(0, |x| x.1);
+                let (real, fresh, tier) = raw.map_or((0, 1.0, Tier::T1), |i| {
+                    (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
+                });
+                let matched = real.saturating_add(ext);
+                let credited = f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
+                let work = w.work_us(prompt - credited);
+                let queued = self.routing.load.queued_us(r, now);
+                let recent = self.routing.load.recent_hints(r, now);
+                let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
+                Cand {
+                    replica: r,
+                    raw,
+                    tentative_tokens: ext,
+                    matched,
+                    queued,
+                    recent,
+                    pressure,
+                    usage: usages.iter().find(|u| u.0 == r).map_or(f32::NAN, |u| u.1),
+                    work,
+                    est,
+                }
+            })
+            .collect();
+        let floor = p.min_matched_tokens.max(1);
+        let is_match = |c: &Cand| c.matched >= floor;
+
+        // Candidates: busy replicas without a match are skipped.
+        let eligible: Vec<usize> = {
+            let ok: Vec<usize> = (0..cands.len())
+                .filter(|&i| is_match(&cands[i]) || cands[i].pressure < w.affinity_max_pressure)
+                .collect();
+            let ok = if ok.is_empty() {
+                (0..cands.len()).collect()
+            } else {
+                ok
+            };
+            bounded(&cands, ok, w.load_bound)
+        };
+        let best = eligible
+            .iter()
+            .map(|&i| cands[i].est)
+            .fold(f64::INFINITY, f64::min);
+        let catalog = read(&self.store.catalog);
+        let mut tied: Vec<(Arc<str>, usize)> = eligible
+            .iter()
+            .filter(|&&i| cands[i].est <= best)
+            .map(|&i| (catalog.replica_name(cands[i].replica), i))
+            .collect();
+        if let Some(room) = tied
+            .iter()
+            .filter_map(|t| room_bucket(cands[t.1].usage))
+            .min()
+        {
+            tied.retain(|t| room_bucket(cands[t.1].usage) == Some(room));
+        }
+        tied.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let k = if p.seed.is_empty() {
+            0
+        } else {
+            affinity_index(p.seed, tied.len())
+        };
+        let Some((pick_name, pick)) = tied.get(k).cloned() else {
+            return out;
+        };
+        out.delivery = Some(Delivery {
+            replica_id: pick_name.clone(),
+            work_us: cands[pick].work,
+            real_blocks: cands[pick]
+                .raw
+                .filter(|_| chain)
+                .map_or(0, |j| raws[j].blocks as usize),
+        });
+
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| {
+            (a != pick)
+                .cmp(&(b != pick))
+                .then(cands[a].est.total_cmp(&cands[b].est))
+                .then(cands[a].replica.cmp(&cands[b].replica))
+        });
+        out.estimates = order
+            .iter()
+            .map(|&i| {
+                let c = &cands[i];
+                Estimate {
+                    replica_id: catalog.replica_name(c.replica),
+                    matched_tokens: c.matched,
+                    tentative_tokens: c.tentative_tokens,
+                    queued_us: c.queued,
+                    pressure: c.pressure,
+                    work_us: c.work,
+                    ttft_us: c.est,
+                }
+            })
+            .collect();
+        if !is_match(&cands[pick]) {
+            out.pick = Some(pick_name);
+            return out;
+        }
+        let matched: Vec<usize> = order.into_iter().filter(|&i| is_match(&cands[i])).collect();
+        out.result.scores = matched
+            .iter()
+            .map(|&i| {
+                let c = &cands[i];
+                let raw = c.raw.map(|j| &raws[j]);
+                ReplicaScore {
+                    replica_id: catalog.replica_name(c.replica),
+                    score: score_of(c.est),
+                    matched_tokens: c.matched,
+                    estimated_cache_hit_prob: raw.map_or(1.0, |r| r.fresh),
+                    tier: raw.map_or(Tier::T1, |r| r.tier),
+                }
+            })
+            .collect();
+        drop(catalog);
+        out.result.strategy = Strategy::PrefixMatch;
+        // Hits are captured for every tenant: `hot_prefixes` counts delivered
+        // hits for LRU tenants too; only LFU eviction reads the counters.
+        if let Some(pt) = &part {
+            let runs: Vec<Option<usize>> = matched.iter().map(|&i| cands[i].raw).collect();
+            out.result.hits = lfu_hits(pt.id, req, &raws, &runs, &out.result.scores);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod equivalence {
+    use crate::routing::{RouteParams, TtftRoute, TtftWeights};
+    use crate::{
+        CacheUpdate, IndexConfig, LookupRequest, ManualClock, PrefixEntry, ReplicaStatsReport,
+        Tier, chain_seed,
+    };
+    use proptest::prelude::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+
+    /// One step of a random history.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Replica holds the first `depth` blocks of chain `chain` on `tier`.
+        Hold {
+            replica: u8,
+            chain: u8,
+            depth: u8,
+            tier: u8,
+        },
+        /// Replica reports stats with this pressure (and holds nothing new),
+        /// and with `load` (running, waiting, KV usage step) the engine's load.
+        Stats {
+            replica: u8,
+            pressure: u8,
+            load: Option<(u8, u8, u8)>,
+        },
+        /// A delivered hint of `work` µs (and, with `ttl`, the chain's
+        /// tentative holdings) on the replica.
+        Deliver {
+            replica: u8,
+            chain: u8,
+            work: u16,
+            ttl: bool,
+        },
+        /// Time passes.
+        Advance { ms: u16 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u8..10, 0u8..3, 1u8..6, 0u8..4).prop_map(|(replica, chain, depth, tier)| {
+                Step::Hold {
+                    replica,
+                    chain,
+                    depth,
+                    tier,
+                }
+            }),
+            (
+                0u8..10,
+                0u8..4,
+                proptest::option::of((0u8..3, 0u8..3, 0u8..4))
+            )
+                .prop_map(|(replica, pressure, load)| Step::Stats {
+                    replica,
+                    pressure,
+                    load
+                }),
+            (0u8..10, 0u8..3, 0u16..4, any::<bool>()).prop_map(|(replica, chain, work, ttl)| {
+                Step::Deliver {
+                    replica,
+                    chain,
+                    work: work * 500,
+                    ttl,
+                }
+            }),
+            (0u16..3).prop_map(|ms| Step::Advance { ms: ms * 250 }),
+        ]
+    }
+
+    fn block(chain: u8, i: u8) -> Vec<u8> {
+        // Chains 0 and 1 share their first two blocks.
+        let c = if i < 2 && chain < 2 { 0 } else { chain };
+        vec![c, i, 7, 7, 7, 7, 7, 7]
+    }
+
+    fn blocks(chain: u8, n: u8) -> Vec<Vec<u8>> {
+        (0..n).map(|i| block(chain, i)).collect()
+    }
+
+    fn tier(t: u8) -> Tier {
+        match t {
+            0 => Tier::T1,
+            1 => Tier::T2,
+            2 => Tier::T3,
+            _ => Tier::UNSPECIFIED,
+        }
+    }
+
+    fn same(a: &TtftRoute, b: &TtftRoute) -> Result<(), TestCaseError> {
+        prop_assert_eq!(a.result.strategy, b.result.strategy);
+        prop_assert_eq!(&a.result.scores, &b.result.scores);
+        prop_assert_eq!(&a.result.hits, &b.result.hits);
+        prop_assert_eq!(&a.pick, &b.pick);
+        prop_assert_eq!(&a.delivery, &b.delivery);
+        prop_assert_eq!(&a.estimates, &b.estimates);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// `route_ttft` gives the straightforward scan's answers (issue 36).
+        #[test]
+        fn route_ttft_answers_as_the_scan(
+            steps in proptest::collection::vec(step(), 0..40),
+            lookups in proptest::collection::vec((0u8..4, 1u8..6, 0i32..3, any::<bool>(), 0u8..3, any::<bool>()), 1..6),
+        ) {
+            let clock = Arc::new(ManualClock::new(T0));
+            let idx = IndexConfig::new().clock(clock.clone()).build();
+            let name = |r: u8| format!("replica-{}", (b'a' + r) as char);
+            let update = |r: u8, prefixes: Vec<PrefixEntry>, stats: Option<ReplicaStatsReport>| CacheUpdate {
+                replica_id: name(r),
+                model_id: "m".into(),
+                tenant_id: "t".into(),
+                hash_scheme: "s".into(),
+                prefixes,
+                stats,
+                ..CacheUpdate::default()
+            };
+            for s in &steps {
+                match *s {
+                    Step::Hold { replica, chain, depth, tier: t } => {
+                        idx.ingest(&update(replica, vec![PrefixEntry {
+                            block_hashes: blocks(chain, depth),
+                            block_token_counts: vec![16; depth as usize],
+                            tier: tier(t),
+                            ..PrefixEntry::default()
+                        }], None));
+                    }
+                    Step::Stats { replica, pressure, load } => {
+                        idx.ingest(&update(replica, Vec::new(), Some(ReplicaStatsReport {
+                            pressure: f32::from(pressure) * 0.5,
+                            load: load.map(|(running, waiting, usage)| crate::EngineLoad {
+                                running_requests: u32::from(running),
+                                waiting_requests: u32::from(waiting),
+                                kv_cache_usage: f32::from(usage) * 0.3,
+                                ..crate::EngineLoad::default()
+                            }),
+                            ..ReplicaStatsReport::default()
+                        })));
+                    }
+                    Step::Deliver { replica, chain, work, ttl } => {
+                        let hs = blocks(chain, 5);
+                        let counts = vec![16; 5];
+                        let d = crate::Delivery {
+                            replica_id: name(replica).into(),
+                            work_us: f64::from(work),
+                            real_blocks: 0,
+                        };
+                        let ttl = if ttl { Duration::from_secs(120) } else { Duration::ZERO };
+                        idx.record_delivery(&LookupRequest::new("t", "m", "s").chain(&hs, &counts), &d, ttl);
+                    }
+                    Step::Advance { ms } => clock.advance(Duration::from_millis(u64::from(ms))),
+                }
+            }
+            for (chain, n, min, ignore, bound, seeded) in lookups {
+                let hs = blocks(chain, n);
+                let counts = vec![16; n as usize];
+                let seed = if seeded { chain_seed(&hs) } else { Vec::new() };
+                let p = RouteParams {
+                    weights: TtftWeights {
+                        load_bound: [0.0, 1.25, 0.5][bound as usize],
+                        ..TtftWeights::default()
+                    },
+                    min_matched_tokens: min * 16,
+                    ignore_matches: ignore,
+                    seed: &seed,
+                };
+                let req = LookupRequest::new("t", "m", "s").chain(&hs, &counts);
+                same(&idx.route_ttft_explained(&req, &p), &idx.route_ttft_scan(&req, &p))?;
+                let exact = LookupRequest::<Vec<u8>>::new("t", "m", "s").exact(&hs[0], 16);
+                same(&idx.route_ttft_explained(&exact, &p), &idx.route_ttft_scan(&exact, &p))?;
+                // The lookup path: the same answer without the estimates.
+                let lean = idx.route_ttft(&req, &p);
+                prop_assert!(lean.estimates.is_empty());
+                prop_assert_eq!(&lean.delivery, &idx.route_ttft_scan(&req, &p).delivery);
+            }
+        }
+    }
+}
