@@ -106,6 +106,16 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DECODE_WEIGHT_TOKENS)]
     pub decode_weight_tokens: u64,
 
+    /// Percent of a prefix's tokens the pick charges for caching a second
+    /// copy of it on another engine (0: pure least prefill work).
+    #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DUPLICATE_WEIGHT_PCT)]
+    pub duplicate_weight_pct: u64,
+
+    /// Do not count prefixes the gateway routed moments ago and the index
+    /// has not indexed yet (rank by the index's hints alone).
+    #[arg(long)]
+    pub no_pending_prefixes: bool,
+
     /// Embedded index: its gRPC listener (`inferencecache lookup|state|watch --server`).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub index_grpc_address: String,
@@ -179,6 +189,8 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.connect_timeout = a.connect_timeout;
     c.startup_timeout = a.startup_timeout;
     c.decode_weight_tokens = a.decode_weight_tokens;
+    c.duplicate_weight_pct = a.duplicate_weight_pct;
+    c.pending_prefixes = !a.no_pending_prefixes;
     c.validate().map_err(usage)?;
     Ok(c)
 }

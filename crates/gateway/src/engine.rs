@@ -8,8 +8,10 @@
 //! with every request.
 
 use crate::config::EngineSpec;
+use crate::pending::Pending;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 /// What an engine serves: base models and LoRA adapters (`GET /v1/models`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,6 +78,61 @@ pub struct Engine {
     in_flight: AtomicU64,
     pending_prefill: AtomicU64,
     served: RwLock<Served>,
+    /// Block chains routed here and not yet confirmed by the index.
+    pub pending: Pending,
+    /// What its answers said (the status page).
+    pub stats: Stats,
+}
+
+/// Per-engine totals for the status page (the same facts as the metrics,
+/// kept where a page can read them without parsing an exposition).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Requests sent to it.
+    pub requests: AtomicU64,
+    /// Answers whose usage was read.
+    pub answered: AtomicU64,
+    /// Prompt tokens of those answers.
+    pub prompt_tokens: AtomicU64,
+    /// Of which the engine served from cache.
+    pub cached_tokens: AtomicU64,
+    /// Answers whose cached tokens equal what the gateway expected.
+    pub hint_exact: AtomicU64,
+    /// ... were fewer (the hint over-claimed).
+    pub hint_over: AtomicU64,
+    /// ... were more (the hint under-claimed).
+    pub hint_under: AtomicU64,
+    /// Expected reuse summed over checked answers.
+    pub expected_tokens: AtomicU64,
+    /// First-byte times (microseconds) summed, and their count.
+    pub ttft_us_sum: AtomicU64,
+    /// Count of first-byte times.
+    pub ttft_count: AtomicU64,
+}
+
+impl Stats {
+    /// Records one answer's usage against the expected reuse.
+    pub fn usage(&self, prompt: u64, cached: Option<u64>, expected: u64) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        self.prompt_tokens.fetch_add(prompt, Ordering::Relaxed);
+        let Some(c) = cached else { return };
+        self.cached_tokens.fetch_add(c, Ordering::Relaxed);
+        self.expected_tokens.fetch_add(expected, Ordering::Relaxed);
+        let which = match c.cmp(&expected) {
+            std::cmp::Ordering::Equal => &self.hint_exact,
+            std::cmp::Ordering::Less => &self.hint_over,
+            std::cmp::Ordering::Greater => &self.hint_under,
+        };
+        which.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a first-byte time.
+    pub fn first_byte(&self, seconds: f64) {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let us = (seconds * 1e6) as u64;
+        self.ttft_us_sum.fetch_add(us, Ordering::Relaxed);
+        self.ttft_count.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Engine {
@@ -88,6 +145,8 @@ impl Engine {
             in_flight: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
             served: RwLock::new(served),
+            pending: Pending::default(),
+            stats: Stats::default(),
         }
     }
 
@@ -133,11 +192,28 @@ impl Engine {
     /// `uncached` prompt tokens count as pending prefill until
     /// [`Dispatch::prefilled`].
     pub fn dispatch(self: &Arc<Self>, uncached: u64) -> Dispatch {
+        self.dispatch_chain(uncached, &[])
+    }
+
+    /// [`Engine::dispatch`], also holding the prompt's block `chain` as
+    /// routed here ([`Pending`]) until the index can say it.
+    pub fn dispatch_chain(self: &Arc<Self>, uncached: u64, chain: &[u64]) -> Dispatch {
+        static OWNERS: AtomicU64 = AtomicU64::new(1);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.pending_prefill.fetch_add(uncached, Ordering::Relaxed);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let owner = if chain.is_empty() {
+            0
+        } else {
+            let o = OWNERS.fetch_add(1, Ordering::Relaxed);
+            self.pending.insert(o, chain, Instant::now());
+            o
+        };
         Dispatch {
             engine: Arc::clone(self),
             pending: uncached,
+            owner,
+            prefilled: false,
         }
     }
 }
@@ -148,6 +224,9 @@ impl Engine {
 pub struct Dispatch {
     engine: Arc<Engine>,
     pending: u64,
+    /// Its entries in the engine's [`Pending`] (0: none).
+    owner: u64,
+    prefilled: bool,
 }
 
 impl Dispatch {
@@ -159,6 +238,16 @@ impl Dispatch {
     /// The prompt is prefilled (first output arrived): its tokens no longer
     /// wait.
     pub fn prefilled(&mut self) {
+        if std::mem::replace(&mut self.prefilled, true) {
+            return;
+        }
+        self.release_prefill();
+        if self.owner != 0 {
+            self.engine.pending.confirm(self.owner, Instant::now());
+        }
+    }
+
+    fn release_prefill(&mut self) {
         let n = std::mem::take(&mut self.pending);
         if n > 0 {
             self.engine.pending_prefill.fetch_sub(n, Ordering::Relaxed);
@@ -168,7 +257,11 @@ impl Dispatch {
 
 impl Drop for Dispatch {
     fn drop(&mut self) {
-        self.prefilled();
+        self.release_prefill();
+        if !self.prefilled && self.owner != 0 {
+            // Never got a byte: the engine may not hold the prefix at all.
+            self.engine.pending.release(self.owner);
+        }
         self.engine.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

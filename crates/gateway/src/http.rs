@@ -9,6 +9,7 @@ use crate::metrics::Metrics;
 use crate::pick::{self, PickReason};
 use crate::prompt::{self, Api, Tokenizers};
 use crate::proxy::{self, Outgoing, error};
+use crate::usage::{self, StreamUsage};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -43,8 +44,10 @@ pub struct Shared {
     pub block_size: u32,
     /// Lookup budget.
     pub lookup_timeout: Duration,
-    /// The pick's decode weight.
-    pub decode_weight: u64,
+    /// The pick's weights.
+    pub weights: pick::Weights,
+    /// Whether routed-but-unindexed prefixes count ([`crate::pending`]).
+    pub pending_prefixes: bool,
 }
 
 type St = State<Arc<Shared>>;
@@ -101,6 +104,10 @@ struct Decision {
     reason: PickReason,
     hint: Hint,
     prompt_tokens: u64,
+    /// The prompt's block chain (empty when unknown or not tracked).
+    chain: Vec<u64>,
+    /// The body with usage asked for, when the client streams without it.
+    usage_body: Option<Bytes>,
 }
 
 /// Parses, tokenizes, looks up and ranks; an `Err` is the answer to send.
@@ -124,6 +131,7 @@ async fn decide(
     };
     let mut p = prompt::header_fields(&json);
     let (engines, keys) = eligible(s, &p.model);
+    let mut chain = Vec::new();
     let (hint, tokens_len, seed) = match &keys {
         None => {
             s.metrics.fallback("unknown_model");
@@ -170,19 +178,22 @@ async fn decide(
                         });
                     }
                     let seed = prompt::first_block_seed(&p.tokens, s.block_size);
+                    if s.pending_prefixes {
+                        let salt = p.cache_salt.as_deref().unwrap_or_default();
+                        chain =
+                            crate::pending::chain(&p.tokens, s.block_size, &[model, adapter, salt]);
+                    }
                     (hint, p.tokens.len() as u64, seed)
                 }
             }
         },
     };
-    let (choices, reason) = pick::rank(
-        &engines,
-        &hint,
-        tokens_len,
-        s.block_size,
-        s.decode_weight,
+    let req = pick::Request {
+        prompt_tokens: tokens_len,
+        chain: &chain,
         seed,
-    );
+    };
+    let (choices, reason) = pick::rank(&engines, &hint, &req, &s.weights);
     if let Some(first) = choices.first() {
         if !first.engine.healthy() {
             s.metrics.fallback("all_unhealthy");
@@ -212,6 +223,11 @@ async fn decide(
         reason,
         hint,
         prompt_tokens: tokens_len,
+        chain,
+        usage_body: match StreamUsage::of(&json) {
+            StreamUsage::Add => usage::ask_for_usage(body, &json),
+            StreamUsage::NotStreamed | StreamUsage::Asked => None,
+        },
     })
 }
 
@@ -228,14 +244,17 @@ async fn route_request(
         Err(answer) => return answer,
     };
     let path_and_query = uri.path_and_query().map_or(api.path(), |p| p.as_str());
+    let strip_usage = d.usage_body.is_some();
     let out = Outgoing {
         method: Method::POST,
         path_and_query,
         headers,
-        body,
+        body: d.usage_body.unwrap_or(body),
         route: api.label(),
         start,
         reason: d.reason.as_str(),
+        chain: &d.chain,
+        strip_usage,
     };
     proxy::forward(&s.http, &s.metrics, out, &d.choices).await
 }
@@ -276,6 +295,7 @@ async fn dry_run(State(s): St, Path(api): Path<String>, body: Bytes) -> Response
                 "healthy": c.engine.healthy(),
                 "in_flight": c.engine.in_flight(),
                 "pending_prefill_tokens": c.engine.pending_prefill(),
+                "reusable_from_pending": c.pending,
             })).collect::<Vec<_>>(),
         }))
         .into_response(),
@@ -295,14 +315,12 @@ async fn passthrough(
         .and_then(|v| v["model"].as_str().map(str::to_owned))
         .unwrap_or_default();
     let (engines, _) = eligible(&s, &model);
-    let (choices, reason) = pick::rank(
-        &engines,
-        &Hint::none("NO_HINT"),
-        0,
-        s.block_size,
-        s.decode_weight,
-        0,
-    );
+    let req = pick::Request {
+        prompt_tokens: 0,
+        chain: &[],
+        seed: 0,
+    };
+    let (choices, reason) = pick::rank(&engines, &Hint::none("NO_HINT"), &req, &s.weights);
     debug_assert_eq!(reason, PickReason::LeastLoaded);
     let out = Outgoing {
         method,
@@ -312,6 +330,8 @@ async fn passthrough(
         route: "other",
         start,
         reason: reason.as_str(),
+        chain: &[],
+        strip_usage: false,
     };
     proxy::forward(&s.http, &s.metrics, out, &choices).await
 }

@@ -30,14 +30,15 @@ mod error;
 pub mod hints;
 pub mod http;
 pub mod metrics;
+pub mod pending;
 pub mod pick;
 pub mod prompt;
 pub mod proxy;
 pub mod usage;
 
 pub use config::{
-    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig,
-    HintMode,
+    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_TENANT, EmbeddedIndex,
+    EngineSpec, GatewayConfig, HintMode,
 };
 pub use error::GatewayError;
 
@@ -190,7 +191,12 @@ impl Gateway {
             hash_scheme: config.hash_scheme.clone(),
             block_size,
             lookup_timeout: config.lookup_timeout,
-            decode_weight: config.decode_weight_tokens,
+            weights: pick::Weights {
+                block_size,
+                decode_weight: config.decode_weight_tokens,
+                duplicate_weight_pct: config.duplicate_weight_pct,
+            },
+            pending_prefixes: config.pending_prefixes,
         });
         {
             let (engines, http, c) = (engines.clone(), http.clone(), cancel.clone());
@@ -211,6 +217,13 @@ impl Gateway {
             .map_err(|e| GatewayError::Serve(e.to_string()))?;
         let app = http::router(shared, config.max_body_bytes);
         let c = cancel.clone();
+        // Every SSE chunk is a small write: without TCP_NODELAY, Nagle holds
+        // each one back until the client acknowledges the previous.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
+        });
         tasks.spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(c.cancelled_owned())
