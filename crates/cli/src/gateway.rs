@@ -111,6 +111,13 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DUPLICATE_WEIGHT_PCT)]
     pub duplicate_weight_pct: u64,
 
+    /// Serve POST /inferencecache/engines ({"engine": "<an --engine value>"})
+    /// and DELETE /inferencecache/engines/ID: add and remove engines while
+    /// the gateway runs. Off by default (whoever reaches the gateway could
+    /// point it at any host).
+    #[arg(long)]
+    pub engine_admin: bool,
+
     /// Do not count prefixes the gateway routed moments ago and the index
     /// has not indexed yet (rank by the index's hints alone).
     #[arg(long)]
@@ -191,6 +198,7 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.decode_weight_tokens = a.decode_weight_tokens;
     c.duplicate_weight_pct = a.duplicate_weight_pct;
     c.pending_prefixes = !a.no_pending_prefixes;
+    c.engine_admin = a.engine_admin;
     c.validate().map_err(usage)?;
     Ok(c)
 }

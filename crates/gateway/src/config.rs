@@ -143,6 +143,10 @@ pub struct GatewayConfig {
     /// Count prefixes routed moments ago, before the index hears of them
     /// ([`crate::pending`]).
     pub pending_prefixes: bool,
+    /// Serve `POST/DELETE /inferencecache/engines` (engines added and
+    /// removed at runtime). Off by default: whoever reaches the gateway
+    /// could otherwise point it at any host.
+    pub engine_admin: bool,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// How long discovery waits for the engines at startup.
@@ -166,6 +170,7 @@ impl GatewayConfig {
             decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
             duplicate_weight_pct: DEFAULT_DUPLICATE_WEIGHT_PCT,
             pending_prefixes: true,
+            engine_admin: false,
             max_body_bytes: 32 << 20,
             startup_timeout: Duration::from_secs(120),
         }

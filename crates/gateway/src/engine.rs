@@ -12,6 +12,7 @@ use crate::pending::Pending;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// What an engine serves: base models and LoRA adapters (`GET /v1/models`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,6 +83,9 @@ pub struct Engine {
     pub pending: Pending,
     /// What its answers said (the status page).
     pub stats: Stats,
+    /// Cancelled when it is removed (or the gateway stops): ends its
+    /// attach loop and its KV-event subscriber.
+    retired: CancellationToken,
 }
 
 /// Per-engine totals for the status page (the same facts as the metrics,
@@ -138,7 +142,13 @@ impl Stats {
 impl Engine {
     /// A new engine, healthy until a check says otherwise.
     pub fn new(spec: EngineSpec, served: Served) -> Self {
+        Self::under(spec, served, &CancellationToken::new())
+    }
+
+    /// A new engine whose tasks also end when `parent` is cancelled.
+    pub fn under(spec: EngineSpec, served: Served, parent: &CancellationToken) -> Self {
         Self {
+            retired: parent.child_token(),
             id: Arc::from(spec.id.as_str()),
             spec,
             healthy: AtomicBool::new(true),
@@ -148,6 +158,17 @@ impl Engine {
             pending: Pending::default(),
             stats: Stats::default(),
         }
+    }
+
+    /// Its tasks' cancellation (attach loop, subscriber).
+    pub fn retired(&self) -> &CancellationToken {
+        &self.retired
+    }
+
+    /// Removed from the gateway: stop its subscriber; requests already on
+    /// it finish.
+    pub fn retire(&self) {
+        self.retired.cancel();
     }
 
     /// Whether the last health check (or request) found it up.
@@ -218,6 +239,53 @@ impl Engine {
     }
 }
 
+/// The engines behind the gateway right now: a snapshot per request, so
+/// engines come and go (the admin endpoints) without a lock on the request
+/// path beyond one read.
+#[derive(Debug, Default)]
+pub struct EngineSet {
+    list: RwLock<Arc<Vec<Arc<Engine>>>>,
+}
+
+impl EngineSet {
+    /// A set of `engines`.
+    pub fn new(engines: Vec<Arc<Engine>>) -> Self {
+        Self {
+            list: RwLock::new(Arc::new(engines)),
+        }
+    }
+
+    /// The engines now.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Engine>>> {
+        self.list.read().map(|l| Arc::clone(&l)).unwrap_or_default()
+    }
+
+    /// Adds `engine`; `Err` with the engine already there under its id.
+    pub fn add(&self, engine: Arc<Engine>) -> Result<(), Arc<Engine>> {
+        let Ok(mut l) = self.list.write() else {
+            return Err(engine);
+        };
+        if let Some(e) = l.iter().find(|e| e.id == engine.id) {
+            return Err(Arc::clone(e));
+        }
+        let mut next = l.as_ref().clone();
+        next.push(engine);
+        *l = Arc::new(next);
+        Ok(())
+    }
+
+    /// Removes the engine `id` (and retires it).
+    pub fn remove(&self, id: &str) -> Option<Arc<Engine>> {
+        let mut l = self.list.write().ok()?;
+        let i = l.iter().position(|e| e.id.as_ref() == id)?;
+        let mut next = l.as_ref().clone();
+        let gone = next.remove(i);
+        *l = Arc::new(next);
+        gone.retire();
+        Some(gone)
+    }
+}
+
 /// One request's share of an engine's load; released on drop, so an
 /// abandoned or failed request never leaks load.
 #[derive(Debug)]
@@ -282,6 +350,26 @@ mod tests {
         assert_eq!(s.resolve("tiny-lora"), Some(("tiny", "tiny-lora")));
         assert_eq!(s.resolve("alias"), Some(("tiny", "")));
         assert_eq!(s.resolve("other"), None);
+    }
+
+    #[test]
+    fn engines_come_and_go() {
+        let set = EngineSet::default();
+        let e = |u: &str| {
+            Arc::new(Engine::new(
+                EngineSpec::parse(u).unwrap(),
+                Served::default(),
+            ))
+        };
+        set.add(e("http://a:1")).unwrap();
+        let before = set.snapshot();
+        set.add(e("http://b:1")).unwrap();
+        assert!(set.add(e("http://b:1")).is_err(), "one engine per id");
+        assert_eq!((before.len(), set.snapshot().len()), (1, 2));
+        let gone = set.remove("b:1").unwrap();
+        assert!(gone.retired().is_cancelled());
+        assert!(set.remove("b:1").is_none());
+        assert_eq!(set.snapshot().len(), 1);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! `/health`, `/metrics`; any other path goes to the least-loaded engine
 //! that serves the model, unchanged.
 
-use crate::engine::Engine;
+use crate::attach::Attach;
+use crate::engine::{Engine, EngineSet};
 use crate::hints::{Hint, HintQuery, HintSource};
 use crate::metrics::Metrics;
 use crate::pick::{self, PickReason};
@@ -18,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// Bodies up to this size are tokenized on the request's task; larger
 /// ones on the blocking pool, so a huge prompt never stalls other requests.
@@ -26,8 +28,14 @@ const INLINE_TOKENIZE_BYTES: usize = 16 << 10;
 /// Everything a request handler needs.
 #[derive(Debug)]
 pub struct Shared {
-    /// The engines.
-    pub engines: Vec<Arc<Engine>>,
+    /// The engines (they come and go: take a snapshot per request).
+    pub engines: Arc<EngineSet>,
+    /// Attaches an engine added at runtime.
+    pub(crate) attach: Attach,
+    /// The gateway's cancellation (engines added later live under it).
+    pub cancel: CancellationToken,
+    /// Whether `POST/DELETE /inferencecache/engines` are served.
+    pub engine_admin: bool,
     /// Hint source.
     pub hints: HintSource,
     /// Tokenizers by base model.
@@ -50,7 +58,7 @@ pub struct Shared {
     pub pending_prefixes: bool,
 }
 
-type St = State<Arc<Shared>>;
+pub(crate) type St = State<Arc<Shared>>;
 
 /// The router.
 pub fn router(shared: Arc<Shared>, max_body: usize) -> Router {
@@ -61,6 +69,16 @@ pub fn router(shared: Arc<Shared>, max_body: usize) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/inferencecache/route/{api}", post(dry_run))
+        .route(
+            "/inferencecache/engines",
+            get(crate::admin::list).post(crate::admin::add),
+        )
+        .route(
+            "/inferencecache/engines/{id}",
+            axum::routing::delete(crate::admin::remove),
+        )
+        .route("/inferencecache/status", get(crate::status::page))
+        .route("/inferencecache/status.json", get(crate::status::json))
         .fallback(passthrough)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(shared)
@@ -79,8 +97,8 @@ async fn completions(State(s): St, headers: HeaderMap, uri: Uri, body: Bytes) ->
 /// engines, so the engine gives its own answer.
 fn eligible(s: &Shared, model: &str) -> (Vec<Arc<Engine>>, Option<(String, String)>) {
     let mut keys = None;
-    let serving: Vec<Arc<Engine>> = s
-        .engines
+    let all = s.engines.snapshot();
+    let serving: Vec<Arc<Engine>> = all
         .iter()
         .filter(|e| match e.resolve(model) {
             Some(k) => {
@@ -92,7 +110,7 @@ fn eligible(s: &Shared, model: &str) -> (Vec<Arc<Engine>>, Option<(String, Strin
         .cloned()
         .collect();
     if serving.is_empty() {
-        (s.engines.clone(), None)
+        (all.as_ref().clone(), None)
     } else {
         (serving, keys)
     }
@@ -337,7 +355,8 @@ async fn passthrough(
 }
 
 async fn models(State(s): St) -> Response {
-    let asks = s.engines.iter().filter(|e| e.healthy()).map(|e| {
+    let engines = s.engines.snapshot();
+    let asks = engines.iter().filter(|e| e.healthy()).map(|e| {
         let http = s.http.clone();
         let url = format!("{}/v1/models", e.spec.url);
         async move {
@@ -363,15 +382,15 @@ async fn models(State(s): St) -> Response {
 }
 
 async fn health(State(s): St) -> Response {
-    let up: Vec<&str> = s
-        .engines
+    let engines = s.engines.snapshot();
+    let up: Vec<&str> = engines
         .iter()
         .filter(|e| e.healthy())
         .map(|e| e.id.as_ref())
         .collect();
     let body = serde_json::json!({
         "healthy_engines": up,
-        "engines": s.engines.len(),
+        "engines": engines.len(),
     });
     let status = if up.is_empty() {
         StatusCode::SERVICE_UNAVAILABLE
@@ -382,7 +401,7 @@ async fn health(State(s): St) -> Response {
 }
 
 async fn metrics(State(s): St) -> Response {
-    s.metrics.refresh(&s.engines);
+    s.metrics.refresh(&s.engines.snapshot());
     (
         [(
             axum::http::header::CONTENT_TYPE,
