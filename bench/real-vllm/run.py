@@ -371,6 +371,12 @@ def summarize(name, rows, sys_tokens):
         out.update(hints=len(hinted), hints_exact=exact, hints_over=over,
                    hinted_tokens=sum(r["hinted"] for r in hinted),
                    reused_tokens=sum(r["cached"] for r in hinted))
+    routes = {}
+    for r in rows:
+        if r.get("route"):
+            routes[r["route"]] = routes.get(r["route"], 0) + 1
+    if routes:
+        out["routes"] = routes
     lk = [r["lookup"] * 1000 for r in rows if r.get("lookup") is not None]
     if lk:
         out["lookup_ms_p50"] = statistics.median(lk)
