@@ -16,7 +16,8 @@ Policies:
                  `inferencecache subscribe` per engine, all on default flags:
                  LookupRoute(token_ids) per request, the top replica, else the
                  engine with fewest requests in flight
-  gateway        `inferencecache gateway --engine A --engine B` (issue 34)
+  gateway        `inferencecache gateway --engine A --engine B` (issue 34);
+                 gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
   sglang-router  sglang-router 0.3.2 --policy cache_aware
 
@@ -308,12 +309,14 @@ def run_policy(name, engines, reqs, conc, ctx):
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
-        elif name == "gateway":
+        elif name.split("+")[0] == "gateway":
             port = free_port()
             args = [str(ctx["bin"]), "--log-level", "warn", "gateway", "--listen",
                     f"127.0.0.1:{port}"]
             for e in engines:
                 args += ["--engine", e.url]
+            # gateway+--flag=value+...: the same gateway with other flags.
+            args += [a for a in name.split("+")[1:] if a]
             router = Proc(args, work / "gateway.log")
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
@@ -340,7 +343,7 @@ def run_policy(name, engines, reqs, conc, ctx):
             finally:
                 if name == "hints":
                     hc.done(e)
-            if name == "gateway" and "x-inferencecache-reusable-tokens" in meta:
+            if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
                 hinted = int(meta["x-inferencecache-reusable-tokens"])
                 eng = meta.get("x-inferencecache-engine")
