@@ -166,6 +166,14 @@ class Engine:
     def reset(self):
         r = httpx.post(f"{self.url}/reset_prefix_cache", timeout=30)
         r.raise_for_status()
+        # vLLM publishes KV events once per scheduler step, and an idle
+        # engine does not step: without a request its AllBlocksCleared
+        # waits for the next policy's first request, and an index started
+        # meanwhile (the gateway's, from the replay) still holds the last
+        # policy's blocks. One tiny request makes the engine step and publish.
+        r = httpx.post(f"{self.url}/v1/completions", timeout=60,
+                       json={"model": "m", "prompt": "reset", "max_tokens": 1})
+        r.raise_for_status()
 
 
 def workload(tok, n_sys, n_req, sys_tokens, seed):
