@@ -16,7 +16,8 @@ Policies:
                  `inferencecache subscribe` per engine, all on default flags:
                  LookupRoute(token_ids) per request, the top replica, else the
                  engine with fewest requests in flight
-  gateway        `inferencecache gateway --engine A --engine B` (issue 34)
+  gateway        `inferencecache gateway --engine A --engine B` (issue 34);
+                 gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
   sglang-router  sglang-router 0.3.2 --policy cache_aware
 
@@ -165,6 +166,14 @@ class Engine:
     def reset(self):
         r = httpx.post(f"{self.url}/reset_prefix_cache", timeout=30)
         r.raise_for_status()
+        # vLLM publishes KV events once per scheduler step, and an idle
+        # engine does not step: without a request its AllBlocksCleared
+        # waits for the next policy's first request, and an index started
+        # meanwhile (the gateway's, from the replay) still holds the last
+        # policy's blocks. One tiny request makes the engine step and publish.
+        r = httpx.post(f"{self.url}/v1/completions", timeout=60,
+                       json={"model": "m", "prompt": "reset", "max_tokens": 1})
+        r.raise_for_status()
 
 
 def workload(tok, n_sys, n_req, sys_tokens, seed):
@@ -308,12 +317,14 @@ def run_policy(name, engines, reqs, conc, ctx):
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
-        elif name == "gateway":
+        elif name.split("+")[0] == "gateway":
             port = free_port()
             args = [str(ctx["bin"]), "--log-level", "warn", "gateway", "--listen",
                     f"127.0.0.1:{port}"]
             for e in engines:
                 args += ["--engine", e.url]
+            # gateway+--flag=value+...: the same gateway with other flags.
+            args += [a for a in name.split("+")[1:] if a]
             router = Proc(args, work / "gateway.log")
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
@@ -340,7 +351,7 @@ def run_policy(name, engines, reqs, conc, ctx):
             finally:
                 if name == "hints":
                     hc.done(e)
-            if name == "gateway" and "x-inferencecache-reusable-tokens" in meta:
+            if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
                 hinted = int(meta["x-inferencecache-reusable-tokens"])
                 eng = meta.get("x-inferencecache-engine")
@@ -371,6 +382,12 @@ def summarize(name, rows, sys_tokens):
         out.update(hints=len(hinted), hints_exact=exact, hints_over=over,
                    hinted_tokens=sum(r["hinted"] for r in hinted),
                    reused_tokens=sum(r["cached"] for r in hinted))
+    routes = {}
+    for r in rows:
+        if r.get("route"):
+            routes[r["route"]] = routes.get(r["route"], 0) + 1
+    if routes:
+        out["routes"] = routes
     lk = [r["lookup"] * 1000 for r in rows if r.get("lookup") is not None]
     if lk:
         out["lookup_ms_p50"] = statistics.median(lk)

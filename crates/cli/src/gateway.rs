@@ -106,6 +106,23 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DECODE_WEIGHT_TOKENS)]
     pub decode_weight_tokens: u64,
 
+    /// Percent of a prefix's tokens the pick charges for caching a second
+    /// copy of it on another engine (0: pure least prefill work).
+    #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DUPLICATE_WEIGHT_PCT)]
+    pub duplicate_weight_pct: u64,
+
+    /// Serve POST /inferencecache/engines ({"engine": "<an --engine value>"})
+    /// and DELETE /inferencecache/engines/ID: add and remove engines while
+    /// the gateway runs. Off by default (whoever reaches the gateway could
+    /// point it at any host).
+    #[arg(long)]
+    pub engine_admin: bool,
+
+    /// Do not count prefixes the gateway routed moments ago and the index
+    /// has not indexed yet (rank by the index's hints alone).
+    #[arg(long)]
+    pub no_pending_prefixes: bool,
+
     /// Embedded index: its gRPC listener (`inferencecache lookup|state|watch --server`).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub index_grpc_address: String,
@@ -179,6 +196,9 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.connect_timeout = a.connect_timeout;
     c.startup_timeout = a.startup_timeout;
     c.decode_weight_tokens = a.decode_weight_tokens;
+    c.duplicate_weight_pct = a.duplicate_weight_pct;
+    c.pending_prefixes = !a.no_pending_prefixes;
+    c.engine_admin = a.engine_admin;
     c.validate().map_err(usage)?;
     Ok(c)
 }

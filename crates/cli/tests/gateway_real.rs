@@ -14,6 +14,8 @@
 //! INFERENCECACHE_REQUIRE_REAL_PARTS=1.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 #[path = "common/engine.rs"]
 mod engine;
@@ -131,7 +133,7 @@ async fn real_engines_behind_the_gateway() {
         })
         .collect();
     let mut engines = Engine::start_all(&venv, configs).await;
-    let gw = start_gateway(&engines, &[]);
+    let gw = start_gateway(&engines, &["--engine-admin"]);
     let base = format!("http://{}", gw.addr("addr"));
 
     // 1. The openai SDK: chat and completions, streamed and not, each twice.
@@ -166,7 +168,12 @@ async fn real_engines_behind_the_gateway() {
         for i in 0..2 {
             let (first, again) = (pair[i], pair[i + 2]);
             assert_eq!(first["engine"], again["engine"], "{first} / {again}");
-            assert_eq!(again["route"], "prefix_match", "{again}");
+            // By the index, or (when its events are still on the way) by
+            // the gateway's own record of where it sent the first.
+            assert!(
+                again["route"] == "prefix_match" || again["route"] == "pending_match",
+                "{again}"
+            );
             assert!(again["reusable"].as_u64().unwrap() > 0, "{again}");
         }
     }
@@ -184,7 +191,9 @@ async fn real_engines_behind_the_gateway() {
         header(&h1, "x-inferencecache-engine"),
         header(&h2, "x-inferencecache-engine")
     );
-    assert_eq!(header(&h2, "x-inferencecache-route"), "prefix_match");
+    assert!(
+        ["prefix_match", "pending_match"].contains(&header(&h2, "x-inferencecache-route").as_str())
+    );
     let (_, cached) = vllm::usage_of(&b2);
     assert!(cached > 0);
     assert_eq!(
@@ -236,6 +245,33 @@ async fn real_engines_behind_the_gateway() {
             "{other:?}"
         );
     }
+
+    // A stream whose client did not ask for usage: the gateway asks the
+    // engine for it (to judge the hint) and strips the usage chunk, so the
+    // client gets exactly the stream it asked for.
+    let checks = || {
+        let b = base.clone();
+        async move {
+            metric(
+                &text(&format!("{b}/metrics")).await,
+                "inferencecache_gateway_hint_checks_total",
+            )
+        }
+    };
+    let before = checks().await;
+    let plain = json!({"model": "tiny", "prompt": long_prompt("plain stream"), "max_tokens": 3,
+        "temperature": 0, "stream": true});
+    let (s, _, b) = post(&base, "/v1/completions", &plain).await;
+    let sse = b.as_str().unwrap_or_default().to_owned();
+    assert_eq!(s, 200, "{sse}");
+    assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+    assert!(
+        !sse.contains("usage"),
+        "the client did not ask for usage: {sse}"
+    );
+    let events = sse.lines().filter(|l| l.starts_with("data: {")).count();
+    assert!(events >= 1, "{sse}");
+    assert_eq!(checks().await, before + 1.0, "the answer was judged");
 
     // 3. Accuracy metrics: every checked response, no over-claim.
     let m = text(&format!("{base}/metrics")).await;
@@ -308,6 +344,9 @@ async fn real_engines_behind_the_gateway() {
         metric(
             &m,
             "inferencecache_gateway_routing_decisions_total{reason=\"prefix_match\"}"
+        ) + metric(
+            &m,
+            "inferencecache_gateway_routing_decisions_total{reason=\"pending_match\"}"
         ) >= 6.0,
         "{m}"
     );
@@ -339,6 +378,14 @@ async fn real_engines_behind_the_gateway() {
         ) >= 3.0,
         "{m}"
     );
+    // Engine changes are off unless asked for.
+    let r = reqwest::Client::new()
+        .delete(format!("{rbase}/inferencecache/engines/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r.text().await.unwrap().contains("--engine-admin"));
     drop(remote);
 
     // 6. A client that disconnects mid-stream: the engine stops working on
@@ -385,7 +432,109 @@ async fn real_engines_behind_the_gateway() {
     )
     .await;
 
-    // 7. An engine killed mid-stream: the client gets an OpenAI error event,
+    // 7. Engines removed and added while the gateway runs: a removed
+    // engine takes nothing new; added back, it is attached again (models,
+    // KV-event subscriber) and its hints are right again.
+    let ids: Vec<String> = engines
+        .iter()
+        .map(|e| e.url.trim_start_matches("http://").to_owned())
+        .collect();
+    let admin = reqwest::Client::new();
+    let r = admin
+        .delete(format!("{base}/inferencecache/engines/{}", ids[1]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let listed: Value =
+        serde_json::from_str(&text(&format!("{base}/inferencecache/engines")).await).unwrap();
+    assert_eq!(listed["engines"].as_array().unwrap().len(), 1, "{listed}");
+    for i in 0..4 {
+        let body =
+            json!({"model": "tiny", "prompt": format!("one engine left {i}"), "max_tokens": 2});
+        let (s, h, b) = post(&base, "/v1/completions", &body).await;
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(header(&h, "x-inferencecache-engine"), ids[0]);
+    }
+    let r = admin
+        .post(format!("{base}/inferencecache/engines"))
+        .json(&json!({"engine": engines[1].url}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let r = admin
+        .post(format!("{base}/inferencecache/engines"))
+        .json(&json!({"engine": engines[1].url}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409, "one engine per id");
+    // New prompts spread over both again; one that lands on the re-added
+    // engine is indexed from its events (not only the gateway's own record)
+    // and its repeat reuses exactly what the gateway claims.
+    let mut on_added = None;
+    for i in 0..24 {
+        let body = json!({"model": "tiny", "prompt": long_prompt(&format!("re-added {i}")),
+            "max_tokens": 2, "temperature": 0});
+        let (s, h, b) = post(&base, "/v1/completions", &body).await;
+        assert_eq!(s, 200, "{b}");
+        if header(&h, "x-inferencecache-engine") == ids[1] {
+            on_added = Some((body, vllm::usage_of(&b).0));
+            break;
+        }
+    }
+    let (body, prompt_tokens) = on_added.expect("the re-added engine takes new prompts");
+    let want = (prompt_tokens - 1) / 32 * 32;
+    wait_until(
+        Duration::from_secs(20),
+        "the re-added engine's events to reach the index",
+        || {
+            let (b, body) = (base.clone(), body.clone());
+            async move {
+                let (_, _, d) = post(&b, "/inferencecache/route/completions", &body).await;
+                d["hint"]["candidates"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["matched_tokens"].as_u64() >= Some(want))
+            }
+        },
+    )
+    .await;
+    let (_, h, b) = post(&base, "/v1/completions", &body).await;
+    assert_eq!(header(&h, "x-inferencecache-engine"), ids[1]);
+    assert_eq!(
+        header(&h, "x-inferencecache-reusable-tokens"),
+        vllm::usage_of(&b).1.to_string()
+    );
+
+    // The status page: per engine, requests, hit rate and the hints as the
+    // engines judged them.
+    let page = text(&format!("{base}/inferencecache/status")).await;
+    assert!(page.contains("status.json"), "{page}");
+    let status: Value =
+        serde_json::from_str(&text(&format!("{base}/inferencecache/status.json")).await).unwrap();
+    for e in status["engines"].as_array().unwrap() {
+        assert!(e["requests"].as_u64().unwrap() > 0, "{e}");
+        assert!(e["hints"]["exact"].as_u64().unwrap() > 0, "{e}");
+        assert_eq!(e["hints"]["over"], 0, "{e}");
+        assert!(e["hit_rate"].as_f64().is_some(), "{e}");
+    }
+    // ... as a browser shows it: a row per engine with its requests, and no
+    // over-claim.
+    if let Some(chromium) = browser::chromium() {
+        let mut page =
+            browser::Browser::open(&py, &chromium, &format!("{base}/inferencecache/status"));
+        page.wait_true(
+            "(() => { const rows = [...document.querySelectorAll('#engines tbody tr')]; \
+             return rows.length === 2 && rows.every(r => +r.cells[2].textContent > 0 \
+             && r.cells[6].textContent === '0' && r.cells[4].textContent.endsWith('%')); })()",
+            Duration::from_secs(10),
+        );
+    }
+
+    // 8. An engine killed mid-stream: the client gets an OpenAI error event,
     // and the next requests go to the engine that is left.
     let mut resp = reqwest::Client::new()
         .post(format!("{base}/v1/completions"))

@@ -10,105 +10,22 @@
 //! INFERENCECACHE_UPDATE_SCREENSHOTS=1 it also replaces docs/img/status-page.png.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 #[path = "common/engine.rs"]
 mod engine;
 
-use common::{http_get, repo_root, require, tool};
+use browser::{Browser, chromium};
+use common::{http_get, repo_root};
 use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const REPLICA: &str = "engine-0";
-
-/// The real Chromium, if installed (.ci/install-real-parts installs it).
-fn chromium() -> Option<PathBuf> {
-    let found = tool("INFERENCECACHE_CHROMIUM", "chromium", "chromium")
-        .or_else(|| tool("INFERENCECACHE_CHROMIUM", "chromium", "chromium-browser"));
-    require("chromium", found)
-}
-
-/// Headless Chromium with one page open, driven over stdin/stdout.
-struct Browser {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Browser {
-    fn open(py: &PathBuf, chromium: &PathBuf, url: &str) -> Self {
-        let script = repo_root().join("crates/cli/tests/python/chromium_driver.py");
-        let mut child = Command::new(py)
-            .arg(script)
-            .arg(chromium)
-            .arg(url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn chromium driver");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.contains("ready"), "chromium driver said {line:?}");
-        Self {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("driver said {line:?}"))
-    }
-
-    /// Evaluates JavaScript in the page; `Null` while it throws (the page
-    /// may still be loading).
-    fn eval(&mut self, expr: &str) -> Value {
-        self.send(json!({"op": "eval", "expr": expr}))["value"].clone()
-    }
-
-    /// Polls `expr` every 20 ms until it is `true`; the time it took.
-    #[track_caller]
-    fn wait_true(&mut self, expr: &str, limit: Duration) -> Duration {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if self.eval(expr) == Value::Bool(true) {
-                return start.elapsed();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("page never satisfied {expr} within {limit:?}");
-    }
-
-    fn screenshot(&mut self, path: &std::path::Path) {
-        let r = self.send(json!({"op": "screenshot", "path": path}));
-        assert_eq!(r["ok"], true, "{r}");
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, r#"{{"op":"quit"}}"#);
-        let _ = self.stdin.flush();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A few LookupRoute calls (so the reason-code charts have data): tokens
 /// `0..64` match the replica, `9000..9064` match nothing.

@@ -137,6 +137,16 @@ pub struct GatewayConfig {
     pub connect_timeout: Duration,
     /// Prefill-token equivalent of one running request in the pick's cost.
     pub decode_weight_tokens: u64,
+    /// Percent of a prefix's tokens the pick charges for caching a second
+    /// copy of it on another engine ([`crate::pick`]).
+    pub duplicate_weight_pct: u64,
+    /// Count prefixes routed moments ago, before the index hears of them
+    /// ([`crate::pending`]).
+    pub pending_prefixes: bool,
+    /// Serve `POST/DELETE /inferencecache/engines` (engines added and
+    /// removed at runtime). Off by default: whoever reaches the gateway
+    /// could otherwise point it at any host.
+    pub engine_admin: bool,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// How long discovery waits for the engines at startup.
@@ -158,6 +168,9 @@ impl GatewayConfig {
             health_interval: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
+            duplicate_weight_pct: DEFAULT_DUPLICATE_WEIGHT_PCT,
+            pending_prefixes: true,
+            engine_admin: false,
             max_body_bytes: 32 << 20,
             startup_timeout: Duration::from_secs(120),
         }
@@ -197,6 +210,12 @@ pub const DEFAULT_TENANT: &str = "default";
 /// decode step of each running sequence shares the engine with the new
 /// request's prefill.
 pub const DEFAULT_DECODE_WEIGHT_TOKENS: u64 = 64;
+
+/// The pick's price of a second cached copy of a prefix, in percent of its
+/// tokens: half, so a repeat waits behind its twin's prefill (about the same
+/// wait as prefilling it elsewhere) rather than evicting other prompts from
+/// a second cache, and moves once the twin's engine is a copy's worth busier.
+pub const DEFAULT_DUPLICATE_WEIGHT_PCT: u64 = 50;
 
 #[cfg(test)]
 mod tests {

@@ -8,8 +8,11 @@
 //! with every request.
 
 use crate::config::EngineSpec;
+use crate::pending::Pending;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// What an engine serves: base models and LoRA adapters (`GET /v1/models`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,19 +79,96 @@ pub struct Engine {
     in_flight: AtomicU64,
     pending_prefill: AtomicU64,
     served: RwLock<Served>,
+    /// Block chains routed here and not yet confirmed by the index.
+    pub pending: Pending,
+    /// What its answers said (the status page).
+    pub stats: Stats,
+    /// Cancelled when it is removed (or the gateway stops): ends its
+    /// attach loop and its KV-event subscriber.
+    retired: CancellationToken,
+}
+
+/// Per-engine totals for the status page (the same facts as the metrics,
+/// kept where a page can read them without parsing an exposition).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Requests sent to it.
+    pub requests: AtomicU64,
+    /// Answers whose usage was read.
+    pub answered: AtomicU64,
+    /// Prompt tokens of those answers.
+    pub prompt_tokens: AtomicU64,
+    /// Of which the engine served from cache.
+    pub cached_tokens: AtomicU64,
+    /// Answers whose cached tokens equal what the gateway expected.
+    pub hint_exact: AtomicU64,
+    /// ... were fewer (the hint over-claimed).
+    pub hint_over: AtomicU64,
+    /// ... were more (the hint under-claimed).
+    pub hint_under: AtomicU64,
+    /// Expected reuse summed over checked answers.
+    pub expected_tokens: AtomicU64,
+    /// First-byte times (microseconds) summed, and their count.
+    pub ttft_us_sum: AtomicU64,
+    /// Count of first-byte times.
+    pub ttft_count: AtomicU64,
+}
+
+impl Stats {
+    /// Records one answer's usage against the expected reuse.
+    pub fn usage(&self, prompt: u64, cached: Option<u64>, expected: u64) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        self.prompt_tokens.fetch_add(prompt, Ordering::Relaxed);
+        let Some(c) = cached else { return };
+        self.cached_tokens.fetch_add(c, Ordering::Relaxed);
+        self.expected_tokens.fetch_add(expected, Ordering::Relaxed);
+        let which = match c.cmp(&expected) {
+            std::cmp::Ordering::Equal => &self.hint_exact,
+            std::cmp::Ordering::Less => &self.hint_over,
+            std::cmp::Ordering::Greater => &self.hint_under,
+        };
+        which.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a first-byte time.
+    pub fn first_byte(&self, seconds: f64) {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let us = (seconds * 1e6) as u64;
+        self.ttft_us_sum.fetch_add(us, Ordering::Relaxed);
+        self.ttft_count.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Engine {
     /// A new engine, healthy until a check says otherwise.
     pub fn new(spec: EngineSpec, served: Served) -> Self {
+        Self::under(spec, served, &CancellationToken::new())
+    }
+
+    /// A new engine whose tasks also end when `parent` is cancelled.
+    pub fn under(spec: EngineSpec, served: Served, parent: &CancellationToken) -> Self {
         Self {
+            retired: parent.child_token(),
             id: Arc::from(spec.id.as_str()),
             spec,
             healthy: AtomicBool::new(true),
             in_flight: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
             served: RwLock::new(served),
+            pending: Pending::default(),
+            stats: Stats::default(),
         }
+    }
+
+    /// Its tasks' cancellation (attach loop, subscriber).
+    pub fn retired(&self) -> &CancellationToken {
+        &self.retired
+    }
+
+    /// Removed from the gateway: stop its subscriber; requests already on
+    /// it finish.
+    pub fn retire(&self) {
+        self.retired.cancel();
     }
 
     /// Whether the last health check (or request) found it up.
@@ -133,12 +213,76 @@ impl Engine {
     /// `uncached` prompt tokens count as pending prefill until
     /// [`Dispatch::prefilled`].
     pub fn dispatch(self: &Arc<Self>, uncached: u64) -> Dispatch {
+        self.dispatch_chain(uncached, &[])
+    }
+
+    /// [`Engine::dispatch`], also holding the prompt's block `chain` as
+    /// routed here ([`Pending`]) until the index can say it.
+    pub fn dispatch_chain(self: &Arc<Self>, uncached: u64, chain: &[u64]) -> Dispatch {
+        static OWNERS: AtomicU64 = AtomicU64::new(1);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.pending_prefill.fetch_add(uncached, Ordering::Relaxed);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let owner = if chain.is_empty() {
+            0
+        } else {
+            let o = OWNERS.fetch_add(1, Ordering::Relaxed);
+            self.pending.insert(o, chain, Instant::now());
+            o
+        };
         Dispatch {
             engine: Arc::clone(self),
             pending: uncached,
+            owner,
+            prefilled: false,
         }
+    }
+}
+
+/// The engines behind the gateway right now: a snapshot per request, so
+/// engines come and go (the admin endpoints) without a lock on the request
+/// path beyond one read.
+#[derive(Debug, Default)]
+pub struct EngineSet {
+    list: RwLock<Arc<Vec<Arc<Engine>>>>,
+}
+
+impl EngineSet {
+    /// A set of `engines`.
+    pub fn new(engines: Vec<Arc<Engine>>) -> Self {
+        Self {
+            list: RwLock::new(Arc::new(engines)),
+        }
+    }
+
+    /// The engines now.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Engine>>> {
+        self.list.read().map(|l| Arc::clone(&l)).unwrap_or_default()
+    }
+
+    /// Adds `engine`; `Err` with the engine already there under its id.
+    pub fn add(&self, engine: Arc<Engine>) -> Result<(), Arc<Engine>> {
+        let Ok(mut l) = self.list.write() else {
+            return Err(engine);
+        };
+        if let Some(e) = l.iter().find(|e| e.id == engine.id) {
+            return Err(Arc::clone(e));
+        }
+        let mut next = l.as_ref().clone();
+        next.push(engine);
+        *l = Arc::new(next);
+        Ok(())
+    }
+
+    /// Removes the engine `id` (and retires it).
+    pub fn remove(&self, id: &str) -> Option<Arc<Engine>> {
+        let mut l = self.list.write().ok()?;
+        let i = l.iter().position(|e| e.id.as_ref() == id)?;
+        let mut next = l.as_ref().clone();
+        let gone = next.remove(i);
+        *l = Arc::new(next);
+        gone.retire();
+        Some(gone)
     }
 }
 
@@ -148,6 +292,9 @@ impl Engine {
 pub struct Dispatch {
     engine: Arc<Engine>,
     pending: u64,
+    /// Its entries in the engine's [`Pending`] (0: none).
+    owner: u64,
+    prefilled: bool,
 }
 
 impl Dispatch {
@@ -159,6 +306,16 @@ impl Dispatch {
     /// The prompt is prefilled (first output arrived): its tokens no longer
     /// wait.
     pub fn prefilled(&mut self) {
+        if std::mem::replace(&mut self.prefilled, true) {
+            return;
+        }
+        self.release_prefill();
+        if self.owner != 0 {
+            self.engine.pending.confirm(self.owner, Instant::now());
+        }
+    }
+
+    fn release_prefill(&mut self) {
         let n = std::mem::take(&mut self.pending);
         if n > 0 {
             self.engine.pending_prefill.fetch_sub(n, Ordering::Relaxed);
@@ -168,7 +325,11 @@ impl Dispatch {
 
 impl Drop for Dispatch {
     fn drop(&mut self) {
-        self.prefilled();
+        self.release_prefill();
+        if !self.prefilled && self.owner != 0 {
+            // Never got a byte: the engine may not hold the prefix at all.
+            self.engine.pending.release(self.owner);
+        }
         self.engine.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -189,6 +350,26 @@ mod tests {
         assert_eq!(s.resolve("tiny-lora"), Some(("tiny", "tiny-lora")));
         assert_eq!(s.resolve("alias"), Some(("tiny", "")));
         assert_eq!(s.resolve("other"), None);
+    }
+
+    #[test]
+    fn engines_come_and_go() {
+        let set = EngineSet::default();
+        let e = |u: &str| {
+            Arc::new(Engine::new(
+                EngineSpec::parse(u).unwrap(),
+                Served::default(),
+            ))
+        };
+        set.add(e("http://a:1")).unwrap();
+        let before = set.snapshot();
+        set.add(e("http://b:1")).unwrap();
+        assert!(set.add(e("http://b:1")).is_err(), "one engine per id");
+        assert_eq!((before.len(), set.snapshot().len()), (1, 2));
+        let gone = set.remove("b:1").unwrap();
+        assert!(gone.retired().is_cancelled());
+        assert!(set.remove("b:1").is_none());
+        assert_eq!(set.snapshot().len(), 1);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! `/health`, `/metrics`; any other path goes to the least-loaded engine
 //! that serves the model, unchanged.
 
-use crate::engine::Engine;
+use crate::attach::Attach;
+use crate::engine::{Engine, EngineSet};
 use crate::hints::{Hint, HintQuery, HintSource};
 use crate::metrics::Metrics;
 use crate::pick::{self, PickReason};
 use crate::prompt::{self, Api, Tokenizers};
 use crate::proxy::{self, Outgoing, error};
+use crate::usage::{self, StreamUsage};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -17,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// Bodies up to this size are tokenized on the request's task; larger
 /// ones on the blocking pool, so a huge prompt never stalls other requests.
@@ -25,8 +28,14 @@ const INLINE_TOKENIZE_BYTES: usize = 16 << 10;
 /// Everything a request handler needs.
 #[derive(Debug)]
 pub struct Shared {
-    /// The engines.
-    pub engines: Vec<Arc<Engine>>,
+    /// The engines (they come and go: take a snapshot per request).
+    pub engines: Arc<EngineSet>,
+    /// Attaches an engine added at runtime.
+    pub(crate) attach: Attach,
+    /// The gateway's cancellation (engines added later live under it).
+    pub cancel: CancellationToken,
+    /// Whether `POST/DELETE /inferencecache/engines` are served.
+    pub engine_admin: bool,
     /// Hint source.
     pub hints: HintSource,
     /// Tokenizers by base model.
@@ -43,11 +52,13 @@ pub struct Shared {
     pub block_size: u32,
     /// Lookup budget.
     pub lookup_timeout: Duration,
-    /// The pick's decode weight.
-    pub decode_weight: u64,
+    /// The pick's weights.
+    pub weights: pick::Weights,
+    /// Whether routed-but-unindexed prefixes count ([`crate::pending`]).
+    pub pending_prefixes: bool,
 }
 
-type St = State<Arc<Shared>>;
+pub(crate) type St = State<Arc<Shared>>;
 
 /// The router.
 pub fn router(shared: Arc<Shared>, max_body: usize) -> Router {
@@ -58,6 +69,16 @@ pub fn router(shared: Arc<Shared>, max_body: usize) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/inferencecache/route/{api}", post(dry_run))
+        .route(
+            "/inferencecache/engines",
+            get(crate::admin::list).post(crate::admin::add),
+        )
+        .route(
+            "/inferencecache/engines/{id}",
+            axum::routing::delete(crate::admin::remove),
+        )
+        .route("/inferencecache/status", get(crate::status::page))
+        .route("/inferencecache/status.json", get(crate::status::json))
         .fallback(passthrough)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(shared)
@@ -76,8 +97,8 @@ async fn completions(State(s): St, headers: HeaderMap, uri: Uri, body: Bytes) ->
 /// engines, so the engine gives its own answer.
 fn eligible(s: &Shared, model: &str) -> (Vec<Arc<Engine>>, Option<(String, String)>) {
     let mut keys = None;
-    let serving: Vec<Arc<Engine>> = s
-        .engines
+    let all = s.engines.snapshot();
+    let serving: Vec<Arc<Engine>> = all
         .iter()
         .filter(|e| match e.resolve(model) {
             Some(k) => {
@@ -89,7 +110,7 @@ fn eligible(s: &Shared, model: &str) -> (Vec<Arc<Engine>>, Option<(String, Strin
         .cloned()
         .collect();
     if serving.is_empty() {
-        (s.engines.clone(), None)
+        (all.as_ref().clone(), None)
     } else {
         (serving, keys)
     }
@@ -101,6 +122,10 @@ struct Decision {
     reason: PickReason,
     hint: Hint,
     prompt_tokens: u64,
+    /// The prompt's block chain (empty when unknown or not tracked).
+    chain: Vec<u64>,
+    /// The body with usage asked for, when the client streams without it.
+    usage_body: Option<Bytes>,
 }
 
 /// Parses, tokenizes, looks up and ranks; an `Err` is the answer to send.
@@ -124,6 +149,7 @@ async fn decide(
     };
     let mut p = prompt::header_fields(&json);
     let (engines, keys) = eligible(s, &p.model);
+    let mut chain = Vec::new();
     let (hint, tokens_len, seed) = match &keys {
         None => {
             s.metrics.fallback("unknown_model");
@@ -170,19 +196,22 @@ async fn decide(
                         });
                     }
                     let seed = prompt::first_block_seed(&p.tokens, s.block_size);
+                    if s.pending_prefixes {
+                        let salt = p.cache_salt.as_deref().unwrap_or_default();
+                        chain =
+                            crate::pending::chain(&p.tokens, s.block_size, &[model, adapter, salt]);
+                    }
                     (hint, p.tokens.len() as u64, seed)
                 }
             }
         },
     };
-    let (choices, reason) = pick::rank(
-        &engines,
-        &hint,
-        tokens_len,
-        s.block_size,
-        s.decode_weight,
+    let req = pick::Request {
+        prompt_tokens: tokens_len,
+        chain: &chain,
         seed,
-    );
+    };
+    let (choices, reason) = pick::rank(&engines, &hint, &req, &s.weights);
     if let Some(first) = choices.first() {
         if !first.engine.healthy() {
             s.metrics.fallback("all_unhealthy");
@@ -212,6 +241,11 @@ async fn decide(
         reason,
         hint,
         prompt_tokens: tokens_len,
+        chain,
+        usage_body: match StreamUsage::of(&json) {
+            StreamUsage::Add => usage::ask_for_usage(body, &json),
+            StreamUsage::NotStreamed | StreamUsage::Asked => None,
+        },
     })
 }
 
@@ -228,14 +262,17 @@ async fn route_request(
         Err(answer) => return answer,
     };
     let path_and_query = uri.path_and_query().map_or(api.path(), |p| p.as_str());
+    let strip_usage = d.usage_body.is_some();
     let out = Outgoing {
         method: Method::POST,
         path_and_query,
         headers,
-        body,
+        body: d.usage_body.unwrap_or(body),
         route: api.label(),
         start,
         reason: d.reason.as_str(),
+        chain: &d.chain,
+        strip_usage,
     };
     proxy::forward(&s.http, &s.metrics, out, &d.choices).await
 }
@@ -276,6 +313,7 @@ async fn dry_run(State(s): St, Path(api): Path<String>, body: Bytes) -> Response
                 "healthy": c.engine.healthy(),
                 "in_flight": c.engine.in_flight(),
                 "pending_prefill_tokens": c.engine.pending_prefill(),
+                "reusable_from_pending": c.pending,
             })).collect::<Vec<_>>(),
         }))
         .into_response(),
@@ -295,14 +333,12 @@ async fn passthrough(
         .and_then(|v| v["model"].as_str().map(str::to_owned))
         .unwrap_or_default();
     let (engines, _) = eligible(&s, &model);
-    let (choices, reason) = pick::rank(
-        &engines,
-        &Hint::none("NO_HINT"),
-        0,
-        s.block_size,
-        s.decode_weight,
-        0,
-    );
+    let req = pick::Request {
+        prompt_tokens: 0,
+        chain: &[],
+        seed: 0,
+    };
+    let (choices, reason) = pick::rank(&engines, &Hint::none("NO_HINT"), &req, &s.weights);
     debug_assert_eq!(reason, PickReason::LeastLoaded);
     let out = Outgoing {
         method,
@@ -312,12 +348,15 @@ async fn passthrough(
         route: "other",
         start,
         reason: reason.as_str(),
+        chain: &[],
+        strip_usage: false,
     };
     proxy::forward(&s.http, &s.metrics, out, &choices).await
 }
 
 async fn models(State(s): St) -> Response {
-    let asks = s.engines.iter().filter(|e| e.healthy()).map(|e| {
+    let engines = s.engines.snapshot();
+    let asks = engines.iter().filter(|e| e.healthy()).map(|e| {
         let http = s.http.clone();
         let url = format!("{}/v1/models", e.spec.url);
         async move {
@@ -343,15 +382,15 @@ async fn models(State(s): St) -> Response {
 }
 
 async fn health(State(s): St) -> Response {
-    let up: Vec<&str> = s
-        .engines
+    let engines = s.engines.snapshot();
+    let up: Vec<&str> = engines
         .iter()
         .filter(|e| e.healthy())
         .map(|e| e.id.as_ref())
         .collect();
     let body = serde_json::json!({
         "healthy_engines": up,
-        "engines": s.engines.len(),
+        "engines": engines.len(),
     });
     let status = if up.is_empty() {
         StatusCode::SERVICE_UNAVAILABLE
@@ -362,7 +401,7 @@ async fn health(State(s): St) -> Response {
 }
 
 async fn metrics(State(s): St) -> Response {
-    s.metrics.refresh(&s.engines);
+    s.metrics.refresh(&s.engines.snapshot());
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -22,6 +22,8 @@
 //! with the reuse the hint promised ([`metrics`], [`usage`]): the engine is
 //! the judge of a hint.
 
+pub mod admin;
+mod attach;
 mod config;
 pub mod discover;
 pub mod embedded;
@@ -30,18 +32,21 @@ mod error;
 pub mod hints;
 pub mod http;
 pub mod metrics;
+pub mod pending;
 pub mod pick;
 pub mod prompt;
 pub mod proxy;
+pub mod status;
 pub mod usage;
 
 pub use config::{
-    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig,
-    HintMode,
+    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_TENANT, EmbeddedIndex,
+    EngineSpec, GatewayConfig, HintMode,
 };
 pub use error::GatewayError;
 
-use engine::{Engine, Served};
+use attach::Attach;
+use engine::{Engine, EngineSet, Served};
 use hints::HintSource;
 use prompt::Tokenizers;
 use std::net::SocketAddr;
@@ -57,8 +62,11 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The in-process index's listeners (embedded mode).
     pub index: Option<IndexAddrs>,
-    /// The engines (live state).
+    /// The engines (live state; engines added or removed at runtime are
+    /// in [`Running::engine_set`]).
     pub engines: Vec<Arc<Engine>>,
+    /// The live set.
+    pub engine_set: Arc<EngineSet>,
     tasks: JoinSet<Result<(), GatewayError>>,
     cancel: CancellationToken,
 }
@@ -99,7 +107,7 @@ impl Gateway {
         let engines: Vec<Arc<Engine>> = config
             .engines
             .iter()
-            .map(|s| Arc::new(Engine::new(s.clone(), Served::default())))
+            .map(|s| Arc::new(Engine::under(s.clone(), Served::default(), &cancel)))
             .collect();
         let tokenizers = Arc::new(Tokenizers::default());
         for (model, dir) in &config.tokenizers {
@@ -143,8 +151,8 @@ impl Gateway {
         };
         let mut pending = JoinSet::new();
         for e in &engines {
-            let (a, e, c) = (attach.clone(), Arc::clone(e), cancel.clone());
-            pending.spawn(async move { a.run(e, c).await });
+            let (a, e) = (attach.clone(), Arc::clone(e));
+            pending.spawn(async move { a.run(e).await });
         }
         let deadline = tokio::time::Instant::now() + config.startup_timeout;
         let mut subscriber_tasks = JoinSet::new();
@@ -180,8 +188,12 @@ impl Gateway {
             Ok(())
         });
         let metrics = Arc::new(metrics::Metrics::new());
+        let set = Arc::new(EngineSet::new(engines.clone()));
         let shared = Arc::new(http::Shared {
-            engines: engines.clone(),
+            engines: Arc::clone(&set),
+            attach,
+            cancel: cancel.clone(),
+            engine_admin: config.engine_admin,
             hints,
             tokenizers,
             metrics,
@@ -190,10 +202,15 @@ impl Gateway {
             hash_scheme: config.hash_scheme.clone(),
             block_size,
             lookup_timeout: config.lookup_timeout,
-            decode_weight: config.decode_weight_tokens,
+            weights: pick::Weights {
+                block_size,
+                decode_weight: config.decode_weight_tokens,
+                duplicate_weight_pct: config.duplicate_weight_pct,
+            },
+            pending_prefixes: config.pending_prefixes,
         });
         {
-            let (engines, http, c) = (engines.clone(), http.clone(), cancel.clone());
+            let (engines, http, c) = (Arc::clone(&set), http.clone(), cancel.clone());
             let every = config.health_interval;
             tasks.spawn(async move {
                 health_loop(engines, http, every, c).await;
@@ -211,6 +228,13 @@ impl Gateway {
             .map_err(|e| GatewayError::Serve(e.to_string()))?;
         let app = http::router(shared, config.max_body_bytes);
         let c = cancel.clone();
+        // Every SSE chunk is a small write: without TCP_NODELAY, Nagle holds
+        // each one back until the client acknowledges the previous.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
+        });
         tasks.spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(c.cancelled_owned())
@@ -221,6 +245,7 @@ impl Gateway {
             addr,
             index,
             engines,
+            engine_set: set,
             tasks,
             cancel,
         })
@@ -272,103 +297,10 @@ async fn discover_block_size(
     }
 }
 
-type SubscriberTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Attaching one engine: what it serves, its tokenizer, its subscriber.
-#[derive(Clone)]
-struct Attach {
-    http: reqwest::Client,
-    tokenizers: Arc<Tokenizers>,
-    tenant: String,
-    hash_scheme: String,
-    index_grpc: Option<SocketAddr>,
-}
-
-impl Attach {
-    /// Retries until the engine answers; returns the subscriber's task.
-    async fn run(self, engine: Arc<Engine>, cancel: CancellationToken) -> Option<SubscriberTask> {
-        let mut warned = false;
-        loop {
-            match self.once(&engine, &cancel).await {
-                Ok(task) => {
-                    tracing::info!(engine = %engine.id, url = %engine.spec.url, served = ?engine.served().models, "engine attached");
-                    return task;
-                }
-                Err(e) => {
-                    if !warned {
-                        tracing::warn!(engine = %engine.id, error = %e, "engine not attached yet; retrying");
-                        warned = true;
-                    }
-                }
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return None,
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
-
-    async fn once(
-        &self,
-        engine: &Arc<Engine>,
-        cancel: &CancellationToken,
-    ) -> Result<Option<SubscriberTask>, String> {
-        let (served, roots) = discover::models(&self.http, &engine.spec.url).await?;
-        let Some(model) = served.index_model().map(str::to_owned) else {
-            return Err("GET /v1/models lists no base model".into());
-        };
-        engine.set_served(served);
-        for (m, dir) in roots {
-            if !self.tokenizers.has(&m) {
-                match self.tokenizers.load(&m, &dir) {
-                    Ok(()) => {
-                        tracing::info!(model = %m, dir = %dir.display(), "tokenizer loaded from the engine's model directory")
-                    }
-                    Err(e) => {
-                        tracing::warn!(model = %m, error = %e, "tokenizer not loaded; this model is routed without hints")
-                    }
-                }
-            }
-        }
-        if !self.tokenizers.has(&model) {
-            tracing::warn!(model = %model, "no tokenizer for this model (its directory is not local): give --tokenizer MODEL=DIR; routed by load only");
-        }
-        let Some(grpc) = self.index_grpc else {
-            return Ok(None);
-        };
-        let sources = discover::event_sources(&self.http, &engine.spec).await?;
-        tracing::info!(engine = %engine.id, endpoint = %sources.endpoint, replay = ?sources.replay, ranks = sources.ranks, "KV events");
-        let spec = embedded::SubscriberSpec {
-            replica_id: engine.spec.id.clone(),
-            model,
-            sources,
-        };
-        let mut set = JoinSet::new();
-        embedded::start_subscriber(
-            &spec,
-            &self.tenant,
-            &self.hash_scheme,
-            grpc,
-            &mut set,
-            cancel,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        let id = engine.id.clone();
-        Ok(Some(Box::pin(async move {
-            while let Some(r) = set.join_next().await {
-                if let Ok(Err(e)) = r {
-                    tracing::error!(engine = %id, error = %e, "KV-event subscriber stopped; this engine's hints go stale");
-                }
-            }
-        })))
-    }
-}
-
 /// Checks every engine each `every`; a recovered engine's model list is
 /// refreshed (LoRA adapters come and go).
 async fn health_loop(
-    engines: Vec<Arc<Engine>>,
+    engines: Arc<EngineSet>,
     http: reqwest::Client,
     every: Duration,
     cancel: CancellationToken,
@@ -378,7 +310,8 @@ async fn health_loop(
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let checks = engines.iter().map(|e| {
+        let now = engines.snapshot();
+        let checks = now.iter().map(|e| {
             let http = http.clone();
             async move {
                 let up = discover::healthy(&http, &e.spec.url).await;

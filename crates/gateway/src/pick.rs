@@ -6,12 +6,24 @@
 //!
 //! ```text
 //! cost = pending_prefill + (prompt_tokens - reusable) + decode_weight * in_flight
+//!      + (best_reusable - reusable) * duplicate_weight / 100
 //! ```
 //!
-//! `reusable` is the hint's matched tokens for that engine, capped at what
-//! vLLM can reuse (whole blocks, and never the prompt's last token: the
-//! engine always computes it). With no hint every `reusable` is 0 and the
-//! cost is plain least-loaded. Ties go to the hint's order (an
+//! `reusable` is the most of the prompt the engine can serve from cache:
+//! the hint's matched tokens for it, or the part of the prompt the gateway
+//! itself routed there moments ago and the index cannot say yet
+//! ([`crate::pending`]), whichever is longer, capped at what vLLM can reuse
+//! (whole blocks, and never the prompt's last token: the engine always
+//! computes it). With no hint and nothing pending every `reusable` is 0 and
+//! the cost is plain least-loaded.
+//!
+//! The last term is the price of a second copy: sending a prompt to an
+//! engine that holds less of it than another does prefills that prefix into
+//! a second cache, evicting what that cache held for other prompts. Without
+//! it, a second request for a new system prompt that arrives while the
+//! first is still prefilling goes to the idle engine (its own wait is about
+//! the same either way), and each system prompt ends up cached twice in
+//! caches that hold only a few. Ties go to the hint's order (an
 //! AFFINITY_HINT's replica first, so repeats of a new prefix meet on one
 //! engine), then to a rendezvous hash of the prompt's first block, so idle
 //! engines split new prefixes evenly instead of piling onto the first one.
@@ -32,6 +44,8 @@ pub struct Choice {
     pub uncached: u64,
     /// The cost it was ranked by.
     pub cost: u64,
+    /// `reusable` came from the gateway's own recent routing, not the hint.
+    pub pending: bool,
 }
 
 /// Why the first choice won.
@@ -39,6 +53,9 @@ pub struct Choice {
 pub enum PickReason {
     /// It holds part of the prompt (a PREFIX_MATCH candidate) and was cheapest.
     PrefixMatch,
+    /// The gateway sent it this prefix moments ago (not indexed yet), and
+    /// it was cheapest.
+    PendingMatch,
     /// The AFFINITY_HINT replica (no cache evidence), among equals.
     Affinity,
     /// No usable hint: the least-loaded engine.
@@ -52,6 +69,7 @@ impl PickReason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::PrefixMatch => "prefix_match",
+            Self::PendingMatch => "pending_match",
             Self::Affinity => "affinity",
             Self::LeastLoaded => "least_loaded",
             Self::LoadOverride => "load_override",
@@ -74,17 +92,39 @@ fn rendezvous(seed: u64, id: &str) -> u64 {
     h ^ (h >> 29)
 }
 
-/// Ranks `engines` for a request of `prompt_tokens` tokens.
+/// The request being ranked.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Its prompt's length in tokens (0: unknown).
+    pub prompt_tokens: u64,
+    /// Its block chain ([`crate::pending::chain`]; empty: unknown).
+    pub chain: &'a [u64],
+    /// The tie-break seed (a hash of its first block).
+    pub seed: u64,
+}
+
+/// The pick's weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Weights {
+    /// The engines' KV block size.
+    pub block_size: u32,
+    /// Prefill-token equivalent of one running request.
+    pub decode_weight: u64,
+    /// Percent of a duplicated prefix's tokens added to the cost.
+    pub duplicate_weight_pct: u64,
+}
+
+/// Ranks `engines` for `req`.
 pub fn rank(
     engines: &[Arc<Engine>],
     hint: &Hint,
-    prompt_tokens: u64,
-    block_size: u32,
-    decode_weight: u64,
-    seed: u64,
+    req: &Request<'_>,
+    w: &Weights,
 ) -> (Vec<Choice>, PickReason) {
-    let cap = reusable_cap(prompt_tokens, block_size);
-    let mut ranked: Vec<(bool, u64, usize, u64, Choice)> = engines
+    let prompt_tokens = req.prompt_tokens;
+    let cap = reusable_cap(prompt_tokens, w.block_size);
+    let now = std::time::Instant::now();
+    let reuse: Vec<(usize, u64, bool)> = engines
         .iter()
         .map(|e| {
             let (hint_pos, matched) = hint
@@ -92,7 +132,26 @@ pub fn rank(
                 .iter()
                 .position(|c| c.replica_id.as_ref() == e.id.as_ref())
                 .map_or((usize::MAX, 0), |i| (i, hint.candidates[i].matched_tokens));
-            let reusable = matched.min(cap);
+            let pending = if req.chain.is_empty() {
+                0
+            } else {
+                e.pending.matched_blocks(req.chain, now) as u64 * u64::from(w.block_size)
+            };
+            let from_pending = pending.min(cap) > matched.min(cap);
+            (hint_pos, matched.max(pending).min(cap), from_pending)
+        })
+        .collect();
+    let best = reuse
+        .iter()
+        .zip(engines)
+        .filter(|(_, e)| e.healthy())
+        .map(|(r, _)| r.1)
+        .max()
+        .unwrap_or(0);
+    let mut ranked: Vec<(bool, u64, usize, u64, Choice)> = engines
+        .iter()
+        .zip(reuse)
+        .map(|(e, (hint_pos, reusable, from_pending))| {
             // The hint's order breaks ties only where it names cache. An
             // AFFINITY_HINT picks among the replicas the index knows, and an
             // idle engine whose cache is empty (just started, or cleared) is
@@ -101,21 +160,24 @@ pub fn rank(
             // by the gateway's own hash over every engine instead.
             let hint_pos = if reusable > 0 { hint_pos } else { usize::MAX };
             let uncached = prompt_tokens - reusable;
+            let duplicate = best.saturating_sub(reusable) * w.duplicate_weight_pct / 100;
             let cost = e
                 .pending_prefill()
                 .saturating_add(uncached)
-                .saturating_add(decode_weight.saturating_mul(e.in_flight()));
+                .saturating_add(w.decode_weight.saturating_mul(e.in_flight()))
+                .saturating_add(duplicate);
             let choice = Choice {
                 engine: Arc::clone(e),
                 reusable,
                 uncached,
                 cost,
+                pending: from_pending,
             };
             (
                 !e.healthy(),
                 cost,
                 hint_pos,
-                rendezvous(seed, &e.id),
+                rendezvous(req.seed, &e.id),
                 choice,
             )
         })
@@ -123,6 +185,7 @@ pub fn rank(
     ranked.sort_by_key(|r| (r.0, r.1, r.2, r.3));
     let choices: Vec<Choice> = ranked.into_iter().map(|r| r.4).collect();
     let reason = match choices.first() {
+        Some(first) if first.reusable > 0 && first.pending => PickReason::PendingMatch,
         Some(first) if first.reusable > 0 => PickReason::PrefixMatch,
         Some(first) => {
             let named_first = hint
@@ -160,6 +223,20 @@ mod tests {
             .collect()
     }
 
+    const W: Weights = Weights {
+        block_size: 32,
+        decode_weight: 64,
+        duplicate_weight_pct: 50,
+    };
+
+    fn req(prompt_tokens: u64, seed: u64) -> Request<'static> {
+        Request {
+            prompt_tokens,
+            chain: &[],
+            seed,
+        }
+    }
+
     fn hint(kind: HintKind, c: &[(&str, u64)]) -> Hint {
         Hint {
             kind,
@@ -186,7 +263,7 @@ mod tests {
     fn a_cache_hit_wins_on_idle_engines() {
         let e = engines(3);
         let h = hint(HintKind::PrefixMatch, &[("e2", 256)]);
-        let (c, why) = rank(&e, &h, 300, 32, 64, 7);
+        let (c, why) = rank(&e, &h, &req(300, 7), &W);
         assert_eq!(c[0].engine.id.as_ref(), "e2");
         assert_eq!((c[0].reusable, c[0].uncached), (256, 44));
         assert_eq!(why, PickReason::PrefixMatch);
@@ -197,7 +274,7 @@ mod tests {
         let e = engines(2);
         let _busy = e[1].dispatch(1000);
         let h = hint(HintKind::PrefixMatch, &[("e1", 64)]);
-        let (c, why) = rank(&e, &h, 300, 32, 64, 7);
+        let (c, why) = rank(&e, &h, &req(300, 7), &W);
         assert_eq!(c[0].engine.id.as_ref(), "e0");
         assert_eq!(why, PickReason::LoadOverride);
     }
@@ -208,7 +285,7 @@ mod tests {
         let _a = e[0].dispatch(10);
         e[1].set_healthy(false);
         let h = hint(HintKind::None, &[]);
-        let (c, why) = rank(&e, &h, 100, 32, 64, 7);
+        let (c, why) = rank(&e, &h, &req(100, 7), &W);
         let order: Vec<&str> = c.iter().map(|c| c.engine.id.as_ref()).collect();
         assert_eq!(order, ["e2", "e0", "e1"]);
         assert_eq!(why, PickReason::LeastLoaded);
@@ -222,14 +299,14 @@ mod tests {
         let none = hint(HintKind::None, &[]);
         for h in [&h, &none] {
             let firsts: std::collections::HashSet<String> = (0..64)
-                .map(|seed| rank(&e, h, 100, 32, 64, seed).0[0].engine.id.to_string())
+                .map(|seed| rank(&e, h, &req(100, seed), &W).0[0].engine.id.to_string())
                 .collect();
             assert_eq!(firsts.len(), 2, "idle engines share new prefixes");
         }
         // The same prompt (seed) always lands on the same engine, and the
         // reason says when that was the index's affinity pick.
-        let (a, _) = rank(&e, &h, 100, 32, 64, 7);
-        let (b, why) = rank(&e, &h, 100, 32, 64, 7);
+        let (a, _) = rank(&e, &h, &req(100, 7), &W);
+        let (b, why) = rank(&e, &h, &req(100, 7), &W);
         assert_eq!(a[0].engine.id, b[0].engine.id);
         let want = if b[0].engine.id.as_ref() == "e1" {
             PickReason::Affinity
@@ -237,5 +314,48 @@ mod tests {
             PickReason::LeastLoaded
         };
         assert_eq!(why, want);
+    }
+
+    #[test]
+    fn a_prefix_routed_moments_ago_draws_its_repeats_until_load_says_otherwise() {
+        let e = engines(2);
+        let sys: Vec<u32> = (0..1536).collect();
+        let mut prompt = sys.clone();
+        prompt.extend(9000..9040);
+        let chain = crate::pending::chain(&prompt, 32, &["m"]);
+        let none = hint(HintKind::None, &[]);
+        let r = Request {
+            prompt_tokens: prompt.len() as u64,
+            chain: &chain,
+            seed: 7,
+        };
+        // The first request goes somewhere and is still prefilling; the
+        // index has heard nothing yet.
+        let (c, why) = rank(&e, &none, &r, &W);
+        assert_eq!(why, PickReason::LeastLoaded);
+        let first = c[0].engine.clone();
+        let _prefilling = first.dispatch_chain(c[0].uncached, &chain);
+        // Its repeat (same system prompt, another question) follows it: the
+        // wait is about the same, and the other engine would hold a second
+        // copy of the system prompt.
+        let mut repeat = sys.clone();
+        repeat.extend(7000..7040);
+        let repeat_chain = crate::pending::chain(&repeat, 32, &["m"]);
+        let r = Request {
+            chain: &repeat_chain,
+            ..r
+        };
+        let (c, why) = rank(&e, &none, &r, &W);
+        assert_eq!(c[0].engine.id, first.id);
+        assert_eq!(why, PickReason::PendingMatch);
+        assert_eq!(c[0].reusable, 1536);
+        // Until that engine is far busier than the copy is worth.
+        let _queue: Vec<_> = (0..3).map(|_| first.dispatch(1576)).collect();
+        let (c, _) = rank(&e, &none, &r, &W);
+        assert_ne!(c[0].engine.id, first.id);
+        // A request that never got a byte takes its prefix back.
+        drop(_prefilling);
+        drop(_queue);
+        assert!(first.pending.is_empty());
     }
 }

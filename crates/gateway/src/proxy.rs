@@ -14,7 +14,7 @@
 use crate::engine::{Dispatch, Engine};
 use crate::metrics::Metrics;
 use crate::pick::Choice;
-use crate::usage::{SseUsage, Usage};
+use crate::usage::{SseUsage, Usage, UsageStripper};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -66,6 +66,11 @@ pub struct Outgoing<'a> {
     pub start: Instant,
     /// Why the first engine was chosen (a response header).
     pub reason: &'static str,
+    /// The prompt's block chain, held as routed to the engine that takes it.
+    pub chain: &'a [u64],
+    /// The gateway asked for usage the client did not: strip it from the
+    /// stream.
+    pub strip_usage: bool,
 }
 
 /// Tries `choices` in order; the first engine that accepts the connection
@@ -78,7 +83,7 @@ pub async fn forward(
 ) -> Response {
     for (i, choice) in choices.iter().enumerate() {
         let engine = &choice.engine;
-        let dispatch = engine.dispatch(choice.uncached);
+        let dispatch = engine.dispatch_chain(choice.uncached, out.chain);
         let url = format!("{}{}", engine.spec.url, out.path_and_query);
         let mut req = http.request(out.method.clone(), &url);
         for (name, value) in out.headers {
@@ -162,6 +167,7 @@ fn relay(
         status: status.as_u16(),
         first: true,
         sse: sse.then(SseUsage::default),
+        strip: (sse && out.strip_usage).then(UsageStripper::default),
         json: (!sse).then(Vec::new),
         expected_reuse: choice.reusable,
         done: false,
@@ -186,6 +192,7 @@ struct Relay {
     status: u16,
     first: bool,
     sse: Option<SseUsage>,
+    strip: Option<UsageStripper>,
     json: Option<Vec<u8>>,
     expected_reuse: u64,
     done: bool,
@@ -199,64 +206,93 @@ type Item = Result<Bytes, std::io::Error>;
 
 impl Relay {
     async fn next(mut self) -> Option<(Item, Self)> {
-        let resp = self.resp.as_mut()?;
-        match resp.chunk().await {
-            Ok(Some(chunk)) => {
-                if self.first {
-                    self.first = false;
-                    self.dispatch.prefilled();
-                    self.metrics.first_token(
-                        self.route,
-                        self.engine(),
-                        self.start.elapsed().as_secs_f64(),
-                    );
-                }
-                if let Some(s) = &mut self.sse {
-                    s.feed(&chunk);
-                    if s.done {
-                        self.finish();
+        loop {
+            let resp = self.resp.as_mut()?;
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    let chunk = self.seen(chunk);
+                    // A chunk that was all stripped usage: read on.
+                    if chunk.is_empty() && self.resp.is_some() {
+                        continue;
                     }
-                } else if let Some(j) = &mut self.json {
-                    if j.len() + chunk.len() <= MAX_JSON_KEPT {
-                        j.extend_from_slice(&chunk);
-                    } else {
-                        self.json = None;
-                    }
+                    return Some((Ok(chunk), self));
                 }
-                if let Some(r) = &mut self.remaining {
-                    *r = r.saturating_sub(chunk.len() as u64);
-                    if *r == 0 {
-                        self.finish();
-                    }
+                Ok(None) => {
+                    self.finish();
+                    let rest = self.strip.as_mut().map(UsageStripper::finish);
+                    return rest.filter(|r| !r.is_empty()).map(|r| (Ok(r), self));
                 }
-                Some((Ok(chunk), self))
-            }
-            Ok(None) => {
-                self.finish();
-                None
-            }
-            Err(e) => {
-                self.resp = None;
-                let engine = Arc::clone(self.engine());
-                tracing::warn!(engine = %engine.id, error = %e, "engine_failed_mid_response");
-                if engine.set_healthy(false) {
-                    tracing::warn!(engine = %engine.id, "engine_marked_unhealthy");
-                }
-                self.done = true;
-                self.metrics
-                    .request(self.route, 502, self.start.elapsed().as_secs_f64());
-                if self.sse.is_some() {
-                    let event = serde_json::json!({"error": {
-                        "message": format!("engine {} failed mid-stream: {e}", engine.id),
-                        "type": "upstream_error",
-                        "code": 502,
-                    }});
-                    let bytes = Bytes::from(format!("data: {event}\n\n"));
-                    return Some((Ok(bytes), self));
-                }
-                Some((Err(std::io::Error::other(e)), self))
+                Err(e) => return Some(self.failed(&e)),
             }
         }
+    }
+
+    /// Reads a chunk on its way through (first byte, usage, end); what to
+    /// pass on.
+    fn seen(&mut self, chunk: Bytes) -> Bytes {
+        if self.first {
+            self.first = false;
+            self.dispatch.prefilled();
+            let t = self.start.elapsed().as_secs_f64();
+            self.metrics.first_token(self.route, self.engine(), t);
+            self.engine().stats.first_byte(t);
+        }
+        let mut done = false;
+        if let Some(s) = &mut self.sse {
+            s.feed(&chunk);
+            done = s.done;
+        } else if let Some(j) = &mut self.json {
+            if j.len() + chunk.len() <= MAX_JSON_KEPT {
+                j.extend_from_slice(&chunk);
+            } else {
+                self.json = None;
+            }
+        }
+        if let Some(r) = &mut self.remaining {
+            *r = r.saturating_sub(chunk.len() as u64);
+            done |= *r == 0;
+        }
+        if done {
+            self.finish();
+        }
+        match &mut self.strip {
+            Some(s) => {
+                let mut out = s.feed(chunk);
+                if done {
+                    let rest = s.finish();
+                    if !rest.is_empty() {
+                        let mut v = out.to_vec();
+                        v.extend_from_slice(&rest);
+                        out = Bytes::from(v);
+                    }
+                }
+                out
+            }
+            None => chunk,
+        }
+    }
+
+    /// The engine failed mid-answer.
+    fn failed(mut self, e: &reqwest::Error) -> (Item, Self) {
+        self.resp = None;
+        let engine = Arc::clone(self.engine());
+        tracing::warn!(engine = %engine.id, error = %e, "engine_failed_mid_response");
+        if engine.set_healthy(false) {
+            tracing::warn!(engine = %engine.id, "engine_marked_unhealthy");
+        }
+        self.done = true;
+        self.metrics
+            .request(self.route, 502, self.start.elapsed().as_secs_f64());
+        if self.sse.is_some() {
+            let event = serde_json::json!({"error": {
+                "message": format!("engine {} failed mid-stream: {e}", engine.id),
+                "type": "upstream_error",
+                "code": 502,
+            }});
+            let bytes = Bytes::from(format!("data: {event}\n\n"));
+            return (Ok(bytes), self);
+        }
+        (Err(std::io::Error::other(e.to_string())), self)
     }
 
     fn engine(&self) -> &Arc<Engine> {
@@ -275,6 +311,9 @@ impl Relay {
         };
         if let Some(u) = usage {
             self.metrics.usage(self.engine(), &u, self.expected_reuse);
+            self.engine()
+                .stats
+                .usage(u.prompt_tokens, u.cached_tokens, self.expected_reuse);
         }
         self.metrics
             .request(self.route, self.status, self.start.elapsed().as_secs_f64());
