@@ -187,7 +187,7 @@ class EventTap:
         self.sock.connect(f"tcp://127.0.0.1:{engine.ev}")
         self.child = {}  # (parent hash, block tokens) -> hash
         self.copies = {}  # hash -> physical copies held
-        self.gone = {}  # hash -> [(received, engine ts)] when its last copy went
+        self.flips = {}  # hash -> [(received, held afterwards)] as it came and went
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -223,15 +223,20 @@ class EventTap:
                         h = self.key(h)
                         self.child[(parent, tuple(toks[i * bs:(i + 1) * bs]))] = h
                         self.copies[h] = self.copies.get(h, 0) + 1
+                        if self.copies[h] == 1:
+                            self.flips.setdefault(h, []).append((now, True))
                         parent = h
                 elif kind == "BlockRemoved":
                     for h in ev["block_hashes"]:
                         h = self.key(h)
                         n = self.copies.get(h, 0) - 1
                         self.copies[h] = max(n, 0)
-                        if n <= 0:
-                            self.gone.setdefault(h, []).append((now, ts))
+                        if n == 0:
+                            self.flips.setdefault(h, []).append((now, False))
                 elif kind == "AllBlocksCleared":
+                    for h, n in self.copies.items():
+                        if n > 0:
+                            self.flips.setdefault(h, []).append((now, False))
                     self.copies.clear()
 
     def chain(self, ids, n_blocks):
@@ -246,10 +251,11 @@ class EventTap:
                 parent = h
         return out
 
-    def last_gone(self, h, before):
+    def held(self, h, at):
+        """(held at `at` as announced by then, when that last changed)."""
         with self.lock:
-            times = [t for t in self.gone.get(h, []) if t[0] <= before]
-        return max(times) if times else None
+            last = [f for f in self.flips.get(h, []) if f[0] <= at]
+        return (last[-1][1], last[-1][0]) if last else (False, None)
 
     def close(self):
         self.stop.set()
@@ -258,21 +264,25 @@ class EventTap:
 
 
 def classify(row, ids, tap):
-    """Why an over-claimed hint claimed more than the engine reused:
-    'stale' (the engine had announced the eviction of a claimed block before
-    the lookup: the index lagged), 'after' (announced only after the lookup:
-    a race no router sees), or 'unseen' (no eviction of a claimed block was
-    announced before the engine answered)."""
-    first, last = row["cached"] // BLOCK, row["hinted"] // BLOCK
-    hashes = tap.chain(ids, last)
-    gone = [tap.last_gone(h, row["t_done"]) for h in hashes[first:last]]
-    gone = [g for g in gone if g is not None]
-    if not gone:
+    """Why an over-claimed hint claimed more than the engine reused, judged
+    on the first claimed block the engine did not reuse (block cached/32):
+    'stale' (the engine had announced it gone before the lookup: the index
+    lagged), 'after' (held at the lookup as far as the engine had said, and
+    announced gone only after it: a race no router sees), or 'unseen' (still
+    held as far as the engine said when it answered). The lag is the
+    announcement's time minus the lookup's."""
+    first = row["cached"] // BLOCK
+    hashes = tap.chain(ids, first + 1)
+    if len(hashes) <= first:
         return "unseen", None
-    # The eviction that cut the reuse short: the first claimed block gone.
-    received, _ = min(gone)
-    lag = received - row["t_lookup"]
-    return ("stale" if lag < 0 else "after"), lag
+    h = hashes[first]
+    at_lookup, changed = tap.held(h, row["t_lookup"])
+    if not at_lookup and changed is not None:
+        return "stale", changed - row["t_lookup"]
+    at_done, changed = tap.held(h, row["t_done"])
+    if not at_done:
+        return "after", changed - row["t_lookup"]
+    return "unseen", None
 
 
 def eviction_buckets(urls):

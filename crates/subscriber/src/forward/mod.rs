@@ -509,6 +509,9 @@ impl Forwarder {
     }
 
     async fn send_flush(&mut self, f: Flush) -> Result<(), SendFailed> {
+        // Taken by every flush: a clear-only flush must not leave its stamp
+        // to a later eviction.
+        let received = self.removal_received.take().unwrap_or_else(Instant::now);
         if f.clear {
             self.evictions.supersede_all();
             self.evictions.drain_in_flight().await?;
@@ -549,7 +552,6 @@ impl Forwarder {
         if self.dirty && overtakes {
             self.close_stream().await?;
         }
-        let received = self.removal_received.take().unwrap_or_else(Instant::now);
         self.evictions.extend(f.evicts, received);
         while self.evictions.backlog() > self.config.max_evict_backlog {
             self.evictions.next().await?;
