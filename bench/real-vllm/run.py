@@ -165,6 +165,11 @@ class Engine:
     def reset(self):
         r = httpx.post(f"{self.url}/reset_prefix_cache", timeout=30)
         r.raise_for_status()
+        # vLLM publishes KV events at the end of an engine step, so the
+        # reset's AllBlocksCleared waits for the next request: without one
+        # the first lookups see the previous policy's blocks.
+        httpx.post(f"{self.url}/v1/completions", timeout=120,
+                   json={"model": "m", "prompt": "reset", "max_tokens": 1}).raise_for_status()
 
 
 class EventTap:
@@ -279,9 +284,11 @@ def classify(row, ids, tap):
     at_lookup, changed = tap.held(h, row["t_lookup"])
     if not at_lookup and changed is not None:
         return "stale", changed - row["t_lookup"]
-    at_done, changed = tap.held(h, row["t_done"])
-    if not at_done:
-        return "after", changed - row["t_lookup"]
+    with tap.lock:
+        went = [t for t, held in tap.flips.get(h, [])
+                if not held and row["t_lookup"] < t <= row["t_done"]]
+    if went:
+        return "after", went[0] - row["t_lookup"]
     return "unseen", None
 
 
