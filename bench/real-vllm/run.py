@@ -176,6 +176,156 @@ class Engine:
         r.raise_for_status()
 
 
+class EventTap:
+    """A second subscriber to one engine's KV events (beside the sidecar):
+    when each block hash was stored and when its last copy went, on this
+    machine's clock. It is how an over-claimed hint is told apart: the
+    engine announced the eviction before the lookup (the index was stale:
+    ours) or only after it (the engine evicted after the hint, or in a step
+    that had begun before it and was published at its end: no router could
+    have known)."""
+
+    def __init__(self, engine):
+        import msgspec
+        import zmq
+
+        self.decode = msgspec.msgpack.decode
+        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.setsockopt(zmq.RCVTIMEO, 200)
+        self.sock.connect(f"tcp://127.0.0.1:{engine.ev}")
+        self.child = {}  # (parent hash, block tokens) -> hash
+        self.copies = {}  # hash -> physical copies held
+        self.flips = {}  # hash -> [(received, held afterwards)] as it came and went
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    @staticmethod
+    def key(h):
+        return bytes(h) if isinstance(h, (bytes, bytearray, list)) else h
+
+    def run(self):
+        import zmq
+
+        while not self.stop.is_set():
+            try:
+                frames = self.sock.recv_multipart()
+            except zmq.Again:
+                continue
+            try:
+                self.apply(self.decode(frames[-1]), time.time())
+            except Exception:
+                continue
+
+    def apply(self, batch, now):
+        """One decoded event batch, received at `now`."""
+        ts, events = batch[:2]
+        with self.lock:
+            for ev in events:
+                kind = ev.get("type") if isinstance(ev, dict) else ev[0]
+                if kind == "BlockStored":
+                    parent = self.key(ev.get("parent_block_hash"))
+                    toks, bs = ev["token_ids"], ev["block_size"]
+                    for i, h in enumerate(ev["block_hashes"]):
+                        h = self.key(h)
+                        self.child[(parent, tuple(toks[i * bs:(i + 1) * bs]))] = h
+                        self.copies[h] = self.copies.get(h, 0) + 1
+                        if self.copies[h] == 1:
+                            self.flips.setdefault(h, []).append((now, True))
+                        parent = h
+                elif kind == "BlockRemoved":
+                    for h in ev["block_hashes"]:
+                        h = self.key(h)
+                        n = self.copies.get(h, 0) - 1
+                        self.copies[h] = max(n, 0)
+                        if n == 0:
+                            self.flips.setdefault(h, []).append((now, False))
+                elif kind == "AllBlocksCleared":
+                    for h, n in self.copies.items():
+                        if n > 0:
+                            self.flips.setdefault(h, []).append((now, False))
+                    self.copies.clear()
+
+    def chain(self, ids, n_blocks):
+        """The engine's hashes of the first n_blocks of `ids` (as far as known)."""
+        out, parent = [], None
+        with self.lock:
+            for i in range(n_blocks):
+                h = self.child.get((parent, tuple(ids[i * BLOCK:(i + 1) * BLOCK])))
+                if h is None:
+                    break
+                out.append(h)
+                parent = h
+        return out
+
+    def held(self, h, at):
+        """(held at `at` as announced by then, when that last changed)."""
+        with self.lock:
+            last = [f for f in self.flips.get(h, []) if f[0] <= at]
+        return (last[-1][1], last[-1][0]) if last else (False, None)
+
+    def close(self):
+        self.stop.set()
+        self.t.join()
+        self.sock.close(linger=0)
+
+
+def classify(row, ids, tap):
+    """Why an over-claimed hint claimed more than the engine reused, judged
+    on the first claimed block the engine did not reuse (block cached/32):
+    'stale' (the engine had announced it gone before the lookup: the index
+    lagged), 'after' (held at the lookup as far as the engine had said, and
+    announced gone only after it: a race no router sees), or 'unseen' (still
+    held as far as the engine said when it answered). The lag is the
+    announcement's time minus the lookup's."""
+    first = row["cached"] // BLOCK
+    hashes = tap.chain(ids, first + 1)
+    if len(hashes) <= first:
+        return "unseen", None
+    h = hashes[first]
+    at_lookup, changed = tap.held(h, row["t_lookup"])
+    if not at_lookup and changed is not None:
+        return "stale", changed - row["t_lookup"]
+    with tap.lock:
+        went = [t for t, held in tap.flips.get(h, [])
+                if not held and row["t_lookup"] < t <= row["t_done"]]
+    if went:
+        return "after", went[0] - row["t_lookup"]
+    return "unseen", None
+
+
+def eviction_buckets(urls):
+    """Σ over the sidecars of `eviction_visible_seconds` (engine batch with
+    an eviction at the sidecar -> the server's ack: lookups no longer see
+    the block): {upper bound: cumulative count}."""
+    out = {}
+    for u in urls:
+        try:
+            body = httpx.get(f"{u}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in body.splitlines():
+            if line.startswith("inferencecache_subscriber_eviction_visible_seconds_bucket"):
+                le = line.split('le="')[1].split('"')[0]
+                out[le] = out.get(le, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def bucket_quantile(before, after, q):
+    """(count, the smallest bucket bound holding quantile q) of after - before."""
+    d = sorted(((float("inf") if le == "+Inf" else float(le)), after[le] - before.get(le, 0))
+               for le in after)
+    total = d[-1][1] if d else 0
+    if not total:
+        return 0, None
+    for le, c in d:
+        if c >= q * total:
+            return int(total), le
+    return int(total), None
+
+
 def workload(tok, n_sys, n_req, sys_tokens, seed):
     rng = random.Random(seed)
     vocab = [t for t in range(1000, 30000)]
@@ -335,6 +485,7 @@ def run_policy(name, engines, reqs, conc, ctx):
         def one(i_req):
             i, (s, prompt) = i_req
             hinted, cost = None, None
+            t_lookup = time.time()
             if name == "rr":
                 with rr_lock:
                     e = engines[rr[0] % len(engines)]
@@ -346,6 +497,8 @@ def run_policy(name, engines, reqs, conc, ctx):
             else:
                 target, eng = url, None
             meta = {}
+            if name != "hints":
+                t_lookup = time.time()  # the gateway looks up as it receives
             try:
                 ttft, pt, ct = send(target, prompt, meta=meta)
             finally:
@@ -356,7 +509,8 @@ def run_policy(name, engines, reqs, conc, ctx):
                 hinted = int(meta["x-inferencecache-reusable-tokens"])
                 eng = meta.get("x-inferencecache-engine")
             res.add(i=i, sys=s, ttft=ttft, prompt=pt, cached=ct, hinted=hinted, engine=eng,
-                    lookup=cost, route=meta.get("x-inferencecache-route"))
+                    lookup=cost, route=meta.get("x-inferencecache-route"),
+                    t_lookup=t_lookup, t_done=time.time())
 
         with ThreadPoolExecutor(max_workers=conc) as ex:
             list(ex.map(one, enumerate(reqs)))
@@ -388,6 +542,11 @@ def summarize(name, rows, sys_tokens):
             routes[r["route"]] = routes.get(r["route"], 0) + 1
     if routes:
         out["routes"] = routes
+    causes = [r["over"] for r in hinted if r.get("over")]
+    if causes:
+        for c in ("stale", "after", "unseen"):
+            out[f"over_{c}"] = sum(1 for x in causes if x[0] == c)
+        out["over_lags_ms"] = [round(x[1] * 1000, 1) for x in causes if x[1] is not None]
     lk = [r["lookup"] * 1000 for r in rows if r.get("lookup") is not None]
     if lk:
         out["lookup_ms_p50"] = statistics.median(lk)
@@ -421,9 +580,11 @@ def main():
         blocks = None if cache == "1g" else int(cache)
         engines = [Engine(model, cpu, blocks, work) for cpu in (0, 1)]
         side = []
+        taps = []
         try:
             for e in engines:
                 wait_http(f"{e.url}/health", 900, e.proc.p, e.proc.log)
+            taps = [EventTap(e) for e in engines]
             ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir}
             if "hints" in a.policies:
                 g, h = free_port(), free_port()
@@ -433,13 +594,15 @@ def main():
                                  work / "serve.log"))
                 wait_http(f"http://127.0.0.1:{h}/readyz", 60, side[-1].p, side[-1].log)
                 for i, e in enumerate(engines):
+                    sc_http = free_port()
+                    ctx.setdefault("sidecars", []).append(f"http://127.0.0.1:{sc_http}")
                     side.append(Proc([a.bin, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
                                       "--tenant-id", "bench",
                                       "--engine-endpoint", f"tcp://127.0.0.1:{e.ev}",
                                       "--replay-endpoint", f"tcp://127.0.0.1:{e.replay}",
                                       "--engine-metrics-url", f"{e.url}/metrics",
                                       "--server", f"127.0.0.1:{g}",
-                                      "--http-bind-address", f"127.0.0.1:{free_port()}"],
+                                      "--http-bind-address", f"127.0.0.1:{sc_http}"],
                                      work / f"subscribe-{i}.log"))
                 ctx["hints"] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
             for conc in a.concurrency:
@@ -447,12 +610,33 @@ def main():
                     for e in engines:
                         e.reset()
                     time.sleep(0.5)  # let the clear reach the index before the first lookup
+                    ev0 = eviction_buckets(ctx.get("sidecars", []))
                     rows = run_policy(name, engines, reqs, conc, ctx)
+                    ev1 = eviction_buckets(ctx.get("sidecars", []))
+                    # The Python gateway records the URL, the gateway its id (host:port).
+                    by_url = {k: t for e, t in zip(engines, taps)
+                              for k in (e.url, e.url.removeprefix("http://"))}
+                    for r in rows:
+                        tap = by_url.get(r.get("engine"))
+                        if r.get("hinted") and r["hinted"] > r["cached"] and tap:
+                            try:
+                                ids = tok.encode(reqs[r["i"]][1])
+                                r["over"] = classify(r, ids, tap)
+                            except Exception as ex:  # a diagnosis, never the run
+                                r["over"] = ("unseen", None)
+                                print(f"classify failed: {ex!r}", file=sys.stderr)
                     s = summarize(name, rows, a.system_tokens)
                     s.update(cache=cache, concurrency=conc)
+                    if name == "hints":
+                        n, p50 = bucket_quantile(ev0, ev1, 0.5)
+                        _, p99 = bucket_quantile(ev0, ev1, 0.99)
+                        s.update(evictions=n, eviction_visible_p50_le_s=p50,
+                                 eviction_visible_p99_le_s=p99)
                     report["runs"].append({"summary": s, "rows": rows})
                     print(json.dumps(s), flush=True)
         finally:
+            for t in taps:
+                t.close()
             for p in side:
                 p.stop()
             for e in engines:
@@ -462,6 +646,9 @@ def main():
     for r in report["runs"]:
         s = r["summary"]
         h = f"{s['hints_exact']}/{s['hints']} exact, {s['hints_over']} over" if "hints" in s else ""
+        if s.get("hints_over"):
+            h += (f" (stale {s.get('over_stale', 0)}, after the hint {s.get('over_after', 0)},"
+                  f" unseen {s.get('over_unseen', 0)})")
         print(f"| {s['cache']} | {s['concurrency']} | {s['policy']} | {s['ttft_mean']:.0f} | "
               f"{s['ttft_p50']:.0f} | {s['ttft_p90']:.0f} | {s['hit_rate']:.1%} | {s['full_misses']} | {h} |")
     if a.out:

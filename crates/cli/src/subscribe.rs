@@ -163,6 +163,15 @@ pub(crate) struct SubscribeArgs {
     )]
     pub engine_metrics_url: String,
 
+    /// How long the engine's /metrics may fail (after answering once) before
+    /// the replica's blocks are withdrawn (ALL_CLEARED): a hung engine keeps
+    /// its event stream's connection, so this is how it stops getting hints
+    /// (within the grace plus one scrape timeout); the first good scrape
+    /// brings them back. 0 never withdraws for metrics.
+    #[arg(long, env = "INFERENCECACHE_ENGINE_METRICS_GRACE", default_value = "3s",
+          value_parser = parse_duration)]
+    pub engine_metrics_grace: Duration,
+
     /// Scrape and report interval of replica stats: the engine's running and
     /// waiting requests and KV usage, the server's load signal. 1s keeps the
     /// ranking's queued work current (the reference scrapes every 10s).
@@ -295,6 +304,7 @@ fn build_config(a: &SubscribeArgs) -> Result<SidecarConfig, String> {
             cache_tier,
         },
         client_version: nonempty(&a.client_version),
+        down_grace: (!a.engine_metrics_grace.is_zero()).then_some(a.engine_metrics_grace),
     });
     Ok(SidecarConfig {
         transport: TransportConfig {

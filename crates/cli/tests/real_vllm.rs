@@ -18,6 +18,7 @@ mod engine;
 #[path = "common/real_chain.rs"]
 mod real_chain;
 
+use inferencecache_proto::v1alpha1::EngineLoad;
 use real_chain::{Chain, Judged, cat, qwen_chain, tokens};
 use serde_json::json;
 use std::time::Duration;
@@ -48,6 +49,8 @@ async fn hints_equal_what_the_engine_reuses() {
     the_last_token_is_recomputed(&chain, &mut judged).await;
     no_hint_across_a_salt(&chain, &mut judged).await;
     removals_reach_lookups_at_once(&chain, &mut judged).await;
+    the_load_is_reported(&chain).await;
+    a_hung_engine_stops_getting_hints(&chain).await;
     // Last: these take replicas away.
     a_silent_sidecar_is_withdrawn(&mut chain).await;
     a_dead_engine_stops_getting_hints(&mut chain).await;
@@ -227,6 +230,114 @@ async fn removals_reach_lookups_at_once(chain: &Chain, judged: &mut Vec<Judged>)
             .await;
         judged.push(j);
     }
+}
+
+/// Item 7: with default flags the sidecar reports its engine's load every
+/// second: the KV capacity is the engine's, requests in flight show up
+/// while they run (ten at once on an engine that runs eight: two wait) with
+/// the KV usage they take, and the report is back to idle within seconds of
+/// the last one finishing.
+async fn the_load_is_reported(chain: &Chain) {
+    let idle =
+        |l: &Option<EngineLoad>| l.is_some_and(|l| l.running_requests + l.waiting_requests == 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut l1 = chain.load(1).await;
+    while !idle(&l1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no idle load report for r1: {l1:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        l1 = chain.load(1).await;
+    }
+    assert_eq!(
+        l1.unwrap().kv_cache_capacity_tokens,
+        u64::from(SMALL_CACHE_BLOCKS) * 32,
+        "the engine's capacity: blocks × block size"
+    );
+    let requests = futures::future::join_all((0..10).map(|k| {
+        chain.engines[0].post(
+            "/v1/completions",
+            json!({"prompt": tokens(200 + k, 300), "max_tokens": 150,
+                   "ignore_eos": true, "temperature": 0}),
+        )
+    }));
+    tokio::pin!(requests);
+    let t0 = std::time::Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        tokio::select! {
+            _ = &mut requests => break,
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if let Some(l) = chain.load(0).await {
+            seen.push((t0.elapsed(), l));
+        }
+    }
+    let busy = t0.elapsed();
+    let peak = |f: fn(&EngineLoad) -> f32| seen.iter().map(|(_, l)| f(l)).fold(0.0, f32::max);
+    let (running, waiting, usage) = (
+        peak(|l| l.running_requests as f32),
+        peak(|l| l.waiting_requests as f32),
+        peak(|l| l.kv_cache_usage),
+    );
+    eprintln!(
+        "load under 10 requests ({busy:?}): peak running {running}, waiting {waiting}, \
+         KV usage {usage}; {} samples",
+        seen.len()
+    );
+    assert!(
+        (2.0..=8.0).contains(&running),
+        "running {running}: {seen:?}"
+    );
+    assert!(
+        (1.0..=8.0).contains(&waiting),
+        "waiting {waiting}: {seen:?}"
+    );
+    assert!(usage > 0.0 && usage <= 1.0, "KV usage {usage}: {seen:?}");
+    let t1 = std::time::Instant::now();
+    let mut l0 = chain.load(0).await;
+    while !idle(&l0) {
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "still loaded: {l0:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        l0 = chain.load(0).await;
+    }
+    eprintln!(
+        "load back to idle {:?} after the last request",
+        t1.elapsed()
+    );
+}
+
+/// Item 4, metrics liveness: an engine that hangs (SIGSTOP: its event
+/// stream stays connected, so the stream-down path never fires) stops
+/// getting hints once its metrics have failed for `--engine-metrics-grace`
+/// (3 s; a hung scrape takes its 2 s timeout, so about 4-5 s), and gets them
+/// back at the first scrape after it answers again (the sidecar kept
+/// tracking its events and re-reports them).
+async fn a_hung_engine_stops_getting_hints(chain: &Chain) {
+    let prompt = tokens(300, 500);
+    chain.complete(0, &prompt, json!({})).await;
+    chain.wait_held(0, &prompt, "", 480).await;
+    chain.engines[0].pause(true);
+    let took = until_withdrawn(chain, 0, Duration::from_secs(30)).await;
+    eprintln!("hung engine: r0 withdrawn after {took:?}");
+    // Paused now, the engine's own queue makes up the rest: resume before
+    // asserting, so a failure leaves no stopped process group behind.
+    let t0 = std::time::Instant::now();
+    chain.engines[0].pause(false);
+    chain.wait_held(0, &prompt, "", 480).await;
+    eprintln!(
+        "hung engine: r0 hinted again {:?} after it resumed",
+        t0.elapsed()
+    );
+    assert!(
+        took >= Duration::from_secs(3),
+        "withdrawn before the grace: {took:?}"
+    );
+    assert!(took <= Duration::from_secs(8), "withdrawn late: {took:?}");
 }
 
 /// Polls the server's `/snapshot` until replica `i` holds nothing; the

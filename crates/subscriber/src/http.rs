@@ -47,7 +47,8 @@ async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
         .map(|(r, _)| *r)
         .collect();
     let server = s.metrics.server_up();
-    if down.is_empty() && server {
+    let metrics_down = s.metrics.engine_metrics_down();
+    if down.is_empty() && server && !metrics_down {
         (StatusCode::OK, "ready\n".to_owned())
     } else {
         let mut why = String::from("not ready:");
@@ -56,6 +57,9 @@ async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
         }
         if !server {
             why.push_str(" server unreachable;");
+        }
+        if metrics_down {
+            why.push_str(" engine metrics unreachable (hung or dead engine; blocks withdrawn);");
         }
         why.push('\n');
         (StatusCode::SERVICE_UNAVAILABLE, why)

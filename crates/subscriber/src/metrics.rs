@@ -58,6 +58,9 @@ pub struct SidecarMetrics {
     pub send_latency: Family<Label, Histogram, fn() -> Histogram>,
     /// Evictions queued or in flight towards the server.
     pub eviction_backlog: Gauge,
+    /// Engine batch with an eviction received → the server's ack (applied:
+    /// lookups no longer hint the block).
+    pub eviction_visible: Histogram,
     /// Queued evictions dropped before sending because the block was stored
     /// again (or the replica cleared) meanwhile.
     pub evictions_superseded: Counter,
@@ -71,7 +74,13 @@ pub struct SidecarMetrics {
     pub engine_connected: Family<RankLabel, Gauge>,
     /// Engine `/metrics` scrapes, by `result`.
     pub scrapes: Family<Label, Counter>,
+    /// Times the engine's metrics stayed unreachable past
+    /// `--engine-metrics-grace` and the replica's blocks were withdrawn.
+    pub metrics_withdrawals: Counter,
+    /// 1 while the replica is withdrawn for dead engine metrics.
+    pub engine_metrics_down: Gauge,
     server_up: AtomicBool,
+    metrics_down: AtomicBool,
 }
 
 fn latency_histogram() -> Histogram {
@@ -120,13 +129,21 @@ impl SidecarMetrics {
             sent: Family::default(),
             send_latency: Family::new_with_constructor(latency_histogram),
             eviction_backlog: Gauge::default(),
+            // 1 ms .. 1 s, fine around the 50 ms target.
+            eviction_visible: Histogram::new([
+                0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2,
+                0.5, 1.0,
+            ]),
             evictions_superseded: Counter::default(),
             tracked_blocks: Gauge::default(),
             pending_blocks: Gauge::default(),
             server_connected: Gauge::default(),
             engine_connected: Family::default(),
             scrapes: Family::default(),
+            metrics_withdrawals: Counter::default(),
+            engine_metrics_down: Gauge::default(),
             server_up: AtomicBool::new(false),
+            metrics_down: AtomicBool::new(false),
         };
         if let Ok(mut r) = m.registry.lock() {
             r.register(
@@ -206,6 +223,11 @@ impl SidecarMetrics {
                 m.eviction_backlog.clone(),
             );
             r.register(
+                "eviction_visible_seconds",
+                "Time from the engine batch carrying an eviction reaching the sidecar to the server acknowledging it (applied: lookups no longer hint the block)",
+                m.eviction_visible.clone(),
+            );
+            r.register(
                 "evictions_superseded",
                 "Queued evictions not sent because the block was stored again (or the replica cleared) first",
                 m.evictions_superseded.clone(),
@@ -235,8 +257,29 @@ impl SidecarMetrics {
                 "Engine /metrics scrapes, by result",
                 m.scrapes.clone(),
             );
+            r.register(
+                "engine_metrics_withdrawals",
+                "Times the engine's /metrics stayed unreachable past --engine-metrics-grace (a hung or dead engine) and the replica's blocks were withdrawn",
+                m.metrics_withdrawals.clone(),
+            );
+            r.register(
+                "engine_metrics_down",
+                "1 while the replica's blocks are withdrawn because the engine's /metrics does not answer",
+                m.engine_metrics_down.clone(),
+            );
         }
         m
+    }
+
+    /// Records whether the engine's metrics are down past the grace.
+    pub fn set_engine_metrics_down(&self, down: bool) {
+        self.metrics_down.store(down, Ordering::Relaxed);
+        self.engine_metrics_down.set(i64::from(down));
+    }
+
+    /// Whether the replica is withdrawn for dead engine metrics.
+    pub fn engine_metrics_down(&self) -> bool {
+        self.metrics_down.load(Ordering::Relaxed)
     }
 
     /// The OpenMetrics exposition.

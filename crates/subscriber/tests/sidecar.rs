@@ -423,6 +423,7 @@ async fn engine_metrics_become_replica_stats() {
             cache_tier: CacheTierGauge::Auto,
         },
         client_version: None,
+        down_grace: None,
     });
     let sc = Sidecar::start(cfg).await;
     let mut c = srv.client().await;
@@ -453,6 +454,148 @@ async fn engine_metrics_become_replica_stats() {
     assert_eq!(load.kv_cache_usage, 0.5);
     assert_eq!(load.kv_cache_capacity_tokens, 256 * 32);
     assert!(sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"ok\"}") >= 2.0);
+    sc.stop().await;
+    srv.stop().await;
+}
+
+/// An engine `/metrics` that answers while `alive` (else 503).
+async fn switchable_metrics(alive: Arc<std::sync::atomic::AtomicBool>) -> SocketAddr {
+    use axum::http::StatusCode;
+    use std::sync::atomic::Ordering;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let up = alive.load(Ordering::Relaxed);
+            async move {
+                if up {
+                    (
+                        StatusCode::OK,
+                        "vllm:num_requests_running{model_name=\"m\"} 1\n\
+                         vllm:num_requests_waiting{model_name=\"m\"} 0\n\
+                         vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n"
+                            .to_owned(),
+                    )
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "hung\n".to_owned())
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+fn stats_config(
+    metrics: SocketAddr,
+    grace: Duration,
+) -> inferencecache_subscriber::stats::StatsConfig {
+    use inferencecache_subscriber::stats::{CacheTierGauge, Profile, ProfileConfig, StatsConfig};
+    StatsConfig {
+        url: format!("http://{metrics}/metrics"),
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_secs(1),
+        profile: ProfileConfig {
+            profile: Profile::Vllm,
+            model_name: None,
+            max_concurrency_ceiling: 16.0,
+            cache_size_bytes: 0,
+            cache_tier: CacheTierGauge::Auto,
+        },
+        client_version: None,
+        down_grace: Some(grace),
+    }
+}
+
+/// Issue 33, item 4: an engine whose metrics stop answering (hung: its
+/// event stream stays connected) is withdrawn after the grace, its events
+/// are still tracked meanwhile, and the first good scrape brings them all
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_engine_metrics_withdraw_the_replica_until_they_answer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let mut engine = Engine::start().await;
+    let alive = Arc::new(AtomicBool::new(true));
+    let metrics = switchable_metrics(Arc::clone(&alive)).await;
+    let grace = Duration::from_millis(400);
+    let mut cfg = config(&engine, grpc, MappingConfig::default());
+    cfg.stats = Some(stats_config(metrics, grace));
+    let sc = Sidecar::start(cfg).await;
+    engine.publish(vec![stored(100, 4, None, 0)], true).await;
+    wait_for(&srv, 0..64, "", 64).await;
+    while sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"ok\"}") < 1.0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    alive.store(false, Ordering::Relaxed);
+    let t0 = std::time::Instant::now();
+    wait_for(&srv, 0..64, "", 0).await;
+    let took = t0.elapsed();
+    assert!(took >= grace, "withdrawn before the grace: {took:?}");
+    assert!(took < grace * 4, "withdrawn late: {took:?}");
+    let http = sc.running.http_addr.unwrap();
+    let ready = reqwest::get(format!("http://{http}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    assert!(
+        ready
+            .text()
+            .await
+            .unwrap()
+            .contains("engine metrics unreachable")
+    );
+    assert_eq!(
+        sc.metric("inferencecache_subscriber_engine_metrics_down"),
+        1.0
+    );
+    // Stored while withdrawn: tracked, not reported.
+    engine
+        .publish(vec![stored(104, 2, Some(103), 64)], true)
+        .await;
+    while sc.metric("inferencecache_subscriber_blocks_total{op=\"stored\"}") < 6.0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(lookup(&srv, 0..96, "").await.1, None);
+
+    alive.store(true, Ordering::Relaxed);
+    wait_for(&srv, 0..96, "", 96).await;
+    assert_eq!(
+        sc.metric("inferencecache_subscriber_engine_metrics_withdrawals_total"),
+        1.0
+    );
+    assert_eq!(
+        sc.metric("inferencecache_subscriber_engine_metrics_down"),
+        0.0
+    );
+    sc.stop().await;
+    srv.stop().await;
+}
+
+/// A metrics endpoint that never answered is a wrong URL, not a dead
+/// engine: the replica keeps its hints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_that_never_answered_withdraw_nothing() {
+    use std::sync::atomic::AtomicBool;
+    let grpc = free_port();
+    let srv = Srv::start(grpc).await;
+    let mut engine = Engine::start().await;
+    let metrics = switchable_metrics(Arc::new(AtomicBool::new(false))).await;
+    let mut cfg = config(&engine, grpc, MappingConfig::default());
+    cfg.stats = Some(stats_config(metrics, Duration::from_millis(100)));
+    let sc = Sidecar::start(cfg).await;
+    engine.publish(vec![stored(100, 4, None, 0)], true).await;
+    wait_for(&srv, 0..64, "", 64).await;
+    // Ten failed scrapes: five times the grace.
+    while sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"error\"}") < 10.0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(lookup(&srv, 0..64, "").await.1.map(|m| m.0), Some(64));
+    assert_eq!(
+        sc.metric("inferencecache_subscriber_engine_metrics_withdrawals_total"),
+        0.0
+    );
     sc.stop().await;
     srv.stop().await;
 }

@@ -324,6 +324,20 @@ impl Engine {
         }
     }
 
+    /// Stops (`pause = true`, SIGSTOP) or continues (SIGCONT) the engine's
+    /// whole process group: a hung engine, whose sockets stay connected but
+    /// which answers nothing.
+    pub fn pause(&self, pause: bool) {
+        if let Some(c) = &self.child {
+            let sig = if pause { "-STOP" } else { "-CONT" };
+            let ok = Command::new("kill")
+                .args([sig, "--", &format!("-{}", c.id())])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig} of the engine's process group failed");
+        }
+    }
+
     /// Whether the engine process is still running.
     pub fn running(&mut self) -> bool {
         self.child

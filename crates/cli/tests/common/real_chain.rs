@@ -7,7 +7,9 @@
 
 use super::engine::{Proc, serve};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
-use inferencecache_proto::v1alpha1::{LookupRouteRequest, LookupRouteResponse};
+use inferencecache_proto::v1alpha1::{
+    EngineLoad, GetCacheStateRequest, LookupRouteRequest, LookupRouteResponse,
+};
 use inferencecache_testkit::vllm::{self, Engine, EngineConfig, Model, ModelKind};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -144,6 +146,24 @@ impl Chain {
     /// A completion of `tokens` on engine `i`: (prompt tokens, cached tokens).
     pub(crate) async fn complete(&self, i: usize, tokens: &[u32], extra: Value) -> (u64, u64) {
         self.engines[i].complete(json!(tokens), extra).await
+    }
+
+    /// The engine load the server holds for replica `i` (GetCacheState):
+    /// `None` before its sidecar's first report.
+    pub(crate) async fn load(&self, i: usize) -> Option<EngineLoad> {
+        let mut c = InferenceCacheClient::connect(format!("http://{}", self.grpc()))
+            .await
+            .unwrap();
+        let st = c
+            .get_cache_state(GetCacheStateRequest {
+                model_id: self.model_id(i),
+                tenant_id: TENANT.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let r = replica(i);
+        st.replicas.into_iter().find(|s| s.replica_id == r)?.load
     }
 
     /// The server's `/metrics` body.

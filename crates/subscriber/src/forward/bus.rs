@@ -23,6 +23,7 @@ use crate::error::SidecarError;
 use crate::mapping::Update;
 use crate::metrics::SidecarMetrics;
 use crate::replica::ReplicaState;
+use crate::stats::StatsSignal;
 
 /// `--nats-url` settings of the sidecar.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,11 +65,17 @@ impl Publisher<'_> {
         }
     }
 
-    fn resync(&self, state: &ReplicaState, outbox: &mut Outbox) {
+    /// `ALL_CLEARED`, then every tracked block (none while `withdrawn`:
+    /// the engine's metrics are dead, see [`crate::stats`]).
+    fn resync(&self, state: &ReplicaState, outbox: &mut Outbox, withdrawn: bool) {
         outbox.discard();
         let id = &self.config.identity;
         self.send(BusMessage::Event(id.all_cleared()));
-        let reports = state.current_reports();
+        let reports = if withdrawn {
+            Vec::new()
+        } else {
+            state.current_reports()
+        };
         for chunk in reports.chunks(self.config.max_batch.max(1)) {
             self.send(BusMessage::Update(id.update(chunk)));
         }
@@ -108,7 +115,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(config.window);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Whatever a previous sidecar of this replica left on the bus goes.
-    p.resync(&state, &mut outbox);
+    p.resync(&state, &mut outbox, false);
+    let mut withdrawn = false;
     loop {
         tokio::select! {
             biased;
@@ -117,7 +125,7 @@ pub async fn run(
                 if changed.is_err() {
                     break;
                 }
-                p.resync(&state, &mut outbox);
+                p.resync(&state, &mut outbox, withdrawn);
             }
             d = deliveries.recv() => {
                 let Some(d) = d else { break };
@@ -135,6 +143,10 @@ pub async fn run(
                 // Removals leave at once (a stale block is a false hint);
                 // stores wait for the window.
                 let urgent = super::has_removal(&updates);
+                if withdrawn {
+                    // The engine's return resyncs the state instead.
+                    continue;
+                }
                 outbox.push_all(updates.drain(..));
                 if urgent || outbox.len() >= config.max_batch {
                     p.flush(&mut outbox);
@@ -145,9 +157,23 @@ pub async fn run(
                 metrics.set_server_up(producer.is_connected());
                 p.flush(&mut outbox);
             }
-            Some(s) = stats.recv() => {
-                p.send(BusMessage::Update(config.identity.stats_update(&s)));
-            }
+            Some(signal) = stats.recv() => match signal {
+                StatsSignal::EngineDown => {
+                    if !withdrawn {
+                        withdrawn = true;
+                        outbox.discard();
+                        outbox.push(Update::AllCleared);
+                        p.flush(&mut outbox);
+                    }
+                }
+                StatsSignal::Sample(s) => {
+                    if withdrawn {
+                        withdrawn = false;
+                        p.resync(&state, &mut outbox, false);
+                    }
+                    p.send(BusMessage::Update(config.identity.stats_update(&s)));
+                }
+            },
         }
     }
     p.flush(&mut outbox);

@@ -38,7 +38,8 @@ pub(super) struct Evictions {
     /// Send order. A key taken back stays here until popped; `waiting` is
     /// the truth.
     order: VecDeque<Key>,
-    waiting: HashMap<Key, PrefixEviction>,
+    /// Each with when its engine batch reached the event loop.
+    waiting: HashMap<Key, (PrefixEviction, Instant)>,
     in_flight: HashSet<Key>,
     calls: FuturesUnordered<Call>,
 }
@@ -69,11 +70,16 @@ impl Evictions {
         self.waiting.len() + self.in_flight.len()
     }
 
-    /// Queues evictions and starts calls up to the in-flight limit.
-    pub(super) fn extend(&mut self, evicts: impl IntoIterator<Item = PrefixEviction>) {
+    /// Queues evictions (their engine batch arrived at `received`) and
+    /// starts calls up to the in-flight limit.
+    pub(super) fn extend(
+        &mut self,
+        evicts: impl IntoIterator<Item = PrefixEviction>,
+        received: Instant,
+    ) {
         for e in evicts {
             let key = (e.prefix_hash, e.adapter.clone());
-            if self.waiting.insert(key.clone(), e).is_none() {
+            if self.waiting.insert(key.clone(), (e, received)).is_none() {
                 self.order.push_back(key);
             }
         }
@@ -163,7 +169,7 @@ impl Evictions {
             let Some(key) = self.order.pop_front() else {
                 break;
             };
-            let Some(e) = self.waiting.remove(&key) else {
+            let Some((e, received)) = self.waiting.remove(&key) else {
                 continue;
             };
             self.in_flight.insert(key.clone());
@@ -178,6 +184,10 @@ impl Evictions {
                 );
                 if result.is_ok() {
                     metrics.record_sent("PublishEvent", started);
+                    // Acknowledged = applied: lookups no longer see it.
+                    metrics
+                        .eviction_visible
+                        .observe(received.elapsed().as_secs_f64());
                 }
                 (key, result)
             }));

@@ -93,7 +93,7 @@ use crate::error::SidecarError;
 use crate::mapping::Update;
 use crate::metrics::SidecarMetrics;
 use crate::replica::ReplicaState;
-use crate::stats::EngineStats;
+use crate::stats::StatsSignal;
 use crate::transport::{Delivery, TransportStatus};
 pub use backoff::Backoff;
 pub use channel::{ServerTls, connect_lazy, server_uri};
@@ -177,8 +177,8 @@ pub struct Inputs {
     pub state: ReplicaState,
     /// Deliveries from every rank's transport.
     pub deliveries: mpsc::Receiver<Delivery>,
-    /// Stats samples from the stats path.
-    pub stats: mpsc::Receiver<EngineStats>,
+    /// Stats samples and engine liveness from the stats path.
+    pub stats: mpsc::Receiver<StatsSignal>,
     /// Each rank's transport status, for metrics.
     pub transports: Vec<(u32, Arc<TransportStatus>)>,
 }
@@ -201,6 +201,13 @@ struct Forwarder {
     next_attempt: Instant,
     /// When a report last went out (heartbeats fill the gaps).
     last_report: Instant,
+    /// The engine's metrics are dead past the grace: the server holds
+    /// nothing of this replica, and engine events only update the state
+    /// (the resync when the engine answers again sends it).
+    withdrawn: bool,
+    /// When the first engine batch with removals in the outbox arrived (the
+    /// eviction-visibility histogram starts there).
+    removal_received: Option<Instant>,
 }
 
 /// Runs the event path until `cancel` fires or every transport is gone,
@@ -242,6 +249,8 @@ pub async fn run(
         connected: false,
         next_attempt: Instant::now(),
         last_report: Instant::now(),
+        withdrawn: false,
+        removal_received: None,
     };
     fw.metrics.set_server_up(false);
     let mut tick = tokio::time::interval(fw.config.window);
@@ -261,6 +270,7 @@ pub async fn run(
             }
             d = deliveries.recv() => {
                 let Some(d) = d else { break };
+                let received = Instant::now();
                 updates.clear();
                 state.handle(&d, &mut updates);
                 let (tracked, pending) = state.mappings().fold((0, 0), |(t, p), (_, m)| {
@@ -272,14 +282,17 @@ pub async fn run(
                     tracked,
                     pending,
                 );
-                // While unreachable nothing is buffered: the resync sends
-                // the state these updates were applied to.
-                if fw.connected {
+                // While unreachable (or withdrawn) nothing is buffered: the
+                // resync sends the state these updates were applied to.
+                if fw.connected && !fw.withdrawn {
                     // Removals leave at once, with the stores before them:
                     // until the server drops a block, lookups hint a replica
                     // that no longer holds it. Stores alone wait for the
                     // window (a late store is a missed hint, not a false one).
                     let urgent = has_removal(&updates);
+                    if urgent {
+                        fw.removal_received.get_or_insert(received);
+                    }
                     fw.outbox.push_all(updates.drain(..));
                     if urgent || fw.outbox.len() >= fw.config.max_batch {
                         fw.flush().await;
@@ -311,7 +324,21 @@ pub async fn run(
                     fw.resync(&state).await;
                 }
             }
-            Some(s) = stats.recv() => {
+            Some(signal) = stats.recv() => {
+                let s = match signal {
+                    StatsSignal::EngineDown => {
+                        fw.withdraw().await;
+                        continue;
+                    }
+                    StatsSignal::Sample(s) => s,
+                };
+                if fw.withdrawn {
+                    fw.withdrawn = false;
+                    // Back: the full state, as after a reconnect.
+                    if fw.connected {
+                        fw.resync(&state).await;
+                    }
+                }
                 if fw.connected {
                     let msg = fw.config.identity.stats_update(&s);
                     // Stats carry no prefixes: an eviction need not wait for them.
@@ -342,9 +369,26 @@ pub async fn run(
 }
 
 impl Forwarder {
+    /// The engine is gone or hung (its metrics dead past the grace): the
+    /// server drops every block of the replica (`ALL_CLEARED`, ordered after
+    /// whatever is in flight), so no hint sends requests to it.
+    async fn withdraw(&mut self) {
+        if self.withdrawn {
+            return;
+        }
+        self.withdrawn = true;
+        if self.connected {
+            self.outbox.discard();
+            self.outbox.push(Update::AllCleared);
+            self.flush().await;
+        }
+        // Unreachable: the reconnect's resync sends the clear alone.
+    }
+
     fn disconnect(&mut self, why: SendFailed) {
         let discarded = self.outbox.len() as u64 + self.evictions.discard();
         self.outbox.discard();
+        self.removal_received = None;
         self.stream = None;
         self.dirty = false;
         self.unacked = Some(HashSet::new());
@@ -377,6 +421,7 @@ impl Forwarder {
     async fn resync(&mut self, state: &ReplicaState) {
         self.outbox.discard();
         self.evictions.discard();
+        self.removal_received = None;
         let result = async {
             // A reconnect is when a rotated projected token is picked up.
             self.token
@@ -391,7 +436,12 @@ impl Forwarder {
             while let Err(e) = self.publish(self.config.identity.all_cleared()).await {
                 self.wait_pushback(e, &mut pushbacks).await?;
             }
-            let reports = state.current_reports();
+            // Withdrawn: the clear alone; the engine's return resyncs.
+            let reports = if self.withdrawn {
+                Vec::new()
+            } else {
+                state.current_reports()
+            };
             for chunk in reports.chunks(self.config.max_batch.max(1)) {
                 loop {
                     let sent = async {
@@ -459,6 +509,9 @@ impl Forwarder {
     }
 
     async fn send_flush(&mut self, f: Flush) -> Result<(), SendFailed> {
+        // Taken by every flush: a clear-only flush must not leave its stamp
+        // to a later eviction.
+        let received = self.removal_received.take().unwrap_or_else(Instant::now);
         if f.clear {
             self.evictions.supersede_all();
             self.evictions.drain_in_flight().await?;
@@ -499,7 +552,7 @@ impl Forwarder {
         if self.dirty && overtakes {
             self.close_stream().await?;
         }
-        self.evictions.extend(f.evicts);
+        self.evictions.extend(f.evicts, received);
         while self.evictions.backlog() > self.config.max_evict_backlog {
             self.evictions.next().await?;
         }

@@ -3,6 +3,16 @@
 //! the forwarder, which sends them as `ReplicaStats`. A failed scrape is
 //! counted and logged (WARN, then ERROR `load_signal_stale` at the third in a
 //! row), never fatal, and never blocks the event path.
+//!
+//! **Liveness.** The metrics endpoint is the engine's other pulse: an engine
+//! that hangs (or is stopped) keeps its event stream's TCP connection, so
+//! the stream-down path never fires, but its scrapes time out. When scrapes
+//! have failed for `--engine-metrics-grace` after having worked, the path
+//! says [`StatsSignal::EngineDown`] and the forwarder withdraws the
+//! replica's blocks (`ALL_CLEARED`) while it keeps tracking the engine's
+//! events; the next good scrape brings them back (a full resync). An
+//! endpoint that never answered withdraws nothing: that is a wrong
+//! `--engine-metrics-url`, logged as `load_signal_stale`, not a dead engine.
 
 pub mod exposition;
 pub mod profile;
@@ -75,6 +85,18 @@ impl std::str::FromStr for CacheTierGauge {
     }
 }
 
+/// What the stats path tells the event loop.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatsSignal {
+    /// A good scrape (after [`StatsSignal::EngineDown`]: the engine is back).
+    Sample(EngineStats),
+    /// Scrapes have failed past the grace: withdraw the replica's blocks.
+    EngineDown,
+}
+
+/// Default `--engine-metrics-grace`: three missed 1 s scrapes.
+pub const DEFAULT_METRICS_GRACE: Duration = Duration::from_secs(3);
+
 /// Stats-path settings.
 #[derive(Debug, Clone)]
 pub struct StatsConfig {
@@ -88,16 +110,20 @@ pub struct StatsConfig {
     pub profile: ProfileConfig,
     /// `--client-version`; overrides what the metrics say.
     pub client_version: Option<String>,
+    /// `--engine-metrics-grace`: how long scrapes may fail (after one
+    /// worked) before the replica is withdrawn; `None` never withdraws.
+    pub down_grace: Option<Duration>,
 }
 
 /// Consecutive failures after which the load signal is reported stale.
 const STALE_AFTER: u32 = 3;
 
 /// Scrapes until `cancel`, sending each good result on `out` (a full
-/// channel drops the sample: the next one is fresher anyway).
+/// channel drops the sample: the next one is fresher anyway; the signals
+/// that change liveness wait for room).
 pub async fn run(
     config: StatsConfig,
-    out: mpsc::Sender<EngineStats>,
+    out: mpsc::Sender<StatsSignal>,
     metrics: Arc<SidecarMetrics>,
     cancel: CancellationToken,
 ) {
@@ -113,6 +139,10 @@ pub async fn run(
     let mut baseline = HitBaseline::default();
     let mut failures = 0u32;
     let mut delivered = false;
+    // Since when scrapes fail (None while they work), and whether the
+    // engine was declared down.
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    let mut down = false;
     // The first tick is one interval after start, like the reference: the
     // engine is often still loading its model at startup.
     let mut tick = tokio::time::interval_at(
@@ -125,6 +155,9 @@ pub async fn run(
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
+        // A failing run counts from the start of its first failed scrape
+        // (a hung engine's scrape takes the whole timeout).
+        let started = tokio::time::Instant::now();
         match scrape(&client, &config, &mut baseline).await {
             Ok(mut stats) => {
                 metrics.scrapes.get_or_create(&[("result", "ok")]).inc();
@@ -140,11 +173,47 @@ pub async fn run(
                 }
                 failures = 0;
                 delivered = true;
-                let _ = out.try_send(stats);
+                failing_since = None;
+                if down {
+                    down = false;
+                    metrics.set_engine_metrics_down(false);
+                    tracing::info!(
+                        event = "engine_back",
+                        "engine metrics answer again: the replica's blocks are re-reported"
+                    );
+                    // Recovery must not be dropped: wait for room.
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = out.send(StatsSignal::Sample(stats)) => {}
+                    }
+                } else {
+                    let _ = out.try_send(StatsSignal::Sample(stats));
+                }
             }
             Err(reason) => {
                 metrics.scrapes.get_or_create(&[("result", "error")]).inc();
                 failures += 1;
+                let since = *failing_since.get_or_insert(started);
+                if let Some(grace) = config.down_grace
+                    && delivered
+                    && !down
+                    && since.elapsed() >= grace
+                {
+                    down = true;
+                    metrics.set_engine_metrics_down(true);
+                    metrics.metrics_withdrawals.inc();
+                    tracing::warn!(
+                        event = "engine_metrics_down",
+                        url = config.url.as_str(),
+                        grace_ms = grace.as_millis() as u64,
+                        %reason,
+                        "engine metrics unreachable past the grace: the replica's blocks are withdrawn (ALL_CLEARED) until a scrape works again"
+                    );
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = out.send(StatsSignal::EngineDown) => {}
+                    }
+                }
                 let url = config.url.as_str();
                 if failures < STALE_AFTER {
                     tracing::warn!(url, failures, %reason, "engine metrics scrape failed");
