@@ -19,7 +19,9 @@
 //! - `prompt` = the chain's token count (Σ `block_token_counts`), or the
 //!   exact key's count;
 //! - `matched(r)` = the replica's leading run over the chain (real holdings,
-//!   then tentative ones, see `tentative.rs`); `credit` = 1 for T1 (GPU),
+//!   then tentative ones, see `tentative.rs`, credited at
+//!   [`TENTATIVE_CREDIT`]: a prediction, so a real holding of the same depth
+//!   wins instead of losing to its own freshness decay); `credit` = 1 for T1 (GPU),
 //!   `1 − t2_reload` for T2 (host), `1 − t3_reload` for T3 (disk / remote /
 //!   SGLang `EXTERNAL`), 0 for unknown tiers: an offload-tier match costs a
 //!   reload, not a recompute;
@@ -76,6 +78,15 @@
 //! floor on the score (a score is a time, not a match strength), no
 //! TENANT_HOT (the fleet pick sees more), and UNKNOWN_* only when no replica
 //! is live (approximate mode may know replicas that hold nothing real yet).
+
+
+/// What a tentative holding's tokens are credited at in the estimate: less
+/// than a real holding (whose credit is its freshness, just under 1 for a
+/// recent report), so a replica that merely was sent the prefix never
+/// outranks one the engine says holds it, on a hair of freshness. Found on
+/// real vLLM: a hint delivered before the engine's events arrived put a
+/// prediction on the other engine, which then won every tie.
+pub(crate) const TENTATIVE_CREDIT: f64 = 0.9;
 
 use crate::affinity::affinity_index;
 use crate::fleet::{Cand, Fleet};
@@ -386,8 +397,8 @@ impl Index {
                     // replica can reuse (e.g. hybrid models' window groups)
                     // applies to `real` / `ext` at this point.
                     let matched = real.saturating_add(ext);
-                    let credited =
-                        f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
+                    let credited = f64::from(real) * w.credit(tier) * f64::from(fresh)
+                        + f64::from(ext) * TENTATIVE_CREDIT;
                     let work = w.work_us(prompt - credited);
                     let queued = load.queued_us(r, now);
                     let recent = load.recent_hints(r, now);

@@ -149,7 +149,8 @@ impl Index {
                     (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
                 });
                 let matched = real.saturating_add(ext);
-                let credited = f64::from(real) * w.credit(tier) * f64::from(fresh) + f64::from(ext);
+                let credited = f64::from(real) * w.credit(tier) * f64::from(fresh)
+                    + f64::from(ext) * crate::routing::TENTATIVE_CREDIT;
                 let work = w.work_us(prompt - credited);
                 let queued = self.routing.load.queued_us(r, now);
                 let recent = self.routing.load.recent_hints(r, now);
