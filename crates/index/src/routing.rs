@@ -79,7 +79,6 @@
 //! TENANT_HOT (the fleet pick sees more), and UNKNOWN_* only when no replica
 //! is live (approximate mode may know replicas that hold nothing real yet).
 
-
 /// What a tentative holding's tokens are credited at in the estimate: less
 /// than a real holding (whose credit is its freshness, just under 1 for a
 /// recent report), so a replica that merely was sent the prefix never
