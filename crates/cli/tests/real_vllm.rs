@@ -55,22 +55,7 @@ async fn hints_equal_what_the_engine_reuses() {
     a_silent_sidecar_is_withdrawn(&mut chain).await;
     a_dead_engine_stops_getting_hints(&mut chain).await;
     a_returning_engine_is_hinted_again(&mut chain, &mut judged).await;
-    let exact = judged
-        .iter()
-        .filter(|j| u64::try_from(j.hinted).unwrap() == j.reused)
-        .count();
-    eprintln!(
-        "hint accuracy: {exact} of {} judged hints exact",
-        judged.len()
-    );
-    let wrong: Vec<&Judged> = judged
-        .iter()
-        .filter(|j| u64::try_from(j.hinted).unwrap() != j.reused)
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "hints the engine did not confirm: {wrong:#?}"
-    );
+    real_chain::assert_every_hint_exact("hint accuracy", &judged);
 }
 
 /// Finding 1: vLLM on CPU uses 32-token blocks while `serve` defaults to 16.

@@ -113,19 +113,7 @@ async fn hybrid_hints_equal_what_the_engine_reuses() {
         judged.push(j);
         settle(&chain, prompt).await;
     }
-    let exact = judged
-        .iter()
-        .filter(|j| u64::try_from(j.hinted).unwrap() == j.reused)
-        .count();
-    eprintln!("hybrid hint accuracy: {exact} of {} exact", judged.len());
-    let wrong: Vec<&Judged> = judged
-        .iter()
-        .filter(|j| u64::try_from(j.hinted).unwrap() != j.reused)
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "hints the engine did not confirm: {wrong:#?}"
-    );
+    real_chain::assert_every_hint_exact("hybrid hint accuracy", &judged);
     // The engine reused something where the windows allowed it, and the
     // hint said so (not a suite where every answer is 0).
     assert!(
@@ -175,14 +163,7 @@ async fn hybrid_hints_follow_window_evictions() {
         );
         settle(&chain, &prompt).await;
     }
-    let wrong: Vec<&Judged> = judged
-        .iter()
-        .filter(|j| u64::try_from(j.hinted).unwrap() != j.reused)
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "hints the engine did not confirm: {wrong:#?}"
-    );
+    real_chain::assert_every_hint_exact("window evictions", &judged);
     let sidecar = chain.sidecars[0].as_ref().unwrap();
     let m = common::http_get(&sidecar.addr("http_addr"), "/metrics").1;
     for op in ["evicted", "end_changed"] {

@@ -252,6 +252,24 @@ pub(crate) struct Judged {
     pub reused: u64,
 }
 
+/// Prints how many of `judged` were exact and fails on any hint the engine
+/// did not confirm (over or under).
+pub(crate) fn assert_every_hint_exact(what: &str, judged: &[Judged]) {
+    let wrong: Vec<&Judged> = judged
+        .iter()
+        .filter(|j| u64::try_from(j.hinted).unwrap() != j.reused)
+        .collect();
+    eprintln!(
+        "{what}: {} of {} judged hints exact",
+        judged.len() - wrong.len(),
+        judged.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "hints the engine did not confirm: {wrong:#?}"
+    );
+}
+
 impl Chain {
     /// A gateway's turn: looks `tokens` up (with `salt`), sends them where
     /// the answer points (its first replica; engine `fallback` when it names
