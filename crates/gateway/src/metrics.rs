@@ -68,7 +68,8 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut r = Registry::default();
+        // Every name below is under this prefix (`inferencecache_gateway_requests`, ...).
+        let mut r = Registry::with_prefix("inferencecache_gateway");
         let hist = || Histogram::new(latency_buckets());
         let m = Self {
             requests: Family::default(),
@@ -92,75 +93,74 @@ impl Metrics {
             routing_overhead: hist(),
             registry: Registry::default(),
         };
-        let p = "inferencecache_gateway";
         r.register(
-            format!("{p}_requests"),
+            "requests",
             "Requests answered, by route and HTTP status",
             m.requests.clone(),
         );
         r.register(
-            format!("{p}_request_duration_seconds"),
+            "request_duration_seconds",
             "Request duration at the gateway, by route (streams: to the last byte)",
             m.duration.clone(),
         );
-        r.register(format!("{p}_time_to_first_token_seconds"), "Time from the request's arrival to the engine's first response byte, by route and worker", m.ttft.clone());
-        r.register(format!("{p}_routing_decisions"), "Why each request went where it went: prefix_match, affinity, least_loaded, load_override", m.decisions.clone());
-        r.register(format!("{p}_hint_lookups"), "Hint lookups by reason code (the contract's codes; DEADLINE_EXCEEDED / UNAVAILABLE from the SDK)", m.lookups.clone());
+        r.register("time_to_first_token_seconds", "Time from the request's arrival to the engine's first response byte, by route and worker", m.ttft.clone());
+        r.register("routing_decisions", "Why each request went where it went: prefix_match, affinity, least_loaded, load_override", m.decisions.clone());
+        r.register("hint_lookups", "Hint lookups by reason code (the contract's codes; DEADLINE_EXCEEDED / UNAVAILABLE from the SDK)", m.lookups.clone());
         r.register(
-            format!("{p}_hint_lookup_duration_seconds"),
+            "hint_lookup_duration_seconds",
             "Time spent asking for a hint",
             m.lookup_duration.clone(),
         );
         r.register(
-            format!("{p}_fallbacks"),
+            "fallbacks",
             "Requests routed without a usable hint, by cause",
             m.fallbacks.clone(),
         );
-        r.register(format!("{p}_retries"), "Requests moved to the next engine after a refused connection, by the worker that refused", m.retries.clone());
+        r.register("retries", "Requests moved to the next engine after a refused connection, by the worker that refused", m.retries.clone());
         r.register(
-            format!("{p}_processed_requests"),
+            "processed_requests",
             "Requests sent to each worker",
             m.processed.clone(),
         );
         r.register(
-            format!("{p}_running_requests"),
+            "running_requests",
             "Requests in flight on each worker (the gateway's own count)",
             m.running.clone(),
         );
         r.register(
-            format!("{p}_pending_prefill_tokens"),
+            "pending_prefill_tokens",
             "Uncached prompt tokens dispatched to each worker and not yet prefilled",
             m.pending_prefill.clone(),
         );
         r.register(
-            format!("{p}_worker_health"),
+            "worker_health",
             "1 when the worker's last health check passed",
             m.health.clone(),
         );
         r.register(
-            format!("{p}_prompt_tokens"),
+            "prompt_tokens",
             "Prompt tokens by worker, from the engines' usage",
             m.prompt_tokens.clone(),
         );
-        r.register(format!("{p}_cached_prompt_tokens"), "Prompt tokens the engines served from their prefix cache (usage.prompt_tokens_details.cached_tokens)", m.cached_tokens.clone());
+        r.register("cached_prompt_tokens", "Prompt tokens the engines served from their prefix cache (usage.prompt_tokens_details.cached_tokens)", m.cached_tokens.clone());
         r.register(
-            format!("{p}_generation_tokens"),
+            "generation_tokens",
             "Completion tokens by worker, from the engines' usage",
             m.generation_tokens.clone(),
         );
-        r.register(format!("{p}_hint_accuracy_diff_tokens"), "cached_tokens the engine reported minus the tokens the gateway expected it to reuse, per worker (negative: the hint over-claimed)", m.hint_diff.clone());
+        r.register("hint_accuracy_diff_tokens", "cached_tokens the engine reported minus the tokens the gateway expected it to reuse, per worker (negative: the hint over-claimed)", m.hint_diff.clone());
         r.register(
-            format!("{p}_hint_overclaims"),
+            "hint_overclaims",
             "Responses whose engine reused fewer tokens than the hint claimed, per worker",
             m.hint_overclaims.clone(),
         );
         r.register(
-            format!("{p}_hint_checks"),
+            "hint_checks",
             "Responses whose usage was compared with the hint, per worker",
             m.hint_checks.clone(),
         );
         r.register(
-            format!("{p}_routing_overhead_seconds"),
+            "routing_overhead_seconds",
             "The gateway's own time before forwarding: parse, tokenize, lookup, pick",
             m.routing_overhead.clone(),
         );
