@@ -69,6 +69,21 @@ fn header(h: &reqwest::header::HeaderMap, k: &str) -> String {
         .to_owned()
 }
 
+/// Starts a streamed completion through the gateway and reads its first
+/// chunk: (the open response, the engine it went to).
+async fn start_stream(base: &str, body: &Value) -> (reqwest::Response, String) {
+    let mut resp = reqwest::Client::new()
+        .post(format!("{base}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let engine = header(resp.headers(), "x-inferencecache-engine");
+    assert!(resp.chunk().await.unwrap().is_some());
+    (resp, engine)
+}
+
 async fn text(url: &str) -> String {
     reqwest::Client::new()
         .get(url)
@@ -392,15 +407,7 @@ async fn real_engines_behind_the_gateway() {
     // it and the gateway's load returns to zero.
     let long = json!({"model": "tiny", "prompt": "count forever", "max_tokens": 3000,
         "ignore_eos": true, "stream": true});
-    let mut resp = reqwest::Client::new()
-        .post(format!("{base}/v1/completions"))
-        .header("content-type", "application/json")
-        .body(long.to_string())
-        .send()
-        .await
-        .unwrap();
-    let victim = header(resp.headers(), "x-inferencecache-engine");
-    assert!(resp.chunk().await.unwrap().is_some());
+    let (resp, victim) = start_stream(&base, &long).await;
     let engine_url = engines
         .iter()
         .find(|e| e.url.ends_with(&victim))
@@ -536,15 +543,7 @@ async fn real_engines_behind_the_gateway() {
 
     // 8. An engine killed mid-stream: the client gets an OpenAI error event,
     // and the next requests go to the engine that is left.
-    let mut resp = reqwest::Client::new()
-        .post(format!("{base}/v1/completions"))
-        .header("content-type", "application/json")
-        .body(long.to_string())
-        .send()
-        .await
-        .unwrap();
-    let victim = header(resp.headers(), "x-inferencecache-engine");
-    assert!(resp.chunk().await.unwrap().is_some());
+    let (mut resp, victim) = start_stream(&base, &long).await;
     let (dead_engine, survivor) = if engines[0].url.ends_with(&victim) {
         (0, 1)
     } else {

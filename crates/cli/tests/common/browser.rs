@@ -48,11 +48,7 @@ impl Browser {
     }
 
     pub(crate) fn send(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("driver said {line:?}"))
+        super::common::json_line_exchange(&mut self.stdin, &mut self.stdout, &cmd, "driver")
     }
 
     /// Evaluates JavaScript in the page; `Null` while it throws (the page

@@ -8,7 +8,7 @@
 
 use super::common::{BIN, repo_root, wait_for_log};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
@@ -77,11 +77,7 @@ impl Publisher {
 
     /// One command; its JSON answer.
     pub(crate) fn send(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("publisher said {line:?}"))
+        super::common::json_line_exchange(&mut self.stdin, &mut self.stdout, &cmd, "publisher")
     }
 
     /// BlockStored (vLLM map form) of `n` 16-token blocks with engine

@@ -245,3 +245,19 @@ pub(crate) fn healthy_report(out: &str) -> serde_json::Value {
     }
     report
 }
+
+/// One request/answer with a Python driver that speaks JSON lines on
+/// stdin/stdout (the engine publisher, the Chromium driver): writes `cmd`,
+/// reads one line, parses it (`who` names the driver in the panic).
+pub(crate) fn json_line_exchange(
+    stdin: &mut std::process::ChildStdin,
+    stdout: &mut BufReader<std::process::ChildStdout>,
+    cmd: &serde_json::Value,
+    who: &str,
+) -> serde_json::Value {
+    writeln!(stdin, "{cmd}").unwrap();
+    stdin.flush().unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|_| panic!("{who} said {line:?}"))
+}
