@@ -10,7 +10,7 @@
 //! which then prefills (and caches) the same prefix a second time.
 //!
 //! So each engine keeps the block chain of every request routed to it
-//! (rolling hashes of the prompt's whole blocks, keyed by model, adapter and
+//! (the content fingerprint chain of the prompt's whole blocks, rooted in model, adapter and
 //! salt, the things that separate KV caches) from dispatch until shortly
 //! after its first output byte: vLLM caches a prompt's full blocks when it
 //! schedules it, so a later request can reuse them as soon as they exist,
@@ -39,25 +39,16 @@ pub const MAX_ENTRIES: usize = 1 << 16;
 /// The block chain of a prompt: `chain[k]` identifies its first `k + 1`
 /// whole blocks.
 pub fn chain(tokens: &[u32], block_size: u32, namespace: &[&str]) -> Vec<u64> {
-    let block = block_size.max(1) as usize;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    use inferencecache_client::fingerprint::{ExtraKeys, prefix_hashes_from, with_extra_keys};
+    // The namespace is the chain's root: each part is a tagged,
+    // length-prefixed key, so ("ab", "") and ("a", "b") differ; the blocks
+    // chain onto it with the content fingerprint the index uses.
+    let mut keys = ExtraKeys::new();
     for part in namespace {
-        for b in part.as_bytes() {
-            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        // A separator, so ("ab", "") and ("a", "b") differ.
-        h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+        keys.push_str(part);
     }
-    tokens
-        .chunks_exact(block)
-        .map(|b| {
-            for t in b {
-                h = (h ^ u64::from(*t)).wrapping_mul(0x0100_0000_01b3);
-                h ^= h >> 31;
-            }
-            h
-        })
-        .collect()
+    let root = with_extra_keys(0, &keys);
+    prefix_hashes_from(tokens, block_size.max(1) as usize, Some(root))
 }
 
 /// One block hash: how many routed requests hold it unconfirmed, and until
