@@ -18,6 +18,8 @@ pub(crate) struct Cand {
     pub(crate) matched: i32,
     pub(crate) queued: f64,
     pub(crate) recent: f64,
+    /// `recent` in fixed point (`load.rs`): the mean sums these.
+    pub(crate) recent_raw: u128,
     pub(crate) pressure: f32,
     /// Reported KV cache usage, [0, 1]; NaN: none reported.
     pub(crate) usage: f32,

@@ -41,6 +41,7 @@
 //! Reported pressure (a separate term of the estimate) still applies.
 
 use crate::sync::{read, write};
+use std::collections::BTreeSet;
 use std::sync::{RwLock, RwLockReadGuard};
 
 /// Half-life of the recent-hint count: long enough that a replica's count
@@ -63,13 +64,30 @@ pub(crate) const DEFAULT_REQUEST_WORK_US: f64 = 5_000.0 + 50.0 * REPORTED_REQUES
 /// Weight of the newest hint in a replica's mean delivered work.
 const MEAN_WEIGHT: f64 = 0.1;
 
+/// Fractional bits of a fixed-point recent count: one hint delivered at the
+/// epoch is `1 << RECENT_FRAC`.
+const RECENT_FRAC: i32 = 32;
+
+/// Half-lives after which the epoch moves forward (counts shift right by
+/// as many bits): a hint then adds at most `2^(RECENT_FRAC + 16)`.
+const REBASE_HALF_LIVES: i64 = 16;
+
+/// One hint delivered at `now`, in fixed point relative to `epoch`.
+fn hint_at(now_ns: i64, epoch_ns: i64) -> u128 {
+    let x = now_ns.saturating_sub(epoch_ns) as f64 / RECENT_HALF_LIFE_NS as f64;
+    (f64::from(RECENT_FRAC) + x).exp2() as u128
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Queue {
-    /// Work queued at `at_ns`, µs.
-    work_us: f64,
-    at_ns: i64,
-    /// Hints delivered, decayed with [`RECENT_HALF_LIFE_NS`], as of `at_ns`.
-    recent: f64,
+    /// When the queued work is done, ns (work drains at 1 µs/µs).
+    finish_ns: i64,
+    /// Hints delivered, each weighted `2^((t - epoch) / half-life)` in
+    /// fixed point ([`RECENT_FRAC`]): the decayed count at `now` is this
+    /// times `2^(-(now - epoch) / half-life)`, the same factor for every
+    /// replica, so counts compare and sum exactly, with one `exp2` per
+    /// lookup instead of one per replica.
+    recent: u128,
     /// Hints delivered so far (metrics and tests).
     delivered: u64,
     /// Mean work of the hints delivered (exponentially weighted), µs.
@@ -80,65 +98,252 @@ struct Queue {
 
 impl Queue {
     fn at(&self, now_ns: i64) -> f64 {
-        let elapsed_us = now_ns.saturating_sub(self.at_ns).max(0) as f64 / 1_000.0;
-        (self.work_us - elapsed_us).max(0.0)
+        if self.finish_ns > now_ns {
+            (self.finish_ns - now_ns) as f64 / 1_000.0
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A fleet whose recent counts are summed as they change
+/// (`cold.rs`: the bounded-load mean without a pass over the fleet).
+#[derive(Default)]
+struct Group {
+    /// Members, one bit per replica id.
+    members: Vec<u64>,
+    /// Σ `recent` over the members.
+    sum: u128,
+}
+
+impl Group {
+    fn has(&self, id: u32) -> bool {
+        self.members
+            .get(id as usize / 64)
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+}
+
+/// Everything under the tracker's lock.
+#[derive(Default)]
+struct State {
+    queues: Vec<Queue>,
+    /// Time the fixed-point counts are relative to (set by the first hint).
+    epoch_ns: Option<i64>,
+    /// (finish, replica) of every replica whose work may not be done
+    /// (entries already done are pruned on writes).
+    busy: BTreeSet<(i64, u32)>,
+    /// (recent, replica) of every replica with a non-zero count.
+    by_recent: BTreeSet<(u128, u32)>,
+    /// Registered fleets' sums, by slot.
+    groups: Vec<Group>,
+}
+
+impl State {
+    fn queue(&mut self, i: u32) -> &mut Queue {
+        let i = i as usize;
+        if self.queues.len() <= i {
+            self.queues.resize(i + 1, Queue::default());
+        }
+        &mut self.queues[i]
     }
 
-    fn recent_at(&self, now_ns: i64) -> f64 {
-        let elapsed = now_ns.saturating_sub(self.at_ns).max(0) as f64;
-        self.recent * (-elapsed * std::f64::consts::LN_2 / RECENT_HALF_LIFE_NS as f64).exp()
+    /// Moves `replica`'s finish time to `finish`, keeping `busy` in step.
+    fn set_finish(&mut self, replica: u32, finish: i64, now_ns: i64) {
+        let q = self.queue(replica);
+        let old = std::mem::replace(&mut q.finish_ns, finish);
+        self.busy.remove(&(old, replica));
+        if finish > now_ns {
+            self.busy.insert((finish, replica));
+        }
+        while let Some(&(f, _)) = self.busy.first() {
+            if f > now_ns {
+                break;
+            }
+            self.busy.pop_first();
+        }
     }
+
+    /// Sets `replica`'s fixed-point count, keeping the order and the sums
+    /// in step.
+    fn set_recent(&mut self, replica: u32, recent: u128) {
+        let q = self.queue(replica);
+        let old = std::mem::replace(&mut q.recent, recent);
+        if old == recent {
+            return;
+        }
+        if old > 0 {
+            self.by_recent.remove(&(old, replica));
+        }
+        if recent > 0 {
+            self.by_recent.insert((recent, replica));
+        }
+        for g in &mut self.groups {
+            if g.has(replica) {
+                g.sum = g.sum - old + recent;
+            }
+        }
+    }
+
+    /// The epoch for a hint at `now`: set by the first, moved forward by
+    /// whole half-lives (every count shifted right) once far behind.
+    fn epoch(&mut self, now_ns: i64) -> i64 {
+        let Some(e) = self.epoch_ns else {
+            self.epoch_ns = Some(now_ns);
+            return now_ns;
+        };
+        let k = now_ns.saturating_sub(e) / RECENT_HALF_LIFE_NS;
+        if k < REBASE_HALF_LIVES {
+            return e;
+        }
+        let e = e + k * RECENT_HALF_LIFE_NS;
+        self.epoch_ns = Some(e);
+        let shift = u32::try_from(k).unwrap_or(u32::MAX).min(127);
+        self.by_recent.clear();
+        for (i, q) in self.queues.iter_mut().enumerate() {
+            q.recent >>= shift;
+            if q.recent > 0 {
+                self.by_recent.insert((q.recent, i as u32));
+            }
+        }
+        for g in &mut self.groups {
+            g.sum = sum_of(&self.queues, &g.members);
+        }
+        e
+    }
+}
+
+fn sum_of(queues: &[Queue], members: &[u64]) -> u128 {
+    let mut s = 0;
+    for (w, &word) in members.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let i = w * 64 + word.trailing_zeros() as usize;
+            word &= word - 1;
+            s += queues.get(i).map_or(0, |q| q.recent);
+        }
+    }
+    s
 }
 
 /// Per replica id queued work (a replica's queue is physical: every tenant
 /// and model it serves shares it). Indexed by the dense replica id: a lookup
-/// reads every live replica's queue under one read lock.
+/// reads every queue it needs under one read lock.
 #[derive(Default)]
 pub(crate) struct LoadTracker {
-    queues: RwLock<Vec<Queue>>,
+    state: RwLock<State>,
 }
 
-/// The queues read-locked, for one lookup's whole fleet.
-pub(crate) struct LoadView<'a>(RwLockReadGuard<'a, Vec<Queue>>);
+/// The queues read-locked at one instant, for one lookup.
+pub(crate) struct LoadView<'a> {
+    s: RwLockReadGuard<'a, State>,
+    now_ns: i64,
+    /// Decay of the fixed-point counts from the epoch to `now`, with the
+    /// fixed point's scale.
+    scale: f64,
+}
 
 impl LoadView<'_> {
-    /// Queued work of a replica at `now`, µs.
-    pub(crate) fn queued_us(&self, replica: u32, now_ns: i64) -> f64 {
-        self.0.get(replica as usize).map_or(0.0, |q| q.at(now_ns))
+    /// Queued work of a replica, µs.
+    pub(crate) fn queued_us(&self, replica: u32) -> f64 {
+        self.s
+            .queues
+            .get(replica as usize)
+            .map_or(0.0, |q| q.at(self.now_ns))
+    }
+
+    /// A replica's recent count in fixed point (sums exactly).
+    pub(crate) fn raw_recent(&self, replica: u32) -> u128 {
+        self.s.queues.get(replica as usize).map_or(0, |q| q.recent)
     }
 
     /// Hints delivered to a replica recently (decayed count, see
     /// [`RECENT_HALF_LIFE_NS`]).
-    pub(crate) fn recent_hints(&self, replica: u32, now_ns: i64) -> f64 {
-        self.0
-            .get(replica as usize)
-            .map_or(0.0, |q| q.recent_at(now_ns))
+    pub(crate) fn recent_hints(&self, replica: u32) -> f64 {
+        self.recent_of(self.raw_recent(replica))
+    }
+
+    /// The decayed count of fixed-point count `raw`.
+    #[inline]
+    pub(crate) fn recent_of(&self, raw: u128) -> f64 {
+        raw as f64 * self.scale
+    }
+
+    /// The mean decayed count of `n` replicas whose fixed-point counts sum
+    /// to `sum` (every ranking computes it this way, so they agree).
+    pub(crate) fn mean_recent(&self, sum: u128, n: usize) -> f64 {
+        self.recent_of(sum) / n as f64
+    }
+
+    /// Replicas whose queue is not empty at `now`, in no particular order.
+    pub(crate) fn busy(&self) -> impl Iterator<Item = u32> + '_ {
+        self.s
+            .busy
+            .range((self.now_ns.saturating_add(1), 0)..)
+            .map(|&(_, r)| r)
+    }
+
+    /// Replicas whose decayed count is over `limit`, highest first.
+    pub(crate) fn over(&self, limit: f64) -> impl Iterator<Item = u32> + '_ {
+        self.s
+            .by_recent
+            .iter()
+            .rev()
+            .take_while(move |&&(raw, _)| self.recent_of(raw) > limit)
+            .map(|&(_, r)| r)
+    }
+
+    /// Σ fixed-point counts of the fleet registered in `slot`.
+    pub(crate) fn group_sum(&self, slot: usize) -> u128 {
+        self.s.groups.get(slot).map_or(0, |g| g.sum)
     }
 }
 
 impl LoadTracker {
-    /// The queues, read-locked.
-    pub(crate) fn view(&self) -> LoadView<'_> {
-        LoadView(read(&self.queues))
+    /// The queues read-locked at `now`.
+    pub(crate) fn view(&self, now_ns: i64) -> LoadView<'_> {
+        let s = read(&self.state);
+        let scale = s.epoch_ns.map_or(0.0, |e| {
+            let x = now_ns.saturating_sub(e) as f64 / RECENT_HALF_LIFE_NS as f64;
+            (-x - f64::from(RECENT_FRAC)).exp2()
+        });
+        LoadView { s, now_ns, scale }
     }
 
     /// Queued work of a replica at `now`, µs.
     pub(crate) fn queued_us(&self, replica: u32, now_ns: i64) -> f64 {
-        self.view().queued_us(replica, now_ns)
+        self.view(now_ns).queued_us(replica)
+    }
+
+    /// Registers the fleet `members` (a bitset by replica id) in `slot`:
+    /// its recent counts are summed from now on as they change.
+    pub(crate) fn register_group(&self, slot: usize, members: Vec<u64>) {
+        let mut s = write(&self.state);
+        if s.groups.len() <= slot {
+            s.groups.resize_with(slot + 1, Group::default);
+        }
+        let sum = sum_of(&s.queues, &members);
+        s.groups[slot] = Group { members, sum };
+    }
+
+    /// Drops every registered fleet.
+    pub(crate) fn clear_groups(&self) {
+        write(&self.state).groups.clear();
     }
 
     /// A hint for `work_us` of prefill was delivered to the replica.
     pub(crate) fn add(&self, replica: u32, work_us: f64, now_ns: i64) {
-        let mut queues = write(&self.queues);
-        let i = replica as usize;
-        if queues.len() <= i {
-            queues.resize(i + 1, Queue::default());
-        }
-        let q = &mut queues[i];
-        let left = q.at(now_ns);
-        q.recent = q.recent_at(now_ns) + 1.0;
-        q.work_us = left + work_us.max(0.0);
-        q.at_ns = now_ns.max(q.at_ns);
+        let mut s = write(&self.state);
+        let epoch = s.epoch(now_ns);
+        let q = *s.queue(replica);
+        let finish = q
+            .finish_ns
+            .max(now_ns)
+            .saturating_add((work_us.max(0.0) * 1_000.0).round() as i64);
+        s.set_finish(replica, finish, now_ns);
+        let recent = q.recent.saturating_add(hint_at(now_ns, epoch));
+        s.set_recent(replica, recent);
+        let q = s.queue(replica);
         q.mean_work_us = if q.delivered == 0 {
             work_us.max(0.0)
         } else {
@@ -151,12 +356,8 @@ impl LoadTracker {
     /// queue restarts from that (module docs). A report older than the last
     /// one applied is ignored.
     pub(crate) fn report(&self, replica: u32, running: u32, waiting: u32, at_ns: i64) {
-        let mut queues = write(&self.queues);
-        let i = replica as usize;
-        if queues.len() <= i {
-            queues.resize(i + 1, Queue::default());
-        }
-        let q = &mut queues[i];
+        let mut s = write(&self.state);
+        let q = *s.queue(replica);
         if at_ns < q.reported_ns {
             return;
         }
@@ -165,24 +366,29 @@ impl LoadTracker {
         } else {
             DEFAULT_REQUEST_WORK_US
         };
-        q.work_us = per_request * (f64::from(waiting) + 0.5 * f64::from(running));
+        let work = per_request * (f64::from(waiting) + 0.5 * f64::from(running));
+        s.set_finish(
+            replica,
+            at_ns.saturating_add((work * 1_000.0).round() as i64),
+            at_ns,
+        );
         // The bounded-load rule's count restarts too: the engine's counts
         // are the load now, not the hints of the last 120 s.
-        q.recent = 0.0;
-        q.at_ns = at_ns;
-        q.reported_ns = at_ns;
+        s.set_recent(replica, 0);
+        s.queue(replica).reported_ns = at_ns;
     }
 
     /// Hints delivered to a replica recently (decayed count, see
     /// [`RECENT_HALF_LIFE_NS`]).
     #[cfg(test)]
     pub(crate) fn recent_hints(&self, replica: u32, now_ns: i64) -> f64 {
-        self.view().recent_hints(replica, now_ns)
+        self.view(now_ns).recent_hints(replica)
     }
 
     /// Hints delivered to a replica so far.
     pub(crate) fn delivered(&self, replica: u32) -> u64 {
-        read(&self.queues)
+        read(&self.state)
+            .queues
             .get(replica as usize)
             .map_or(0, |q| q.delivered)
     }
@@ -190,8 +396,12 @@ impl LoadTracker {
     /// Drops a released replica's queue, so an id reused for another
     /// replica starts with none (`replicas.rs`).
     pub(crate) fn forget(&self, replica: u32) {
-        if let Some(q) = write(&self.queues).get_mut(replica as usize) {
-            *q = Queue::default();
+        let mut s = write(&self.state);
+        if (replica as usize) < s.queues.len() {
+            let old = s.queue(replica).finish_ns;
+            s.busy.remove(&(old, replica));
+            s.set_recent(replica, 0);
+            *s.queue(replica) = Queue::default();
         }
     }
 }

@@ -385,8 +385,8 @@ impl Index {
             let w = &p.weights;
             let mut cands = std::mem::take(&mut f.cands);
             cands.clear();
-            {
-                let load = self.routing.load.view();
+            let mean = {
+                let load = self.routing.load.view(now);
                 f.take(|r, pressure, usage, raw, ext| {
                     let (real, fresh, tier) = raw.map_or((0, 1.0, Tier::T1), |i| {
                         (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
@@ -399,8 +399,9 @@ impl Index {
                     let credited = f64::from(real) * w.credit(tier) * f64::from(fresh)
                         + f64::from(ext) * TENTATIVE_CREDIT;
                     let work = w.work_us(prompt - credited);
-                    let queued = load.queued_us(r, now);
-                    let recent = load.recent_hints(r, now);
+                    let queued = load.queued_us(r);
+                    let recent_raw = load.raw_recent(r);
+                    let recent = load.recent_of(recent_raw);
                     let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
                     cands.push(Cand {
                         replica: r,
@@ -409,13 +410,16 @@ impl Index {
                         matched,
                         queued,
                         recent,
+                        recent_raw,
                         pressure,
                         usage,
                         work,
                         est,
                     });
                 });
-            }
+                let sum = cands.iter().map(|c| c.recent_raw).sum();
+                load.mean_recent(sum, cands.len().max(1))
+            };
             if cands.is_empty() {
                 out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
             } else {
@@ -426,6 +430,7 @@ impl Index {
                     part.as_ref().map(|pt| pt.id),
                     &raws,
                     &cands,
+                    mean,
                     &mut f.tied,
                     explain,
                     &mut out,
@@ -446,6 +451,7 @@ impl Index {
         part: Option<u32>,
         raws: &[Raw],
         cands: &[Cand],
+        mean: f64,
         tied: &mut Vec<(u64, u32, usize)>,
         explain: bool,
         out: &mut TtftRoute,
@@ -462,7 +468,6 @@ impl Index {
         let limit = if bound.is_nan() || bound <= 0.0 {
             f64::INFINITY
         } else {
-            let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
             bound * mean + 1.0
         };
         let under_any = limit.is_finite() && cands.iter().any(|c| ok(c) && c.recent <= limit);

@@ -6,6 +6,7 @@
 
 use crate::affinity::affinity_index;
 use crate::index::Index;
+use crate::load::LoadView;
 use crate::lookup::Raw;
 use crate::ranking::freshness;
 use crate::routing::{Delivery, Estimate, RouteParams, TtftRoute, lfu_hits, room_bucket};
@@ -21,6 +22,8 @@ struct Cand {
     matched: i32,
     queued: f64,
     recent: f64,
+    /// `recent` in fixed point (`load.rs`): the mean sums these.
+    recent_raw: u128,
     pressure: f32,
     usage: f32,
     work: f64,
@@ -30,11 +33,11 @@ struct Cand {
 /// The bounded-load rule (module docs): `ok` without the replicas whose
 /// recent hint count exceeds `bound` × the fleet mean + 1, unless that
 /// leaves nobody.
-fn bounded(cands: &[Cand], mut ok: Vec<usize>, bound: f64) -> Vec<usize> {
+fn bounded(load: &LoadView<'_>, cands: &[Cand], mut ok: Vec<usize>, bound: f64) -> Vec<usize> {
     if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
         return ok;
     }
-    let mean = cands.iter().map(|c| c.recent).sum::<f64>() / cands.len() as f64;
+    let mean = load.mean_recent(cands.iter().map(|c| c.recent_raw).sum(), cands.len());
     let limit = bound * mean + 1.0;
     let under = |i: &usize| cands[*i].recent <= limit;
     // Filtered in place: no second vector on the lookup path.
@@ -140,6 +143,7 @@ impl Index {
             f64::from(req.prefix_token_count.max(stored).max(0))
         };
         let w = &p.weights;
+        let load = self.routing.load.view(now);
         let cands: Vec<Cand> = fleet
             .iter()
             .map(|&(r, pressure)| {
@@ -152,8 +156,9 @@ impl Index {
                 let credited = f64::from(real) * w.credit(tier) * f64::from(fresh)
                     + f64::from(ext) * crate::routing::TENTATIVE_CREDIT;
                 let work = w.work_us(prompt - credited);
-                let queued = self.routing.load.queued_us(r, now);
-                let recent = self.routing.load.recent_hints(r, now);
+                let queued = load.queued_us(r);
+                let recent_raw = load.raw_recent(r);
+                let recent = load.recent_of(recent_raw);
                 let est = queued + work + w.pressure_us.max(0.0) * f64::from(pressure.max(0.0));
                 Cand {
                     replica: r,
@@ -162,6 +167,7 @@ impl Index {
                     matched,
                     queued,
                     recent,
+                    recent_raw,
                     pressure,
                     usage: usages.iter().find(|u| u.0 == r).map_or(f32::NAN, |u| u.1),
                     work,
@@ -182,7 +188,7 @@ impl Index {
             } else {
                 ok
             };
-            bounded(&cands, ok, w.load_bound)
+            bounded(&load, &cands, ok, w.load_bound)
         };
         let best = eligible
             .iter()
