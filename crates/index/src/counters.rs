@@ -109,7 +109,11 @@ impl Counters {
             self.reserved_entries += a.holders;
         }
         let scope = slot(&mut self.serving, p.scope_id);
+        let before = scope.len();
         scope.add(replica, a.holders);
+        if scope.len() != before {
+            crate::cold::fleet_changed();
+        }
         publish_serving(p, scope.len());
         if a.keys > 0 {
             self.total_keys += a.keys;
@@ -128,7 +132,11 @@ impl Counters {
             dec(&mut self.reserved_entries);
         }
         let scope = slot(&mut self.serving, p.scope_id);
+        let before = scope.len();
         scope.remove(replica);
+        if scope.len() != before {
+            crate::cold::fleet_changed();
+        }
         publish_serving(p, scope.len());
         if key_removed {
             dec(&mut self.total_keys);

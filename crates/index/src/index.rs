@@ -80,6 +80,8 @@ pub(crate) struct Routing {
     pub(crate) load: crate::load::LoadTracker,
     /// Tentative holdings (approximate mode).
     pub(crate) tentative: crate::tentative::Tentative,
+    /// The live fleets, ordered for the pick (`cold.rs`).
+    pub(crate) cold: crate::cold::ColdSets,
 }
 
 /// The prefix index. `Send + Sync`; share it behind an `Arc`.
@@ -155,6 +157,7 @@ impl Index {
                 } else {
                     crate::config::DEFAULT_MAX_ENTRIES as usize
                 }),
+                cold: crate::cold::ColdSets::default(),
             },
         }
     }

@@ -170,6 +170,7 @@ mod catalog;
 mod chain;
 mod classify;
 mod clock;
+mod cold;
 mod config;
 mod counters;
 mod endpoints;

@@ -259,6 +259,7 @@ impl LoadView<'_> {
 
     /// Hints delivered to a replica recently (decayed count, see
     /// [`RECENT_HALF_LIFE_NS`]).
+    #[cfg(test)]
     pub(crate) fn recent_hints(&self, replica: u32) -> f64 {
         self.recent_of(self.raw_recent(replica))
     }

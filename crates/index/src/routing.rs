@@ -359,6 +359,23 @@ impl Index {
             f64::from(req.prefix_token_count.max(stored).max(0))
         };
 
+        // The lookup path: the fleet set (`cold.rs`), O(matched + busy +
+        // log fleet); the estimates of every replica take the pass below.
+        if !explain
+            && self.route_cold(
+                req,
+                p,
+                chain,
+                part.as_ref().map(|pt| pt.id),
+                (tm, scope, ttl, now),
+                &raws,
+                &tentative,
+                prompt,
+                &mut out,
+            )
+        {
+            return out;
+        }
         crate::scratch::with(&FLEET, |f: &mut Fleet| {
             // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
             if let Some(stats) = self.stats.read_any() {
@@ -505,6 +522,30 @@ impl Index {
             affinity_index(p.seed, tied.len())
         };
         let (_, _, pick) = *tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
+        self.answer(
+            req, p, chain, part, raws, cands, pick, explain, &catalog, out,
+        );
+    }
+
+    /// The answer for the pick `cands[pick]`: its delivery, the estimates
+    /// when asked, and on a match the matched replicas' scores (pick first)
+    /// with their LFU hits. `cands` holds every matched replica.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn answer<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+        chain: bool,
+        part: Option<u32>,
+        raws: &[Raw],
+        cands: &[Cand],
+        pick: usize,
+        explain: bool,
+        catalog: &crate::catalog::Catalog,
+        out: &mut TtftRoute,
+    ) {
+        let floor = p.min_matched_tokens.max(1);
+        let is_match = |c: &Cand| c.matched >= floor;
         let pick_name = catalog.replica_name(cands[pick].replica);
         out.delivery = Some(Delivery {
             replica_id: pick_name.clone(),
@@ -559,7 +600,6 @@ impl Index {
                 }
             })
             .collect();
-        drop(catalog);
         out.result.strategy = Strategy::PrefixMatch;
         // Hits are captured for every tenant: `hot_prefixes` counts delivered
         // hits for LRU tenants too; only LFU eviction reads the counters.

@@ -282,8 +282,8 @@ impl Index {
 mod equivalence {
     use crate::routing::{RouteParams, TtftRoute, TtftWeights};
     use crate::{
-        CacheUpdate, IndexConfig, LookupRequest, ManualClock, PrefixEntry, ReplicaStatsReport,
-        Tier, chain_seed,
+        CacheEvent, CacheUpdate, EventKind, IndexConfig, LookupRequest, ManualClock, PrefixEntry,
+        ReplicaStatsReport, Tier, chain_seed,
     };
     use proptest::prelude::*;
     use std::sync::Arc;
@@ -316,13 +316,22 @@ mod equivalence {
             work: u16,
             ttl: bool,
         },
-        /// Time passes.
+        /// The replica evicts block `block` of `chain` (it may leave the
+        /// serving scope), or with `clear` everything.
+        Evict {
+            replica: u8,
+            chain: u8,
+            block: u8,
+            clear: bool,
+        },
+        /// Time passes (past the 2 s TTL now and then: stats and holdings
+        /// go stale, queues drain).
         Advance { ms: u16 },
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            (0u8..10, 0u8..3, 1u8..6, 0u8..4).prop_map(|(replica, chain, depth, tier)| {
+            3 => (0u8..10, 0u8..3, 1u8..6, 0u8..4).prop_map(|(replica, chain, depth, tier)| {
                 Step::Hold {
                     replica,
                     chain,
@@ -330,9 +339,9 @@ mod equivalence {
                     tier,
                 }
             }),
-            (
+            2 => (
                 0u8..10,
-                0u8..4,
+                0u8..5,
                 proptest::option::of((0u8..3, 0u8..3, 0u8..4))
             )
                 .prop_map(|(replica, pressure, load)| Step::Stats {
@@ -340,7 +349,7 @@ mod equivalence {
                     pressure,
                     load
                 }),
-            (0u8..10, 0u8..3, 0u16..4, any::<bool>()).prop_map(|(replica, chain, work, ttl)| {
+            3 => (0u8..10, 0u8..3, 0u16..4, any::<bool>()).prop_map(|(replica, chain, work, ttl)| {
                 Step::Deliver {
                     replica,
                     chain,
@@ -348,7 +357,16 @@ mod equivalence {
                     ttl,
                 }
             }),
-            (0u16..3).prop_map(|ms| Step::Advance { ms: ms * 250 }),
+            1 => (0u8..10, 0u8..3, 0u8..5, proptest::bool::weighted(0.2)).prop_map(
+                |(replica, chain, block, clear)| Step::Evict {
+                    replica,
+                    chain,
+                    block,
+                    clear,
+                }
+            ),
+            2 => prop_oneof![(0u16..3).prop_map(|ms| ms * 250), Just(1_100u16)]
+                .prop_map(|ms| Step::Advance { ms }),
         ]
     }
 
@@ -371,27 +389,80 @@ mod equivalence {
         }
     }
 
-    fn same(a: &TtftRoute, b: &TtftRoute) -> Result<(), TestCaseError> {
+    /// The same answer; with `estimates`, the same per-replica estimates.
+    fn same(a: &TtftRoute, b: &TtftRoute, estimates: bool) -> Result<(), TestCaseError> {
         prop_assert_eq!(a.result.strategy, b.result.strategy);
         prop_assert_eq!(&a.result.scores, &b.result.scores);
         prop_assert_eq!(&a.result.hits, &b.result.hits);
         prop_assert_eq!(&a.pick, &b.pick);
         prop_assert_eq!(&a.delivery, &b.delivery);
-        prop_assert_eq!(&a.estimates, &b.estimates);
+        if estimates {
+            prop_assert_eq!(&a.estimates, &b.estimates);
+        } else {
+            prop_assert!(a.estimates.is_empty());
+        }
         Ok(())
+    }
+
+    type Lookup = (u8, u8, i32, bool, u8, bool);
+
+    fn check(idx: &crate::Index, l: Lookup) -> Result<(), TestCaseError> {
+        let (chain, n, min, ignore, bound, seeded) = l;
+        let hs = blocks(chain, n);
+        let counts = vec![16; n as usize];
+        let seed = if seeded { chain_seed(&hs) } else { Vec::new() };
+        let p = RouteParams {
+            weights: TtftWeights {
+                load_bound: [0.0, 1.25, 0.5][bound as usize],
+                ..TtftWeights::default()
+            },
+            min_matched_tokens: min * 16,
+            ignore_matches: ignore,
+            seed: &seed,
+        };
+        let req = LookupRequest::new("t", "m", "s").chain(&hs, &counts);
+        let scan = idx.route_ttft_scan(&req, &p);
+        same(&idx.route_ttft_explained(&req, &p), &scan, true)?;
+        // The lookup path (the fleet set, `cold.rs`): the same answer.
+        same(&idx.route_ttft(&req, &p), &scan, false)?;
+        let exact = LookupRequest::<Vec<u8>>::new("t", "m", "s").exact(&hs[0], 16);
+        let scan = idx.route_ttft_scan(&exact, &p);
+        same(&idx.route_ttft_explained(&exact, &p), &scan, true)?;
+        same(&idx.route_ttft(&exact, &p), &scan, false)?;
+        Ok(())
+    }
+
+    fn lookup() -> impl Strategy<Value = Lookup> {
+        (
+            0u8..4,
+            1u8..6,
+            0i32..3,
+            proptest::bool::weighted(0.2),
+            0u8..3,
+            any::<bool>(),
+        )
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// `route_ttft` gives the straightforward scan's answers (issue 36).
+        /// `route_ttft` (the fleet set) and `route_ttft_explained` (one pass)
+        /// give the straightforward scan's answers (issue 36), looked up
+        /// after every step of the history, so the kept fleet sets see every
+        /// change: holdings, evictions and clears (scope membership), stats
+        /// and load reports (pressure, KV room, queues), deliveries (queues,
+        /// recent counts, tentative holdings), time (stale stats, drained
+        /// queues, decayed counts).
         #[test]
         fn route_ttft_answers_as_the_scan(
-            steps in proptest::collection::vec(step(), 0..40),
-            lookups in proptest::collection::vec((0u8..4, 1u8..6, 0i32..3, any::<bool>(), 0u8..3, any::<bool>()), 1..6),
+            steps in proptest::collection::vec((step(), lookup()), 0..40),
+            lookups in proptest::collection::vec(lookup(), 1..6),
         ) {
             let clock = Arc::new(ManualClock::new(T0));
-            let idx = IndexConfig::new().clock(clock.clone()).build();
+            let idx = IndexConfig::new()
+                .clock(clock.clone())
+                .default_ttl(Duration::from_secs(2))
+                .build();
             let name = |r: u8| format!("replica-{}", (b'a' + r) as char);
             let update = |r: u8, prefixes: Vec<PrefixEntry>, stats: Option<ReplicaStatsReport>| CacheUpdate {
                 replica_id: name(r),
@@ -402,7 +473,7 @@ mod equivalence {
                 stats,
                 ..CacheUpdate::default()
             };
-            for s in &steps {
+            for (s, l) in &steps {
                 match *s {
                     Step::Hold { replica, chain, depth, tier: t } => {
                         idx.ingest(&update(replica, vec![PrefixEntry {
@@ -414,7 +485,7 @@ mod equivalence {
                     }
                     Step::Stats { replica, pressure, load } => {
                         idx.ingest(&update(replica, Vec::new(), Some(ReplicaStatsReport {
-                            pressure: f32::from(pressure) * 0.5,
+                            pressure: f32::from(pressure) * 0.5 - 0.5,
                             load: load.map(|(running, waiting, usage)| crate::EngineLoad {
                                 running_requests: u32::from(running),
                                 waiting_requests: u32::from(waiting),
@@ -435,30 +506,28 @@ mod equivalence {
                         let ttl = if ttl { Duration::from_secs(120) } else { Duration::ZERO };
                         idx.record_delivery(&LookupRequest::new("t", "m", "s").chain(&hs, &counts), &d, ttl);
                     }
-                    Step::Advance { ms } => clock.advance(Duration::from_millis(u64::from(ms))),
+                    Step::Evict { replica, chain, block: i, clear } => {
+                        idx.apply_event(&CacheEvent {
+                            kind: if clear { EventKind::AllCleared } else { EventKind::PrefixEvicted },
+                            replica_id: name(replica),
+                            model_id: "m".into(),
+                            tenant_id: "t".into(),
+                            prefix_hash: if clear { Vec::new() } else { block(chain, i) },
+                            timestamp_us: 0,
+                            adapter_id: String::new(),
+                        });
+                    }
+                    Step::Advance { ms } => {
+                        clock.advance(Duration::from_millis(u64::from(ms)));
+                        if ms > 1_000 {
+                            idx.sweep();
+                        }
+                    }
                 }
+                check(&idx, *l)?;
             }
-            for (chain, n, min, ignore, bound, seeded) in lookups {
-                let hs = blocks(chain, n);
-                let counts = vec![16; n as usize];
-                let seed = if seeded { chain_seed(&hs) } else { Vec::new() };
-                let p = RouteParams {
-                    weights: TtftWeights {
-                        load_bound: [0.0, 1.25, 0.5][bound as usize],
-                        ..TtftWeights::default()
-                    },
-                    min_matched_tokens: min * 16,
-                    ignore_matches: ignore,
-                    seed: &seed,
-                };
-                let req = LookupRequest::new("t", "m", "s").chain(&hs, &counts);
-                same(&idx.route_ttft_explained(&req, &p), &idx.route_ttft_scan(&req, &p))?;
-                let exact = LookupRequest::<Vec<u8>>::new("t", "m", "s").exact(&hs[0], 16);
-                same(&idx.route_ttft_explained(&exact, &p), &idx.route_ttft_scan(&exact, &p))?;
-                // The lookup path: the same answer without the estimates.
-                let lean = idx.route_ttft(&req, &p);
-                prop_assert!(lean.estimates.is_empty());
-                prop_assert_eq!(&lean.delivery, &idx.route_ttft_scan(&req, &p).delivery);
+            for l in lookups {
+                check(&idx, l)?;
             }
         }
     }

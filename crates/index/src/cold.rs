@@ -1,0 +1,615 @@
+//! The default ranking at the cost of its matches (issue 36): a lookup
+//! scores the replicas that match, plus those with queued work, exactly, and
+//! takes the best of the rest ("cold" replicas) from a structure kept in the
+//! order that decides among them.
+//!
+//! A cold replica (no match, no queued work) differs from another only by
+//! its pressure, its KV room bucket and its name: its estimate is the
+//! request's whole prefill (`work(prompt)`) plus its pressure cost. So the
+//! live fleet of a (tenant, model, scope, TTL) is kept as a [`ColdSet`]:
+//! members by id, grouped in classes of equal (pressure, room bucket) in
+//! pressure order, each class's members sorted by name label. It is built
+//! by one pass over the fleet (what the one-pass ranking does per lookup)
+//! and reused until something it was built from changes: a stats write or a
+//! scope's membership ([`fleet_changed`]), the names' table, or the instant
+//! a member's stats stop being fresh.
+//!
+//! A lookup then reads what changes between rebuilds from the load tracker
+//! (`load.rs`), whose orders are kept on writes: the busy replicas (finish
+//! time after now), the replicas over the bounded-load limit (highest count
+//! first), and the fleet's sum of recent counts (kept per registered set,
+//! exact in fixed point). Matched and busy replicas are estimated one by
+//! one; every class is a count minus the members excluded from it (matched,
+//! busy, over the bound); the tie among equal cold replicas is the k-th
+//! eligible member of its class in name order, found by skipping the
+//! excluded positions. The cost is O(matched + busy + over the bound +
+//! classes skipped + log fleet), where the one-pass ranking's is O(fleet).
+//! Same answers: the property test in `routing_scan.rs` holds the pick, the
+//! delivery and the scores to the straightforward scan's.
+
+use crate::fleet::{Cand, Fleet};
+use crate::hashing::FoldBuild;
+use crate::index::Index;
+use crate::lookup::Raw;
+use crate::ranking::freshness;
+use crate::routing::{RouteParams, TENTATIVE_CREDIT, TtftRoute, room_bucket};
+use crate::sync::{read, write};
+use crate::types::{LookupRequest, Tier};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Bumped by every write a [`ColdSet`] is built from (stats, a scope's
+/// membership): a set built before it is rebuilt. One counter for every
+/// index in the process (an index's rebuilds caused by another's writes cost
+/// time, never answers).
+static FLEET_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// Something a [`ColdSet`] is built from changed.
+#[inline]
+pub(crate) fn fleet_changed() {
+    FLEET_CHANGES.fetch_add(1, Ordering::Release);
+}
+
+/// The most sets kept (one per (tenant, model, scope, TTL) looked up); past
+/// it they are all dropped and rebuilt as needed.
+const MAX_SETS: usize = 256;
+
+/// Members of equal pressure and room bucket, by name label.
+pub(crate) struct Class {
+    pressure: f32,
+    room: Option<i32>,
+    /// (name label, replica id), ascending.
+    members: Vec<(u64, u32)>,
+}
+
+/// The live fleet of one (tenant, model, scope, TTL), ordered for the pick.
+pub(crate) struct ColdSet {
+    built_ns: i64,
+    /// The first instant a member's stats stop being fresh.
+    valid_until: i64,
+    changes: u64,
+    names_epoch: u64,
+    /// Slot of the set's recent-count sum in the load tracker.
+    slot: usize,
+    /// Members.
+    n: usize,
+    members: Vec<u64>,
+    /// By replica id: pressure, KV usage (NaN: none), class, position.
+    pressure: Vec<f32>,
+    usage: Vec<f32>,
+    class_of: Vec<u32>,
+    pos_of: Vec<u32>,
+    /// Ascending by (pressure, room bucket: reported first, lowest first).
+    classes: Vec<Class>,
+    /// A pressure is NaN: the one-pass ranking answers.
+    pub(crate) exotic: bool,
+}
+
+impl ColdSet {
+    #[inline]
+    fn has(&self, id: u32) -> bool {
+        self.members
+            .get(id as usize / 64)
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+
+    fn valid(&self, now: i64, changes: u64, epoch: u64) -> bool {
+        now >= self.built_ns
+            && now < self.valid_until
+            && changes == self.changes
+            && epoch == self.names_epoch
+    }
+}
+
+/// (tm, scope or `u32::MAX`, TTL).
+type SetKey = (u32, u32, i64);
+
+/// The sets by key.
+#[derive(Default)]
+pub(crate) struct ColdSets {
+    map: RwLock<HashMap<SetKey, Arc<ColdSet>, FoldBuild>>,
+}
+
+thread_local! {
+    static GATHER: std::cell::RefCell<Fleet> = std::cell::RefCell::default();
+    static BUFS: std::cell::RefCell<Bufs> = std::cell::RefCell::default();
+}
+
+/// Per-thread buffers of one lookup.
+#[derive(Default)]
+struct Bufs {
+    /// By replica id: 1 + position in `e`; 0: not there.
+    at: Vec<u32>,
+    /// Matched, then busy replicas.
+    e: Vec<Cand>,
+    /// Matched or tentative (the pressure rule of `Fleet::add`).
+    matched: Vec<bool>,
+    /// (class, position) of members in `e`, then of members over the bound.
+    xe: Vec<(u32, u32)>,
+    xo: Vec<(u32, u32)>,
+    /// Tied: (label, id, position in `e` or `u32::MAX`).
+    tied: Vec<(u64, u32, u32)>,
+    tied_classes: Vec<u32>,
+}
+
+/// Entries of `xs` (sorted) in class `c`, as a range.
+fn class_range(xs: &[(u32, u32)], c: u32) -> std::ops::Range<usize> {
+    let lo = xs.partition_point(|x| x.0 < c);
+    let hi = xs.partition_point(|x| x.0 <= c);
+    lo..hi
+}
+
+impl Index {
+    /// The fleet set of (tm, scope, ttl) at `now`: the kept one while valid,
+    /// else rebuilt.
+    fn cold_set(&self, tm: u32, scope: Option<u32>, ttl: i64, now: i64) -> Arc<ColdSet> {
+        let key = (tm, scope.unwrap_or(u32::MAX), ttl);
+        let changes = FLEET_CHANGES.load(Ordering::Acquire);
+        let epoch = self.store.table_epoch.load(Ordering::Acquire);
+        let old_slot = {
+            let m = read(&self.routing.cold.map);
+            match m.get(&key) {
+                Some(s) if s.valid(now, changes, epoch) => return s.clone(),
+                Some(s) => Some(s.slot),
+                None => None,
+            }
+        };
+        let mut m = write(&self.routing.cold.map);
+        let slot = match old_slot.or_else(|| m.get(&key).map(|s| s.slot)) {
+            Some(s) => s,
+            None => {
+                if m.len() >= MAX_SETS {
+                    m.clear();
+                    self.routing.load.clear_groups();
+                }
+                m.values().map(|s| s.slot + 1).max().unwrap_or(0)
+            }
+        };
+        let set = Arc::new(self.build_cold_set(tm, scope, ttl, now, changes, epoch, slot));
+        self.routing.load.register_group(slot, set.members.clone());
+        m.insert(key, set.clone());
+        set
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_cold_set(
+        &self,
+        tm: u32,
+        scope: Option<u32>,
+        ttl: i64,
+        now: i64,
+        changes: u64,
+        epoch: u64,
+        slot: usize,
+    ) -> ColdSet {
+        let mut valid_until = i64::MAX;
+        let mut list: Vec<(u32, f32, f32)> = Vec::new();
+        crate::scratch::with(&GATHER, |f: &mut Fleet| {
+            // As the one-pass ranking gathers it: fresh stats ∪ scope.
+            if let Some(stats) = self.stats.read_any() {
+                if let Some(m) = stats.get(&tm) {
+                    for (&r, s) in m {
+                        if freshness(now, s.last_seen, ttl) > 0.0 {
+                            valid_until = valid_until.min(s.last_seen.saturating_add(ttl));
+                            let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
+                            if fresh_stats {
+                                valid_until = valid_until.min(s.stats_reported.saturating_add(ttl));
+                            }
+                            f.add(r, if fresh_stats { s.pressure } else { 0.0 });
+                            if let (true, Some(l)) = (fresh_stats, &s.load) {
+                                f.set_usage(r, l.kv_cache_usage);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(scope) = scope {
+                let c = read(&self.store.counters);
+                if let Some(sc) = c.scope(scope) {
+                    sc.replicas().for_each(|r| f.add(r, 0.0));
+                }
+            }
+            f.take(|r, pressure, usage, _, _| list.push((r, pressure, usage)));
+        });
+        let top = list.last().map_or(0, |x| x.0 as usize + 1);
+        let mut set = ColdSet {
+            built_ns: now,
+            valid_until,
+            changes,
+            names_epoch: epoch,
+            slot,
+            n: list.len(),
+            members: vec![0; top.div_ceil(64)],
+            pressure: vec![0.0; top],
+            usage: vec![f32::NAN; top],
+            class_of: vec![u32::MAX; top],
+            pos_of: vec![0; top],
+            classes: Vec::new(),
+            exotic: list.iter().any(|x| x.1.is_nan()),
+        };
+        let catalog = read(&self.store.catalog);
+        let mut order: Vec<(f32, i32, u64, u32)> = list
+            .iter()
+            .map(|&(r, p, u)| {
+                set.members[r as usize / 64] |= 1 << (r % 64);
+                set.pressure[r as usize] = p;
+                set.usage[r as usize] = u;
+                (
+                    p,
+                    room_bucket(u).unwrap_or(i32::MAX),
+                    catalog.replica_label(r),
+                    r,
+                )
+            })
+            .collect();
+        drop(catalog);
+        order.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then(a.1.cmp(&b.1))
+                .then((a.2, a.3).cmp(&(b.2, b.3)))
+        });
+        for (p, room, label, r) in order {
+            let room = (room != i32::MAX).then_some(room);
+            let same = set
+                .classes
+                .last()
+                .is_some_and(|c| c.pressure.total_cmp(&p).is_eq() && c.room == room);
+            if !same {
+                set.classes.push(Class {
+                    pressure: p,
+                    room,
+                    members: Vec::new(),
+                });
+            }
+            let ci = set.classes.len() - 1;
+            let c = &mut set.classes[ci];
+            set.class_of[r as usize] = ci as u32;
+            set.pos_of[r as usize] = c.members.len() as u32;
+            c.members.push((label, r));
+        }
+        set
+    }
+
+    /// The default ranking's pick through the fleet set (module docs):
+    /// `false` when the set cannot answer (the caller runs the one-pass
+    /// ranking instead).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn route_cold<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+        chain: bool,
+        part: Option<u32>,
+        (tm, scope, ttl, now): (u32, Option<u32>, i64, i64),
+        raws: &[Raw],
+        tentative: &[(u32, i32)],
+        prompt: f64,
+        out: &mut TtftRoute,
+    ) -> bool {
+        let set = self.cold_set(tm, scope, ttl, now);
+        if set.exotic {
+            return false;
+        }
+        if set.n == 0 && raws.is_empty() && tentative.is_empty() {
+            out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
+            return true;
+        }
+        crate::scratch::with(&BUFS, |b: &mut Bufs| {
+            self.pick_cold(
+                req, p, chain, part, &set, now, raws, tentative, prompt, b, out,
+            );
+            // Clear the id-indexed marks for the next lookup.
+            for c in &b.e {
+                b.at[c.replica as usize] = 0;
+            }
+        });
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pick_cold<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+        chain: bool,
+        part: Option<u32>,
+        set: &ColdSet,
+        now: i64,
+        raws: &[Raw],
+        tentative: &[(u32, i32)],
+        prompt: f64,
+        b: &mut Bufs,
+        out: &mut TtftRoute,
+    ) {
+        let w = &p.weights;
+        // Lock order: the catalog, then the load (the sweep's release holds
+        // the catalog's write lock while it forgets a queue).
+        let catalog = read(&self.store.catalog);
+        let load = self.routing.load.view(now);
+        b.e.clear();
+        b.matched.clear();
+        let blank = |r: u32, raw: Option<usize>| Cand {
+            replica: r,
+            raw,
+            tentative_tokens: 0,
+            matched: 0,
+            queued: 0.0,
+            recent: 0.0,
+            recent_raw: 0,
+            pressure: 0.0,
+            usage: f32::NAN,
+            work: 0.0,
+            est: 0.0,
+        };
+        // The explicit candidates: matched (first run per replica wins, then
+        // the first tentative extension), then busy members.
+        let mark = |at: &mut Vec<u32>, r: u32, i: usize| {
+            let r = r as usize;
+            if at.len() <= r {
+                at.resize((r + 1).next_power_of_two(), 0);
+            }
+            at[r] = i as u32 + 1;
+        };
+        let pos = |at: &[u32], r: u32| at.get(r as usize).copied().unwrap_or(0);
+        for (i, x) in raws.iter().enumerate() {
+            if pos(&b.at, x.replica) == 0 {
+                mark(&mut b.at, x.replica, b.e.len());
+                b.e.push(blank(x.replica, Some(i)));
+                b.matched.push(true);
+            }
+        }
+        for &(r, tokens) in tentative {
+            match pos(&b.at, r) {
+                0 => {
+                    mark(&mut b.at, r, b.e.len());
+                    let mut c = blank(r, None);
+                    c.tentative_tokens = tokens;
+                    b.e.push(c);
+                    b.matched.push(true);
+                }
+                i => {
+                    let c = &mut b.e[i as usize - 1];
+                    if c.tentative_tokens == 0 {
+                        c.tentative_tokens = tokens;
+                    }
+                }
+            }
+        }
+        for r in load.busy() {
+            if set.has(r) && pos(&b.at, r) == 0 {
+                mark(&mut b.at, r, b.e.len());
+                b.e.push(blank(r, None));
+                b.matched.push(false);
+            }
+        }
+        // Their estimates, as the one-pass ranking computes them.
+        let pw = w.pressure_us.max(0.0);
+        let mut n = set.n;
+        let mut sum = load.group_sum(set.slot);
+        b.xe.clear();
+        for (c, &matched) in b.e.iter_mut().zip(&b.matched) {
+            let r = c.replica;
+            if set.has(r) {
+                let pm = set.pressure[r as usize];
+                c.pressure = if matched && 0.0f32.total_cmp(&pm).is_gt() {
+                    0.0
+                } else {
+                    pm
+                };
+                c.usage = set.usage[r as usize];
+                b.xe.push((set.class_of[r as usize], set.pos_of[r as usize]));
+            } else {
+                n += 1;
+                sum += load.raw_recent(r);
+            }
+            let (real, fresh, tier) = c.raw.map_or((0, 1.0, Tier::T1), |i| {
+                (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
+            });
+            let ext = c.tentative_tokens;
+            c.matched = real.saturating_add(ext);
+            let credited = f64::from(real) * w.credit(tier) * f64::from(fresh)
+                + f64::from(ext) * TENTATIVE_CREDIT;
+            c.work = w.work_us(prompt - credited);
+            c.queued = load.queued_us(r);
+            c.recent_raw = load.raw_recent(r);
+            c.recent = load.recent_of(c.recent_raw);
+            c.est = c.queued + c.work + pw * f64::from(c.pressure.max(0.0));
+        }
+        b.xe.sort_unstable();
+        let classes = &set.classes;
+        let ex = |xs: &[(u32, u32)], c: usize| class_range(xs, c as u32).len();
+        let floor = p.min_matched_tokens.max(1);
+        let is_match = |c: &Cand| c.matched >= floor;
+        let maxp = w.affinity_max_pressure;
+        let pressure_ok = |c: &Cand| is_match(c) || c.pressure < maxp;
+        // Busy replicas without a match are skipped, unless that leaves
+        // nobody. Classes are in pressure order: the ones under the maximum
+        // come first.
+        let any_ok = b.e.iter().any(pressure_ok)
+            || classes
+                .iter()
+                .enumerate()
+                .take_while(|(_, c)| c.pressure < maxp)
+                .any(|(i, c)| c.members.len() > ex(&b.xe, i));
+        let ok = |c: &Cand| !any_ok || pressure_ok(c);
+        let ok_class = |c: &Class| !any_ok || c.pressure < maxp;
+        // The bounded-load rule, unless it leaves nobody.
+        let bound = w.load_bound;
+        let limit = if bound.is_nan() || bound <= 0.0 {
+            f64::INFINITY
+        } else {
+            bound * load.mean_recent(sum, n) + 1.0
+        };
+        b.xo.clear();
+        if limit.is_finite() {
+            for r in load.over(limit) {
+                if set.has(r) && pos(&b.at, r) == 0 {
+                    b.xo.push((set.class_of[r as usize], set.pos_of[r as usize]));
+                }
+            }
+        }
+        b.xo.sort_unstable();
+        let under_any = limit.is_finite()
+            && (b.e.iter().any(|c| ok(c) && c.recent <= limit)
+                || classes
+                    .iter()
+                    .enumerate()
+                    .take_while(|(_, c)| ok_class(c))
+                    .any(|(i, c)| c.members.len() > ex(&b.xe, i) + ex(&b.xo, i)));
+        let eligible = |c: &Cand| ok(c) && (!under_any || c.recent <= limit);
+        let elig = |i: usize| {
+            let c = &classes[i];
+            if !ok_class(c) {
+                return 0;
+            }
+            let out = if under_any { ex(&b.xo, i) } else { 0 };
+            c.members.len() - ex(&b.xe, i) - out
+        };
+        let cold_work = w.work_us(prompt);
+        let class_est = |c: &Class| 0.0 + cold_work + pw * f64::from(c.pressure.max(0.0));
+        let first = (0..classes.len())
+            .take_while(|&i| ok_class(&classes[i]))
+            .find(|&i| elig(i) > 0);
+        let best =
+            b.e.iter()
+                .filter(|c| eligible(c))
+                .map(|c| c.est)
+                .fold(f64::INFINITY, f64::min)
+                .min(first.map_or(f64::INFINITY, |i| class_est(&classes[i])));
+        b.tied.clear();
+        for (i, c) in b.e.iter().enumerate() {
+            if eligible(c) && c.est <= best {
+                b.tied
+                    .push((catalog.replica_label(c.replica), c.replica, i as u32));
+            }
+        }
+        b.tied_classes.clear();
+        if let Some(f) = first {
+            for (i, c) in classes.iter().enumerate().skip(f) {
+                if !ok_class(c) || class_est(c) > best {
+                    break;
+                }
+                if elig(i) > 0 {
+                    b.tied_classes.push(i as u32);
+                }
+            }
+        }
+        // Among equals a new prefix goes where there is room.
+        let room = b
+            .tied
+            .iter()
+            .filter_map(|t| room_bucket(b.e[t.2 as usize].usage))
+            .chain(
+                b.tied_classes
+                    .iter()
+                    .filter_map(|&i| classes[i as usize].room),
+            )
+            .min();
+        if let Some(room) = room {
+            let e = &b.e;
+            b.tied
+                .retain(|t| room_bucket(e[t.2 as usize].usage) == Some(room));
+            b.tied_classes
+                .retain(|&i| classes[i as usize].room == Some(room));
+        }
+        let in_classes: usize = b.tied_classes.iter().map(|&i| elig(i as usize)).sum();
+        let total = b.tied.len() + in_classes;
+        if total == 0 {
+            return;
+        }
+        let k = if p.seed.is_empty() {
+            0
+        } else {
+            crate::affinity::affinity_index(p.seed, total)
+        };
+        // Excluded positions of class `i`, ascending.
+        let skip = |i: u32| -> Vec<u32> {
+            let mut xs: Vec<u32> = b.xe[class_range(&b.xe, i)].iter().map(|x| x.1).collect();
+            if under_any {
+                xs.extend(b.xo[class_range(&b.xo, i)].iter().map(|x| x.1));
+            }
+            xs.sort_unstable();
+            xs
+        };
+        let picked: (u32, Option<usize>) = match b.tied_classes.as_slice() {
+            [] => {
+                let t = *b.tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
+                (t.1, Some(t.2 as usize))
+            }
+            &[ci] => {
+                // The k-th of the class's eligible members merged with the
+                // tied explicit ones, by (label, id).
+                let members = &classes[ci as usize].members;
+                let xs = skip(ci);
+                let nth = |j: usize| {
+                    let mut at = j;
+                    for &x in &xs {
+                        if x as usize <= at {
+                            at += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    members[at]
+                };
+                let before = |key: (u64, u32)| {
+                    let pp = members.partition_point(|m| *m < key);
+                    pp - xs.partition_point(|&x| (x as usize) < pp)
+                };
+                b.tied.sort_unstable_by_key(|t| (t.0, t.1));
+                let mut found = None;
+                for (taken, t) in b.tied.iter().enumerate() {
+                    let cb = before((t.0, t.1));
+                    if cb + taken > k {
+                        found = Some((nth(k - taken).1, None));
+                        break;
+                    }
+                    if cb + taken == k {
+                        found = Some((t.1, Some(t.2 as usize)));
+                        break;
+                    }
+                }
+                found.unwrap_or_else(|| (nth(k - b.tied.len()).1, None))
+            }
+            several => {
+                // Rare (equal estimates at different pressures): every
+                // eligible member of the tied classes, then a selection.
+                let mut all: Vec<(u64, u32, u32)> = b.tied.clone();
+                for &ci in several {
+                    let xs = skip(ci);
+                    let mut xi = 0;
+                    for (j, m) in classes[ci as usize].members.iter().enumerate() {
+                        if xs.get(xi) == Some(&(j as u32)) {
+                            while xs.get(xi) == Some(&(j as u32)) {
+                                xi += 1;
+                            }
+                            continue;
+                        }
+                        all.push((m.0, m.1, u32::MAX));
+                    }
+                }
+                let t = *all.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
+                (t.1, (t.2 != u32::MAX).then_some(t.2 as usize))
+            }
+        };
+        let pick = match picked {
+            (_, Some(i)) => i,
+            (r, None) => {
+                let mut c = blank(r, None);
+                c.pressure = set.pressure[r as usize];
+                c.usage = set.usage[r as usize];
+                c.work = cold_work;
+                c.queued = load.queued_us(r);
+                c.recent_raw = load.raw_recent(r);
+                c.recent = load.recent_of(c.recent_raw);
+                c.est = c.queued + c.work + pw * f64::from(c.pressure.max(0.0));
+                mark(&mut b.at, r, b.e.len());
+                b.e.push(c);
+                b.e.len() - 1
+            }
+        };
+        drop(load);
+        self.answer(req, p, chain, part, raws, &b.e, pick, false, &catalog, out);
+    }
+}
