@@ -128,6 +128,20 @@ impl LoadShareMetrics {
         m
     }
 
+    /// Remote hints not applied, every reason (garbage messages included).
+    pub fn skipped_total(&self) -> u64 {
+        SKIP_REASONS
+            .iter()
+            .map(|r| {
+                self.skipped
+                    .get_or_create(&ReasonLabel {
+                        reason: (*r).into(),
+                    })
+                    .get()
+            })
+            .sum()
+    }
+
     fn skip(&self, reason: &'static str, n: u64) {
         self.skipped
             .get_or_create(&ReasonLabel {
