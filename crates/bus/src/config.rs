@@ -78,6 +78,13 @@ impl BusConfig {
         format!("{}-control.resync", self.subject_prefix.replace('.', "-"))
     }
 
+    /// The core-NATS subject server replicas share their delivered hints on
+    /// (`crate::load`). Outside the stream's subjects like the resync
+    /// subject: load is a live signal, never stored or replayed.
+    pub fn load_subject(&self) -> String {
+        format!("{}-load.deliveries", self.subject_prefix.replace('.', "-"))
+    }
+
     /// Object store bucket of published snapshots.
     pub fn snapshot_bucket(&self) -> String {
         format!("{}-snapshots", self.stream)
@@ -185,5 +192,21 @@ impl Bus {
             .get_or_create_stream(self.config.stream_config())
             .await
             .map_err(|e| BusError::Stream(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn side_subjects_are_outside_the_stream() {
+        let c = BusConfig::new("nats://x");
+        let stream = all_subjects(&c.subject_prefix);
+        let inside = stream.trim_end_matches('>');
+        for s in [c.resync_subject(), c.load_subject()] {
+            assert!(!s.starts_with(inside), "{s} would be stored in {stream}");
+        }
+        assert_ne!(c.resync_subject(), c.load_subject());
     }
 }

@@ -23,6 +23,10 @@
 //!   counted and skipped.
 //! - **Resync control subject**: [`BusConfig::resync_subject`], outside the
 //!   stream (a live signal, never replayed).
+//! - **Shared load** ([`load`]): the hints each server replica delivered,
+//!   coalesced per interval, on a core-NATS subject outside the stream
+//!   ([`BusConfig::load_subject`]): a load signal, fire-and-forget, never
+//!   replayed.
 //! - **Snapshot bucket** ([`objects`]): a JetStream object store where
 //!   replicas publish snapshots and from which an empty replica warms up.
 //!
@@ -31,6 +35,7 @@
 
 pub mod config;
 pub mod consumer;
+pub mod load;
 pub mod message;
 pub mod objects;
 pub mod producer;
@@ -39,6 +44,7 @@ pub mod subject;
 pub use async_nats;
 pub use config::{Bus, BusConfig};
 pub use consumer::{Applied, ConsumerStatus, Delivery, run_consumer};
+pub use load::{DeliveryBatch, ReplicaDeliveries};
 pub use message::{BusMessage, SkipReason};
 pub use objects::{PublishedSnapshot, SnapshotBucket};
 pub use producer::{Producer, ProducerLimits, ProducerStats, request_resync};

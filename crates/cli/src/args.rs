@@ -304,6 +304,15 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub bus: crate::bus_args::BusArgs,
 
+    /// With --nats-url: share the hints this replica delivers with the
+    /// other server replicas, at most one batch per interval (the first
+    /// hint after a quiet spell goes at once), so every replica's default
+    /// ranking weighs the whole fleet's load. 0 (or off) shares nothing: each replica
+    /// then balances on its own deliveries and the engines' load reports.
+    #[arg(long, env = "INFERENCECACHE_BUS_LOAD_INTERVAL", default_value = "10ms",
+          value_parser = parse_duration_or_off)]
+    pub bus_load_interval: std::time::Duration,
+
     /// Warm restarts.
     #[command(flatten)]
     pub state: crate::bus_args::StateArgs,
@@ -396,6 +405,14 @@ fn parse_ranking(s: &str) -> Result<inferencecache_server::core::RankingMode, St
 
 /// Go-style durations (`90s`, `1h30m`), shared with the benchmark rigs.
 pub(crate) use inferencecache_control_api::duration::parse_duration;
+
+/// A duration, or `0` / `0s` / `off` for none (a feature switched off).
+fn parse_duration_or_off(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim() {
+        "0" | "0s" | "0ms" | "off" => Ok(std::time::Duration::ZERO),
+        other => parse_duration(other).map_err(|e| format!("{e}, or 0 / off for none")),
+    }
+}
 
 /// Accepts Go-style single-dash long flags (`-grpc-bind-address=:9090`), as
 /// existing manifests written for the reference server use them.

@@ -136,6 +136,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
                     replica_name: config.client_name.clone(),
                     config,
                     limits,
+                    load_interval: args.bus_load_interval,
                 },
             ),
         state: args.state.settings(),

@@ -192,6 +192,7 @@ mod policy;
 mod pools;
 mod quota;
 mod ranking;
+mod remote_load;
 mod replica_table;
 mod replicas;
 mod reserve;
@@ -220,6 +221,7 @@ pub use policy::{EvictionAlgorithm, NoPolicy, PolicyResolver};
 pub use ranking::{
     distinguishing_power, freshness, prefix_score, pressure_factor, recency, slo_coefficient,
 };
+pub use remote_load::MAX_REMOTE_HINTS;
 pub use routing::{
     Delivery, DeliveryOutcome, Estimate, RankingMode, RouteParams, TtftRoute, TtftWeights,
 };

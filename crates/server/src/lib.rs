@@ -66,6 +66,7 @@ mod watch;
 // Leaves: metrics, limits, errors and small shared types.
 mod auth;
 mod block_size;
+pub mod delivery_log;
 mod error;
 mod events;
 mod grpc_error;

@@ -10,6 +10,11 @@
 //!   to an index; prints the convergence lag (publish → applied) p50/p99,
 //!   then replays the whole stream into a fresh index (replay rate from the
 //!   stream).
+//! - `load`: the shared load of bus mode (`load.rs`): lag from a delivery on
+//!   one server core to its apply on another, flushes per second, and the
+//!   lookup path's cost with sharing on and off.
+
+mod load;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -45,6 +50,11 @@ enum What {
     ///
     /// Example: `inferencecache-bench replicate bus --nats-url nats://127.0.0.1:4299 --rate 100000`
     Bus(BusArgs),
+    /// Shared load: delivery lag between two server cores over a real
+    /// nats-server, and the lookup path's cost with sharing on and off.
+    ///
+    /// Example: `inferencecache-bench replicate load --nats-url nats://127.0.0.1:4299 --rate 20000`
+    Load(load::LoadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -85,6 +95,11 @@ pub(super) fn run(args: ReplicateBenchArgs) -> anyhow::Result<()> {
             .build()
             .context("start the async runtime")?
             .block_on(bus(a)),
+        What::Load(a) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("start the async runtime")?
+            .block_on(load::run(a)),
     }
 }
 

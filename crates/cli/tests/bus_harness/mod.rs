@@ -154,6 +154,16 @@ pub(crate) struct Replica {
 
 impl Replica {
     pub(crate) fn start(args: &[String]) -> Self {
+        // These tests compare answers across replicas and restarts: the
+        // index state, which the bus makes identical. The default ranking
+        // also weighs each replica's load (delivered hints, shared within
+        // the bus lag, `bus_load.rs`) and tentative holdings (per replica by
+        // design, docs/decisions.md), so it is pinned to the contract's.
+        Self::start_ranked(args, "contract")
+    }
+
+    /// A replica under `--ranking RANKING`.
+    pub(crate) fn start_ranked(args: &[String], ranking: &str) -> Self {
         let mut child = Command::new(BIN)
             .arg("serve")
             .args([
@@ -163,14 +173,8 @@ impl Replica {
                 "127.0.0.1:0",
                 "--snapshot-bind-address",
                 "127.0.0.1:0",
-                // These tests compare answers across replicas and restarts:
-                // the index state, which the bus makes identical. The default
-                // ranking also weighs each replica's own delivered-hint window
-                // and tentative holdings, which are per replica by design
-                // (docs/decisions.md, "Bus: the delivered-hint window is per
-                // replica"), so it is pinned to the contract's ranking here.
                 "--ranking",
-                "contract",
+                ranking,
             ])
             .args(args)
             .stderr(Stdio::piped())

@@ -54,13 +54,18 @@ pub struct ReplicationMetrics {
     pub state_snapshot_bytes: Gauge,
     /// Entries restored at start.
     pub state_restored_entries: Gauge,
+    /// Delivered hints shared with the other server replicas.
+    pub load: std::sync::Arc<super::load_share::LoadShareMetrics>,
     last: Mutex<[u64; 9]>,
 }
 
 impl ReplicationMetrics {
     /// Registers every series.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
+        let m = Self {
+            load: std::sync::Arc::new(super::load_share::LoadShareMetrics::register(registry)),
+            ..Self::default()
+        };
         registry.register(
             "inferencecache_bus_connected",
             "1 when the NATS bus is connected (bus mode)",

@@ -17,6 +17,11 @@
 //!   cannot be reached within [`CONNECT_GRACE`], the replica becomes ready
 //!   anyway and serves from its local (possibly warm) index: fail-open. It
 //!   catches up in the background when the bus appears.
+//! - **One load view.** Every replica publishes the hints it delivered,
+//!   coalesced per interval, and applies the others' ([`load_share`]), so
+//!   the default ranking's load is the fleet's on every replica. Engine load
+//!   reports travel inside the updates on the stream, like the rest of the
+//!   stats.
 //!
 //! # State
 //!
@@ -26,6 +31,7 @@
 //! that starts with no snapshot warms from the newest published one before
 //! consuming the stream from that snapshot's sequence.
 
+pub mod load_share;
 pub mod metrics;
 
 pub use metrics::ReplicationMetrics;
@@ -60,6 +66,10 @@ pub struct BusSettings {
     pub replica_name: String,
     /// Relay bounds.
     pub limits: ProducerLimits,
+    /// `--bus-load-interval`: delivered hints are shared with the other
+    /// replicas in one batch per interval; zero shares none (each replica's
+    /// load then counts only its own deliveries, as before issue 36).
+    pub load_interval: Duration,
 }
 
 /// Publishes gRPC-received updates to the stream.
@@ -146,8 +156,9 @@ impl BusRelay {
     }
 }
 
-/// Applies one stream message to the index.
-pub fn apply(core: &Core, d: Delivery) -> Applied {
+/// Applies one stream message to the index; an engine load report's time
+/// is noted in `reports` (remote deliveries made before it are in its counts).
+pub fn apply(core: &Core, reports: &load_share::ReportTimes, d: Delivery) -> Applied {
     let stored_us = d.stored_ns / 1_000;
     match d.message {
         BusMessage::Update(mut u) => {
@@ -156,6 +167,9 @@ pub fn apply(core: &Core, d: Delivery) -> Applied {
             }
             if u.timestamp_us == 0 {
                 u.timestamp_us = stored_us;
+            }
+            if u.stats.as_ref().is_some_and(|s| s.load.is_some()) {
+                reports.note(&u.replica_id, u.timestamp_us.saturating_mul(1_000));
             }
             core.block_sizes.learn(&u);
             core.ingest(&crate::convert::update_from_proto(u));
@@ -186,6 +200,10 @@ struct BusSide {
     bus: Bus,
     producer: Producer,
     status: Arc<ConsumerStatus>,
+    /// This process on the load subject.
+    origin: String,
+    /// Engine load reports applied, for the remote deliveries' check.
+    reports: Arc<load_share::ReportTimes>,
 }
 
 /// The replication and persistence side of a server.
@@ -246,11 +264,16 @@ impl Replication {
                     .filter(|r| r.meta.stream == settings.config.stream)
                     .map_or(0, |r| r.meta.last_sequence);
                 core.readiness.block(READY_KEY, "connecting to the bus");
+                if !settings.load_interval.is_zero() {
+                    core.pipeline.deliveries().enable();
+                }
                 Some(BusSide {
+                    origin: load_share::origin(&settings.replica_name),
                     settings,
                     bus: b,
                     producer,
                     status: Arc::new(ConsumerStatus::starting_after(after)),
+                    reports: Arc::new(load_share::ReportTimes::default()),
                 })
             }
             None => None,
@@ -288,13 +311,33 @@ impl Replication {
             let stop = self.stop.clone();
             let warm = self.restored.is_none();
             let metrics = Arc::clone(&self.metrics);
+            let reports = Arc::clone(&side.reports);
             self.tasks.spawn(async move {
                 if warm {
                     warm_from_bucket(&core, &metrics, &bus, &status, &stop).await;
                 }
                 let c = core.clone();
-                inferencecache_bus::run_consumer(bus, status, move |d| apply(&c, d), stop).await;
+                let apply_one = move |d| apply(&c, &reports, d);
+                inferencecache_bus::run_consumer(bus, status, apply_one, stop).await;
             });
+            if !side.settings.load_interval.is_zero() {
+                self.tasks.spawn(load_share::publish_loop(
+                    side.bus.clone(),
+                    self.core.pipeline.deliveries().clone(),
+                    side.origin.clone(),
+                    side.settings.load_interval,
+                    Arc::clone(&self.metrics.load),
+                    self.stop.clone(),
+                ));
+                self.tasks.spawn(load_share::apply_loop(
+                    side.bus.clone(),
+                    self.core.clone(),
+                    side.origin.clone(),
+                    Arc::clone(&side.reports),
+                    Arc::clone(&self.metrics.load),
+                    self.stop.clone(),
+                ));
+            }
             let core = self.core.clone();
             let bus = side.bus.clone();
             let status = Arc::clone(&side.status);

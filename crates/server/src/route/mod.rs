@@ -45,6 +45,8 @@ pub struct LookupPipeline {
     tokenizers: Tokenizers,
     ranking: RankingMode,
     tokenize_budget: crate::tokenize_budget::TokenizeBudget,
+    /// Delivered hints to share with the other server replicas (bus mode).
+    deliveries: crate::delivery_log::DeliveryLog,
 }
 
 impl std::fmt::Debug for LookupPipeline {
@@ -92,7 +94,14 @@ impl LookupPipeline {
                 Arc::clone(&metrics),
             ),
             metrics,
+            deliveries: crate::delivery_log::DeliveryLog::default(),
         }
+    }
+
+    /// The delivered hints bus mode shares with the other server replicas
+    /// (disabled until `replicate` enables it).
+    pub fn deliveries(&self) -> &crate::delivery_log::DeliveryLog {
+        &self.deliveries
     }
 
     /// The ranking of tenants whose policy does not choose one (`--ranking`).

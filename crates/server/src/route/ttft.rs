@@ -135,9 +135,20 @@ impl LookupPipeline {
         let out = self
             .index
             .record_delivery(ireq, delivery, policy.ttft.tentative_ttl);
+        if self.deliveries.is_enabled() && !crate::reserved_tenant::is_reserved(ireq.tenant) {
+            self.deliveries
+                .record(&delivery.replica_id, delivery.work_us, unix_now_ns());
+        }
         let m = &self.metrics.routing;
         m.delivered_hints.inc();
         m.tentative("stored", out.tentative_stored);
         m.tentative("dropped", out.tentative_dropped);
     }
+}
+
+/// Wall-clock now, Unix ns (the index's `SystemClock` reads the same clock).
+fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
