@@ -651,6 +651,14 @@ def main():
                   f" unseen {s.get('over_unseen', 0)})")
         print(f"| {s['cache']} | {s['concurrency']} | {s['policy']} | {s['ttft_mean']:.0f} | "
               f"{s['ttft_p50']:.0f} | {s['ttft_p90']:.0f} | {s['hit_rate']:.1%} | {s['full_misses']} | {h} |")
+    # Evictions reach lookups (the sidecars' eviction_visible_seconds: engine
+    # batch at the sidecar -> the server's ack), per run with sidecars.
+    for r in report["runs"]:
+        s = r["summary"]
+        if s.get("evictions"):
+            print(f"eviction to lookup, {s['cache']} cache, {s['concurrency']} client(s): "
+                  f"{s['evictions']} evictions, p50 <= {s['eviction_visible_p50_le_s']} s, "
+                  f"p99 <= {s['eviction_visible_p99_le_s']} s")
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
     shutil.rmtree(work, ignore_errors=True)

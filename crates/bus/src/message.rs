@@ -114,9 +114,17 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_and_bad_input_is_named() {
+        // A hybrid model's match-end mark (our field 7) crosses the bus as
+        // it came: replicas applying it back their matches off alike.
         let u = BusMessage::Update(CacheStateUpdate {
             replica_id: "r".into(),
             tenant_id: "t".into(),
+            prefixes: vec![inferencecache_proto::v1alpha1::PrefixEntry {
+                block_hashes: vec![vec![2; 8]],
+                block_token_counts: vec![32],
+                no_match_end: true,
+                ..Default::default()
+            }],
             ..Default::default()
         });
         let e = BusMessage::Event(CacheEvent {

@@ -123,6 +123,14 @@ pub(crate) struct GatewayArgs {
     #[arg(long)]
     pub no_pending_prefixes: bool,
 
+    /// Claim (and rank by) every block the index says an engine holds, even
+    /// those the requests already sent to it will evict before it schedules
+    /// this one. By default the gateway models each vLLM engine's block pool
+    /// (capacity from its /metrics) and withholds those blocks, so a hint
+    /// does not promise what the engine will have dropped.
+    #[arg(long)]
+    pub no_eviction_foresight: bool,
+
     /// Embedded index: its gRPC listener (`inferencecache lookup|state|watch --server`).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub index_grpc_address: String,
@@ -198,6 +206,7 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.decode_weight_tokens = a.decode_weight_tokens;
     c.duplicate_weight_pct = a.duplicate_weight_pct;
     c.pending_prefixes = !a.no_pending_prefixes;
+    c.eviction_foresight = !a.no_eviction_foresight;
     c.engine_admin = a.engine_admin;
     c.validate().map_err(usage)?;
     Ok(c)

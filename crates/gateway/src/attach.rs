@@ -21,6 +21,8 @@ pub(crate) struct Attach {
     pub(crate) tenant: String,
     pub(crate) hash_scheme: String,
     pub(crate) index_grpc: Option<SocketAddr>,
+    /// Model each engine's block pool ([`crate::foresight`]).
+    pub(crate) eviction_foresight: bool,
 }
 
 impl std::fmt::Debug for Attach {
@@ -67,6 +69,9 @@ impl Attach {
             return Err("GET /v1/models lists no base model".into());
         };
         engine.set_served(served);
+        if self.eviction_foresight && !engine.foresight.active() {
+            self.start_foresight(engine).await;
+        }
         for (m, dir) in roots {
             if !self.tokenizers.has(&m) {
                 match self.tokenizers.load(&m, &dir) {
@@ -111,6 +116,27 @@ impl Attach {
                 }
             }
         })))
+    }
+
+    /// Reads the engine's KV pool from its `/metrics` and starts modelling
+    /// it; without it (not vLLM, a hybrid model, metrics unreachable) the
+    /// engine's claims are the index's, as without foresight.
+    async fn start_foresight(&self, engine: &Arc<Engine>) {
+        let url = format!("{}/metrics", engine.spec.url);
+        let body = match self.http.get(&url).send().await {
+            Ok(r) if r.status().is_success() => r.text().await.map_err(|e| e.to_string()),
+            Ok(r) => Err(format!("HTTP {}", r.status())),
+            Err(e) => Err(e.to_string()),
+        };
+        match body.and_then(|b| crate::foresight::kv_pool(&b).map_err(str::to_owned)) {
+            Ok(pool) => {
+                tracing::info!(engine = %engine.id, blocks = pool.usable_blocks, block_size = pool.block_size, "eviction foresight on");
+                engine.foresight.start(pool);
+            }
+            Err(why) => {
+                tracing::warn!(engine = %engine.id, url = %url, reason = %why, "eviction foresight off for this engine: its hints may claim blocks that requests already sent to it evict");
+            }
+        }
     }
 
     /// Attaches `engine` in the background (an engine added at runtime):

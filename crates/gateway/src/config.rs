@@ -143,6 +143,9 @@ pub struct GatewayConfig {
     /// Count prefixes routed moments ago, before the index hears of them
     /// ([`crate::pending`]).
     pub pending_prefixes: bool,
+    /// Withhold from a claim the blocks the requests already sent to an
+    /// engine will evict before it gets to this one ([`crate::foresight`]).
+    pub eviction_foresight: bool,
     /// Serve `POST/DELETE /inferencecache/engines` (engines added and
     /// removed at runtime). Off by default: whoever reaches the gateway
     /// could otherwise point it at any host.
@@ -170,6 +173,7 @@ impl GatewayConfig {
             decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
             duplicate_weight_pct: DEFAULT_DUPLICATE_WEIGHT_PCT,
             pending_prefixes: true,
+            eviction_foresight: true,
             engine_admin: false,
             max_body_bytes: 32 << 20,
             startup_timeout: Duration::from_secs(120),

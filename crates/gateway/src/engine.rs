@@ -8,6 +8,7 @@
 //! with every request.
 
 use crate::config::EngineSpec;
+use crate::foresight::Foresight;
 use crate::pending::Pending;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -81,6 +82,9 @@ pub struct Engine {
     served: RwLock<Served>,
     /// Block chains routed here and not yet confirmed by the index.
     pub pending: Pending,
+    /// The model of its block pool: which held blocks the requests sent
+    /// here will evict ([`crate::foresight`]).
+    pub foresight: Foresight,
     /// What its answers said (the status page).
     pub stats: Stats,
     /// Cancelled when it is removed (or the gateway stops): ends its
@@ -156,6 +160,7 @@ impl Engine {
             pending_prefill: AtomicU64::new(0),
             served: RwLock::new(served),
             pending: Pending::default(),
+            foresight: Foresight::default(),
             stats: Stats::default(),
         }
     }
@@ -219,6 +224,18 @@ impl Engine {
     /// [`Engine::dispatch`], also holding the prompt's block `chain` as
     /// routed here ([`Pending`]) until the index can say it.
     pub fn dispatch_chain(self: &Arc<Self>, uncached: u64, chain: &[u64]) -> Dispatch {
+        self.dispatch_prompt(uncached, chain, 0)
+    }
+
+    /// [`Engine::dispatch_chain`] for a `prompt_tokens`-token prompt, also
+    /// queued in the engine's [`Foresight`] (0: length unknown, not
+    /// modelled).
+    pub fn dispatch_prompt(
+        self: &Arc<Self>,
+        uncached: u64,
+        chain: &[u64],
+        prompt_tokens: u64,
+    ) -> Dispatch {
         static OWNERS: AtomicU64 = AtomicU64::new(1);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.pending_prefill.fetch_add(uncached, Ordering::Relaxed);
@@ -228,6 +245,9 @@ impl Engine {
         } else {
             let o = OWNERS.fetch_add(1, Ordering::Relaxed);
             self.pending.insert(o, chain, Instant::now());
+            if prompt_tokens > 0 {
+                self.foresight.dispatched(o, chain, prompt_tokens);
+            }
             o
         };
         Dispatch {
@@ -312,6 +332,7 @@ impl Dispatch {
         self.release_prefill();
         if self.owner != 0 {
             self.engine.pending.confirm(self.owner, Instant::now());
+            self.engine.foresight.scheduled(self.owner);
         }
     }
 
@@ -329,6 +350,9 @@ impl Drop for Dispatch {
         if !self.prefilled && self.owner != 0 {
             // Never got a byte: the engine may not hold the prefix at all.
             self.engine.pending.release(self.owner);
+        }
+        if self.owner != 0 {
+            self.engine.foresight.finished(self.owner);
         }
         self.engine.in_flight.fetch_sub(1, Ordering::Relaxed);
     }

@@ -56,6 +56,8 @@ pub struct Shared {
     pub weights: pick::Weights,
     /// Whether routed-but-unindexed prefixes count ([`crate::pending`]).
     pub pending_prefixes: bool,
+    /// Eviction foresight on (it needs the prompt's block chain too).
+    pub eviction_foresight: bool,
 }
 
 pub(crate) type St = State<Arc<Shared>>;
@@ -196,7 +198,7 @@ async fn decide(
                         });
                     }
                     let seed = prompt::first_block_seed(&p.tokens, s.block_size);
-                    if s.pending_prefixes {
+                    if s.pending_prefixes || s.eviction_foresight {
                         let salt = p.cache_salt.as_deref().unwrap_or_default();
                         chain =
                             crate::pending::chain(&p.tokens, s.block_size, &[model, adapter, salt]);

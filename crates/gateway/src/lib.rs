@@ -29,6 +29,7 @@ pub mod discover;
 pub mod embedded;
 pub mod engine;
 mod error;
+pub mod foresight;
 pub mod hints;
 pub mod http;
 pub mod metrics;
@@ -148,6 +149,7 @@ impl Gateway {
             tenant: config.tenant.clone(),
             hash_scheme: config.hash_scheme.clone(),
             index_grpc: index.map(|i| i.grpc),
+            eviction_foresight: config.eviction_foresight,
         };
         let mut pending = JoinSet::new();
         for e in &engines {
@@ -206,8 +208,10 @@ impl Gateway {
                 block_size,
                 decode_weight: config.decode_weight_tokens,
                 duplicate_weight_pct: config.duplicate_weight_pct,
+                pending_prefixes: config.pending_prefixes,
             },
             pending_prefixes: config.pending_prefixes,
+            eviction_foresight: config.eviction_foresight,
         });
         {
             let (engines, http, c) = (Arc::clone(&set), http.clone(), cancel.clone());

@@ -15,7 +15,9 @@
 //! ([`crate::pending`]), whichever is longer, capped at what vLLM can reuse
 //! (whole blocks, and never the prompt's last token: the engine always
 //! computes it). With no hint and nothing pending every `reusable` is 0 and
-//! the cost is plain least-loaded.
+//! the cost is plain least-loaded. That claim then ends before the first
+//! block the requests already sent to the engine will evict before it
+//! schedules this one ([`crate::foresight`]): the engine will not have it.
 //!
 //! The last term is the price of a second copy: sending a prompt to an
 //! engine that holds less of it than another does prefills that prefix into
@@ -46,6 +48,10 @@ pub struct Choice {
     pub cost: u64,
     /// `reusable` came from the gateway's own recent routing, not the hint.
     pub pending: bool,
+    /// Tokens the hint (or pending record) claimed that the engine will
+    /// have evicted by the time it schedules this request
+    /// ([`crate::foresight`]); not in `reusable`.
+    pub withheld: u64,
 }
 
 /// Why the first choice won.
@@ -112,6 +118,8 @@ pub struct Weights {
     pub decode_weight: u64,
     /// Percent of a duplicated prefix's tokens added to the cost.
     pub duplicate_weight_pct: u64,
+    /// Count the prefixes the gateway routed moments ago ([`crate::pending`]).
+    pub pending_prefixes: bool,
 }
 
 /// Ranks `engines` for `req`.
@@ -124,7 +132,8 @@ pub fn rank(
     let prompt_tokens = req.prompt_tokens;
     let cap = reusable_cap(prompt_tokens, w.block_size);
     let now = std::time::Instant::now();
-    let reuse: Vec<(usize, u64, bool)> = engines
+    let block = u64::from(w.block_size.max(1));
+    let reuse: Vec<(usize, u64, bool, u64)> = engines
         .iter()
         .map(|e| {
             let (hint_pos, matched) = hint
@@ -132,13 +141,26 @@ pub fn rank(
                 .iter()
                 .position(|c| c.replica_id.as_ref() == e.id.as_ref())
                 .map_or((usize::MAX, 0), |i| (i, hint.candidates[i].matched_tokens));
-            let pending = if req.chain.is_empty() {
+            let pending = if req.chain.is_empty() || !w.pending_prefixes {
                 0
             } else {
                 e.pending.matched_blocks(req.chain, now) as u64 * u64::from(w.block_size)
             };
             let from_pending = pending.min(cap) > matched.min(cap);
-            (hint_pos, matched.max(pending).min(cap), from_pending)
+            let claimed = matched.max(pending).min(cap);
+            // Foresight needs the chain; it only ever shortens a claim.
+            let kept = if req.chain.is_empty() || claimed < block {
+                claimed
+            } else {
+                let blocks = usize::try_from(claimed / block).unwrap_or(usize::MAX);
+                let kept = e.foresight.claimable(req.chain, blocks);
+                if kept < blocks {
+                    kept as u64 * block
+                } else {
+                    claimed
+                }
+            };
+            (hint_pos, kept, from_pending, claimed - kept)
         })
         .collect();
     let best = reuse
@@ -151,7 +173,7 @@ pub fn rank(
     let mut ranked: Vec<(bool, u64, usize, u64, Choice)> = engines
         .iter()
         .zip(reuse)
-        .map(|(e, (hint_pos, reusable, from_pending))| {
+        .map(|(e, (hint_pos, reusable, from_pending, withheld))| {
             // The hint's order breaks ties only where it names cache. An
             // AFFINITY_HINT picks among the replicas the index knows, and an
             // idle engine whose cache is empty (just started, or cleared) is
@@ -172,6 +194,7 @@ pub fn rank(
                 uncached,
                 cost,
                 pending: from_pending,
+                withheld,
             };
             (
                 !e.healthy(),
@@ -227,6 +250,7 @@ mod tests {
         block_size: 32,
         decode_weight: 64,
         duplicate_weight_pct: 50,
+        pending_prefixes: true,
     };
 
     fn req(prompt_tokens: u64, seed: u64) -> Request<'static> {
@@ -357,5 +381,50 @@ mod tests {
         drop(_prefilling);
         drop(_queue);
         assert!(first.pending.is_empty());
+    }
+
+    #[test]
+    fn a_claim_stops_before_what_requests_sent_earlier_will_evict() {
+        let e = engines(2);
+        e[0].foresight.start(crate::foresight::KvPool {
+            usable_blocks: 12,
+            block_size: 32,
+        });
+        let sys: Vec<u32> = (0..256).collect();
+        let ask = |q: u32| {
+            let mut p = sys.clone();
+            p.extend(q..q + 33);
+            p
+        };
+        // A (the system prompt + a question) ran on e0 and finished: its
+        // blocks are free, the system prompt's tail first in line.
+        let a = ask(5000);
+        let a_chain = crate::pending::chain(&a, 32, &["m"]);
+        let mut d = e[0].dispatch_prompt(a.len() as u64, &a_chain, a.len() as u64);
+        d.prefilled();
+        drop(d);
+        // B, a new 161-token prompt, was sent to e0 and is not scheduled
+        // yet: it will take the 3 blank blocks, A's question block and the
+        // system prompt's last two blocks.
+        let b: Vec<u32> = (9000..9161).collect();
+        let b_chain = crate::pending::chain(&b, 32, &["m"]);
+        let _b = e[0].dispatch_prompt(b.len() as u64, &b_chain, b.len() as u64);
+        // C repeats the system prompt; the index says e0 holds all 8 blocks.
+        let c = ask(7000);
+        let c_chain = crate::pending::chain(&c, 32, &["m"]);
+        let h = hint(HintKind::PrefixMatch, &[("e0", 256)]);
+        let r = Request {
+            prompt_tokens: c.len() as u64,
+            chain: &c_chain,
+            seed: 7,
+        };
+        let (ch, why) = rank(&e, &h, &r, &W);
+        assert_eq!(ch[0].engine.id.as_ref(), "e0");
+        assert_eq!((ch[0].reusable, ch[0].withheld), (192, 64));
+        assert_eq!(why, PickReason::PrefixMatch);
+        // Without the foresight (e1 is not modelled) a claim stands as is.
+        let h = hint(HintKind::PrefixMatch, &[("e1", 256)]);
+        let (ch, _) = rank(&e, &h, &r, &W);
+        assert_eq!((ch[0].engine.id.as_ref(), ch[0].reusable), ("e1", 256));
     }
 }

@@ -83,7 +83,8 @@ pub async fn forward(
 ) -> Response {
     for (i, choice) in choices.iter().enumerate() {
         let engine = &choice.engine;
-        let dispatch = engine.dispatch_chain(choice.uncached, out.chain);
+        let prompt_tokens = choice.reusable + choice.uncached;
+        let dispatch = engine.dispatch_prompt(choice.uncached, out.chain, prompt_tokens);
         let url = format!("{}{}", engine.spec.url, out.path_and_query);
         let mut req = http.request(out.method.clone(), &url);
         for (name, value) in out.headers {

@@ -57,6 +57,11 @@ pub struct EntryState {
     pub last_seen_ns: i64,
     /// LFU access count (delivered hits).
     pub access_count: u64,
+    /// A hybrid model's mark: the replica holds this key but a match may not
+    /// end at it (`PrefixEntry::no_match_end`, `endpoints.rs`). Only 8-byte
+    /// keys carry marks; `false` for every other key and every
+    /// full-attention model.
+    pub no_match_end: bool,
 }
 
 /// The name tables an export's positions refer to.
@@ -101,10 +106,16 @@ impl Index {
     pub fn export_keys(&self, mut visit: impl FnMut(u32, &[u8], &[EntryState])) -> ExportTables {
         let mut entries: Vec<EntryState> = Vec::new();
         let parts = self.partitions();
+        let ends = &self.store.entries;
         self.scan_keys(|p, hash, holders| {
             if p.reserved {
                 return;
             }
+            // The arena hash the marks are kept under (`None`: no mark).
+            let block = ends
+                .has_end_marks()
+                .then(|| ends.arena_block(hash).map(|(_, h)| h))
+                .flatten();
             entries.clear();
             entries.extend(holders.iter().map(|h| EntryState {
                 replica: h.replica(),
@@ -112,6 +123,7 @@ impl Index {
                 tier: h.tier(),
                 last_seen_ns: h.last_seen,
                 access_count: holders.access(h),
+                no_match_end: block.is_some_and(|b| ends.end_marked(p.id, b, h.replica())),
             }));
             visit(p.id, hash, &entries);
         });
@@ -262,6 +274,13 @@ impl Importer<'_> {
                 &mut notes,
             );
             self.index.count_adds(&part, *replica, adds);
+            // After the holding exists: a mark needs one (`mark_end`).
+            if e.no_match_end {
+                self.index
+                    .store
+                    .entries
+                    .mark_end(part.id, hash, *replica, true);
+            }
             self.out.entries += 1;
             imported = true;
         }

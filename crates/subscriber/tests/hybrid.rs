@@ -128,6 +128,27 @@ fn a_long_prefill_ends_only_where_the_windows_hold() {
     assert_eq!(m.stats().end_changes, 2);
 }
 
+/// A resync (the sidecar reconnects: `ALL_CLEARED`, then every tracked
+/// block) re-reports each block's mark as it stands, so a server that lost
+/// its state gets the same match ends back.
+#[test]
+fn a_resync_re_reports_the_marks() {
+    let mut m = Mapping::new(MappingConfig::default());
+    let mut live = Server::default();
+    let batch: Vec<EngineEvent> = (0..3)
+        .map(|g| window(g, 0, 31, &[28, 29, 30]))
+        .chain([full(0, 31)])
+        .collect();
+    live.apply(&step(&mut m, &batch));
+    live.apply(&step(&mut m, &[removed(1, &[29])]));
+    let mut restarted = Server::default();
+    let mut resync = vec![Update::AllCleared];
+    resync.extend(m.current_reports().map(Update::Report));
+    restarted.apply(&resync);
+    assert_eq!(restarted.0, live.0);
+    assert!(restarted.0.values().any(|no_end| *no_end));
+}
+
 /// The full-attention group's events first in a batch: the model is known
 /// hybrid before its first block is reported, so nothing is claimed valid
 /// for a moment.

@@ -198,6 +198,19 @@ impl Entries {
         }
     }
 
+    /// Whether any holding carries a match-end mark (a hybrid producer
+    /// reported here); `false` lets an export skip the side table.
+    #[inline]
+    pub(crate) fn has_end_marks(&self) -> bool {
+        !self.endpoints.is_empty()
+    }
+
+    /// Whether `replica`'s holding of arena block `hash` is marked as not a
+    /// valid match end.
+    pub(crate) fn end_marked(&self, part: u32, hash: u64, replica: u32) -> bool {
+        self.endpoints.marked(part, hash, replica)
+    }
+
     /// +1 delivered hit for `replica`'s holding of `k`, if it still exists.
     pub(crate) fn credit(&self, k: &KeyRef<'_>, replica: u32) {
         match self.arena_block(k.bytes) {

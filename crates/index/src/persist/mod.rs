@@ -5,11 +5,11 @@
 //! on the index's export/import boundary ([`Index::export_keys`],
 //! [`Index::importer`]), never on its storage.
 //!
-//! # Layout (version 1, all integers little-endian)
+//! # Layout (version 2, all integers little-endian)
 //!
 //! ```text
 //! magic    8 bytes  "ICSNAP\0\x01"
-//! version  u32      1
+//! version  u32      2 (1 is still read)
 //! flags    u32      0 (reserved; a reader refuses unknown flags)
 //! length   u64      body length
 //! body     length bytes
@@ -29,12 +29,19 @@
 //! keys            varint n, n × key
 //!   key           varint partition, bytes hash, varint m, m × entry
 //!   entry         varint replica, ivarint tokens, varint tier,
-//!                 ivarint (created_ns − last_seen_ns), varint access
+//!                 ivarint (created_ns − last_seen_ns), varint access,
+//!                 varint flags (version 2 only; bit 0 = no_match_end,
+//!                 other bits refused)
 //! stats           varint n, n × (tenant, model, replica str, ivarint memory,
 //!                 f32 hit rate, f32 pressure, client_version str,
 //!                 ivarint t2 hit, ivarint t2 query,
 //!                 ivarint (created − last_seen), ivarint (created − reported))
 //! ```
+//!
+//! Version 2 added the entry flags: hybrid models' match-end marks
+//! (`PrefixEntry::no_match_end`), which version 1 lost, so a restored hybrid
+//! index claimed matches ending where the engine cannot reuse until its
+//! sidecars resynced. A version 1 file reads as entries without marks.
 //!
 //! Ages are stored relative to `created_ns` (small varints); the absolute
 //! times are restored exactly. A reader checks magic, version, flags, length
@@ -52,8 +59,13 @@ use wire::{Reader, put_bytes, put_ivarint, put_varint};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"ICSNAP\0\x01";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes (it also reads
+/// [`OLDEST_READ_VERSION`] onwards).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_READ_VERSION: u32 = 1;
+/// Entry flag: the holding is not a valid match end (version 2).
+const FLAG_NO_MATCH_END: u64 = 1;
 const HEADER: usize = 24;
 
 /// Why a snapshot could not be read.
@@ -63,7 +75,9 @@ pub enum PersistError {
     #[error("not an index snapshot (bad magic or shorter than the header)")]
     NotASnapshot,
     /// Written by a newer (or unknown) format version.
-    #[error("unsupported snapshot format version {0} (this build reads {FORMAT_VERSION})")]
+    #[error(
+        "unsupported snapshot format version {0} (this build reads {OLDEST_READ_VERSION} to {FORMAT_VERSION})"
+    )]
     UnsupportedVersion(u32),
     /// Unknown flags.
     #[error("unsupported snapshot flags {0:#x}")]
@@ -158,6 +172,7 @@ impl Encoder {
             put_varint(out, u64::from(e.tier.raw().unsigned_abs()));
             put_ivarint(out, self.created_ns.wrapping_sub(e.last_seen_ns));
             put_varint(out, e.access_count);
+            put_varint(out, if e.no_match_end { FLAG_NO_MATCH_END } else { 0 });
         }
         self.key_count += 1;
     }
@@ -206,7 +221,7 @@ impl Encoder {
     }
 }
 
-/// Encodes a materialized snapshot.
+/// Encodes a materialized snapshot (in [`FORMAT_VERSION`]).
 pub fn encode(data: &SnapshotData) -> Vec<u8> {
     let mut enc = Encoder::new(data.meta.created_ns);
     for k in &data.keys {
@@ -231,14 +246,14 @@ trait Sink {
     fn stats(&mut self, s: StatsState);
 }
 
-/// Checks the envelope and returns the body.
-fn body(bytes: &[u8]) -> Result<&[u8], PersistError> {
+/// Checks the envelope and returns the format version and the body.
+fn body(bytes: &[u8]) -> Result<(u32, &[u8]), PersistError> {
     if bytes.len() < HEADER || bytes[..8] != MAGIC {
         return Err(PersistError::NotASnapshot);
     }
     let mut r = Reader::new(&bytes[8..HEADER]);
     let version = u32::from_le_bytes(r.fixed("version")?);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(PersistError::UnsupportedVersion(version));
     }
     let flags = u32::from_le_bytes(r.fixed("flags")?);
@@ -257,7 +272,7 @@ fn body(bytes: &[u8]) -> Result<&[u8], PersistError> {
     if stored != computed {
         return Err(PersistError::Checksum { stored, computed });
     }
-    Ok(body)
+    Ok((version, body))
 }
 
 fn read_meta(r: &mut Reader<'_>) -> Result<SnapshotMeta, PersistError> {
@@ -270,9 +285,11 @@ fn read_meta(r: &mut Reader<'_>) -> Result<SnapshotMeta, PersistError> {
 }
 
 fn decode_with(bytes: &[u8], sink: &mut impl Sink) -> Result<SnapshotMeta, PersistError> {
-    let mut r = Reader::new(body(bytes)?);
+    let (version, body) = body(bytes)?;
+    let mut r = Reader::new(body);
     let meta = read_meta(&mut r)?;
     let created = meta.created_ns;
+    let flagged = version >= 2;
     let n = r.count(4, "partitions")?;
     let mut partitions = Vec::with_capacity(n);
     for _ in 0..n {
@@ -312,12 +329,18 @@ fn decode_with(bytes: &[u8], sink: &mut impl Sink) -> Result<SnapshotMeta, Persi
             let tier = i32::try_from(r.varint("entry tier")?)
                 .map_err(|_| PersistError::Malformed("entry tier"))?;
             let age = r.ivarint("entry age")?;
+            let access_count = r.varint("entry access")?;
+            let flags = if flagged { r.varint("entry flags")? } else { 0 };
+            if flags & !FLAG_NO_MATCH_END != 0 {
+                return Err(PersistError::Malformed("entry flags"));
+            }
             entries.push(EntryState {
                 replica,
                 token_count,
                 tier: Tier::from_wire(tier),
                 last_seen_ns: created.wrapping_sub(age),
-                access_count: r.varint("entry access")?,
+                access_count,
+                no_match_end: flags & FLAG_NO_MATCH_END != 0,
             });
         }
         sink.key(partition, hash, &entries);
@@ -360,7 +383,7 @@ fn decode_with(bytes: &[u8], sink: &mut impl Sink) -> Result<SnapshotMeta, Persi
 
 /// Reads only the meta (after checking the envelope and checksum).
 pub fn decode_meta(bytes: &[u8]) -> Result<SnapshotMeta, PersistError> {
-    read_meta(&mut Reader::new(body(bytes)?))
+    read_meta(&mut Reader::new(body(bytes)?.1))
 }
 
 /// Decodes a snapshot into memory.
