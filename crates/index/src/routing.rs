@@ -589,7 +589,8 @@ impl Index {
             return;
         }
         let mut matched: Vec<usize> = (0..cands.len()).filter(|&i| is_match(&cands[i])).collect();
-        matched.sort_by(rank);
+        // Keys are distinct (the replica decides last): unstable is exact.
+        matched.sort_unstable_by(rank);
         out.result.scores = matched
             .iter()
             .map(|&i| {
