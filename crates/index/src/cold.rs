@@ -457,7 +457,7 @@ impl Index {
                 b.set_ranks.push(x);
             } else {
                 n += 1;
-                sum += load.raw_recent(r);
+                sum += u128::from(load.raw_recent(r));
             }
             let (real, fresh, tier) = c.raw.map_or((0, 1.0, Tier::T1), |i| {
                 (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)

@@ -438,7 +438,7 @@ impl Index {
                         est,
                     });
                 });
-                let sum = cands.iter().map(|c| c.recent_raw).sum();
+                let sum = cands.iter().map(|c| u128::from(c.recent_raw)).sum();
                 load.mean_recent(sum, cands.len().max(1))
             };
             if cands.is_empty() {

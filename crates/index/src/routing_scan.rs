@@ -23,7 +23,7 @@ struct Cand {
     queued: f64,
     recent: f64,
     /// `recent` in fixed point (`load.rs`): the mean sums these.
-    recent_raw: u128,
+    recent_raw: u64,
     pressure: f32,
     usage: f32,
     work: f64,
@@ -37,7 +37,10 @@ fn bounded(load: &LoadView<'_>, cands: &[Cand], mut ok: Vec<usize>, bound: f64) 
     if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
         return ok;
     }
-    let mean = load.mean_recent(cands.iter().map(|c| c.recent_raw).sum(), cands.len());
+    let mean = load.mean_recent(
+        cands.iter().map(|c| u128::from(c.recent_raw)).sum(),
+        cands.len(),
+    );
     let limit = bound * mean + 1.0;
     let under = |i: &usize| cands[*i].recent <= limit;
     // Filtered in place: no second vector on the lookup path.
