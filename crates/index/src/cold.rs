@@ -10,9 +10,11 @@
 //! members by id, grouped in classes of equal (pressure, room bucket) in
 //! pressure order, each class's members sorted by name label. It is built
 //! by one pass over the fleet (what the one-pass ranking does per lookup)
-//! and reused until something it was built from changes: a stats write or a
-//! scope's membership ([`fleet_changed`]), the names' table, or the instant
-//! a member's stats stop being fresh.
+//! and reused until something it was built from changes: a member's
+//! pressure, KV room or freshness in a stats write (a plain refresh changes
+//! nothing, [`ColdSets::stats_matter`]), a scope's membership
+//! ([`fleet_changed`]), the names' table, or the instant a member's stats
+//! stop being fresh.
 //!
 //! A lookup then reads what changes between rebuilds from the load tracker
 //! (`load.rs`), whose orders are kept on writes: the busy replicas (finish
@@ -114,9 +116,48 @@ impl ColdSet {
 type SetKey = (u32, u32, i64);
 
 /// The sets by key.
-#[derive(Default)]
 pub(crate) struct ColdSets {
     map: RwLock<HashMap<SetKey, Arc<ColdSet>, FoldBuild>>,
+    /// The shortest TTL any set was built for (never raised): a stats
+    /// refresh of an entry younger than it changes no set.
+    min_ttl: std::sync::atomic::AtomicI64,
+}
+
+impl Default for ColdSets {
+    fn default() -> Self {
+        Self {
+            map: RwLock::default(),
+            min_ttl: std::sync::atomic::AtomicI64::new(i64::MAX),
+        }
+    }
+}
+
+impl ColdSets {
+    /// Whether a stats entry refreshed from `last_seen` to `ts` at `now`
+    /// may have been stale for some set (then it may join one), or moves
+    /// back in time (then it may leave one sooner than its set expects).
+    pub(crate) fn may_have_been_stale(&self, last_seen: i64, ts: i64, now: i64) -> bool {
+        let min_ttl = self.min_ttl.load(Ordering::SeqCst);
+        ts < last_seen || last_seen.saturating_add(min_ttl) <= now
+    }
+
+    /// Whether replacing the stats entry `old` by `new` at `now` changes
+    /// what a set reads: membership, pressure, KV room.
+    pub(crate) fn stats_matter(
+        &self,
+        old: Option<&crate::stats::StatsEntry>,
+        new: &crate::stats::StatsEntry,
+        now: i64,
+    ) -> bool {
+        let Some(old) = old else {
+            return true;
+        };
+        let room = |s: &crate::stats::StatsEntry| s.load.map(|l| room_bucket(l.kv_cache_usage));
+        old.pressure.total_cmp(&new.pressure).is_ne()
+            || room(old) != room(new)
+            || self.may_have_been_stale(old.last_seen, new.last_seen, now)
+            || self.may_have_been_stale(old.stats_reported, new.stats_reported, now)
+    }
 }
 
 thread_local! {
@@ -213,6 +254,9 @@ impl Index {
                 m.values().map(|s| s.slot + 1).max().unwrap_or(0)
             }
         };
+        // Before the build reads the stats: a stats writer that reads the
+        // old bound wrote before the build read (`ColdSets::stats_matter`).
+        self.routing.cold.min_ttl.fetch_min(ttl, Ordering::SeqCst);
         let set = Arc::new(self.build_cold_set(tm, scope, ttl, now, changes, epoch, slot));
         self.routing.load.register_group(slot, set.members.clone());
         m.insert(key, set.clone());
