@@ -131,9 +131,12 @@ struct State {
     queues: Vec<Queue>,
     /// Time the fixed-point counts are relative to (set by the first hint).
     epoch_ns: Option<i64>,
-    /// (finish, replica) of every replica whose work may not be done
-    /// (entries already done are pruned on writes).
-    busy: BTreeSet<(i64, u32)>,
+    /// Every replica whose work may not be done, unordered (a lookup skips
+    /// those done; writes prune them). Few: the replicas hinted within
+    /// about one request's work.
+    busy: Vec<u32>,
+    /// By replica: 1 + its position in `busy`; 0: not there.
+    busy_at: Vec<u32>,
     /// (recent, replica) of every replica with a non-zero count.
     by_recent: BTreeSet<(u64, u32)>,
     /// Registered fleets' sums, by slot.
@@ -151,17 +154,40 @@ impl State {
 
     /// Moves `replica`'s finish time to `finish`, keeping `busy` in step.
     fn set_finish(&mut self, replica: u32, finish: i64, now_ns: i64) {
-        let q = self.queue(replica);
-        let old = std::mem::replace(&mut q.finish_ns, finish);
-        self.busy.remove(&(old, replica));
-        if finish > now_ns {
-            self.busy.insert((finish, replica));
+        self.queue(replica).finish_ns = finish;
+        let r = replica as usize;
+        if self.busy_at.len() <= r {
+            self.busy_at.resize(r + 1, 0);
         }
-        while let Some(&(f, _)) = self.busy.first() {
-            if f > now_ns {
-                break;
+        if finish > now_ns && self.busy_at[r] == 0 {
+            self.busy.push(replica);
+            self.busy_at[r] = self.busy.len() as u32;
+        }
+        // Prune the replicas done by now (this one too, if it is).
+        let mut i = 0;
+        while i < self.busy.len() {
+            let x = self.busy[i];
+            if self.queues[x as usize].finish_ns > now_ns {
+                i += 1;
+                continue;
             }
-            self.busy.pop_first();
+            self.unbusy(x);
+        }
+    }
+
+    /// Takes `replica` out of `busy`.
+    fn unbusy(&mut self, replica: u32) {
+        let Some(at) = self.busy_at.get(replica as usize).copied() else {
+            return;
+        };
+        if at == 0 {
+            return;
+        }
+        let i = at as usize - 1;
+        self.busy.swap_remove(i);
+        self.busy_at[replica as usize] = 0;
+        if let Some(&moved) = self.busy.get(i) {
+            self.busy_at[moved as usize] = at;
         }
     }
 
@@ -281,8 +307,9 @@ impl LoadView<'_> {
     pub(crate) fn busy(&self) -> impl Iterator<Item = u32> + '_ {
         self.s
             .busy
-            .range((self.now_ns.saturating_add(1), 0)..)
-            .map(|&(_, r)| r)
+            .iter()
+            .copied()
+            .filter(|&r| self.s.queues[r as usize].finish_ns > self.now_ns)
     }
 
     /// Replicas whose decayed count is over `limit`, highest first.
@@ -400,8 +427,7 @@ impl LoadTracker {
     pub(crate) fn forget(&self, replica: u32) {
         let mut s = write(&self.state);
         if (replica as usize) < s.queues.len() {
-            let old = s.queue(replica).finish_ns;
-            s.busy.remove(&(old, replica));
+            s.unbusy(replica);
             s.set_recent(replica, 0);
             *s.queue(replica) = Queue::default();
         }
