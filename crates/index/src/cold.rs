@@ -10,9 +10,11 @@
 //! members by id, grouped in classes of equal (pressure, room bucket) in
 //! pressure order, each class's members sorted by name label. It is built
 //! by one pass over the fleet (what the one-pass ranking does per lookup)
-//! and reused until something it was built from changes: a stats write or a
-//! scope's membership ([`fleet_changed`]), the names' table, or the instant
-//! a member's stats stop being fresh.
+//! and reused until something it was built from changes: a member's
+//! pressure, KV room or freshness in a stats write (a plain refresh changes
+//! nothing, [`ColdSets::stats_matter`]), a scope's membership
+//! ([`fleet_changed`]), the names' table, or the instant a member's stats
+//! stop being fresh.
 //!
 //! A lookup then reads what changes between rebuilds from the load tracker
 //! (`load.rs`), whose orders are kept on writes: the busy replicas (finish
@@ -59,8 +61,17 @@ const MAX_SETS: usize = 256;
 pub(crate) struct Class {
     pressure: f32,
     room: Option<i32>,
+    /// Rank of the first member: the classes' members, one after the other,
+    /// are ranks `0..n` (a lookup marks excluded members in bitsets by rank).
+    start: usize,
     /// (name label, replica id), ascending.
     members: Vec<(u64, u32)>,
+}
+
+impl Class {
+    fn ranks(&self) -> (usize, usize) {
+        (self.start, self.start + self.members.len())
+    }
 }
 
 /// The live fleet of one (tenant, model, scope, TTL), ordered for the pick.
@@ -75,11 +86,10 @@ pub(crate) struct ColdSet {
     /// Members.
     n: usize,
     members: Vec<u64>,
-    /// By replica id: pressure, KV usage (NaN: none), class, position.
+    /// By replica id: pressure, KV usage (NaN: none), rank.
     pressure: Vec<f32>,
     usage: Vec<f32>,
-    class_of: Vec<u32>,
-    pos_of: Vec<u32>,
+    rank_of: Vec<u32>,
     /// Ascending by (pressure, room bucket: reported first, lowest first).
     classes: Vec<Class>,
     /// A pressure is NaN: the one-pass ranking answers.
@@ -106,9 +116,48 @@ impl ColdSet {
 type SetKey = (u32, u32, i64);
 
 /// The sets by key.
-#[derive(Default)]
 pub(crate) struct ColdSets {
     map: RwLock<HashMap<SetKey, Arc<ColdSet>, FoldBuild>>,
+    /// The shortest TTL any set was built for (never raised): a stats
+    /// refresh of an entry younger than it changes no set.
+    min_ttl: std::sync::atomic::AtomicI64,
+}
+
+impl Default for ColdSets {
+    fn default() -> Self {
+        Self {
+            map: RwLock::default(),
+            min_ttl: std::sync::atomic::AtomicI64::new(i64::MAX),
+        }
+    }
+}
+
+impl ColdSets {
+    /// Whether a stats entry refreshed from `last_seen` to `ts` at `now`
+    /// may have been stale for some set (then it may join one), or moves
+    /// back in time (then it may leave one sooner than its set expects).
+    pub(crate) fn may_have_been_stale(&self, last_seen: i64, ts: i64, now: i64) -> bool {
+        let min_ttl = self.min_ttl.load(Ordering::SeqCst);
+        ts < last_seen || last_seen.saturating_add(min_ttl) <= now
+    }
+
+    /// Whether replacing the stats entry `old` by `new` at `now` changes
+    /// what a set reads: membership, pressure, KV room.
+    pub(crate) fn stats_matter(
+        &self,
+        old: Option<&crate::stats::StatsEntry>,
+        new: &crate::stats::StatsEntry,
+        now: i64,
+    ) -> bool {
+        let Some(old) = old else {
+            return true;
+        };
+        let room = |s: &crate::stats::StatsEntry| s.load.map(|l| room_bucket(l.kv_cache_usage));
+        old.pressure.total_cmp(&new.pressure).is_ne()
+            || room(old) != room(new)
+            || self.may_have_been_stale(old.last_seen, new.last_seen, now)
+            || self.may_have_been_stale(old.stats_reported, new.stats_reported, now)
+    }
 }
 
 thread_local! {
@@ -125,19 +174,58 @@ struct Bufs {
     e: Vec<Cand>,
     /// Matched or tentative (the pressure rule of `Fleet::add`).
     matched: Vec<bool>,
-    /// (class, position) of members in `e`, then of members over the bound.
-    xe: Vec<(u32, u32)>,
-    xo: Vec<(u32, u32)>,
+    /// By rank: members in `e`; members over the bound (not in `e`).
+    xe: Vec<u64>,
+    xo: Vec<u64>,
+    /// Ranks set in `xe`, `xo` (to clear them).
+    set_ranks: Vec<u32>,
     /// Tied: (label, id, position in `e` or `u32::MAX`).
     tied: Vec<(u64, u32, u32)>,
     tied_classes: Vec<u32>,
 }
 
-/// Entries of `xs` (sorted) in class `c`, as a range.
-fn class_range(xs: &[(u32, u32)], c: u32) -> std::ops::Range<usize> {
-    let lo = xs.partition_point(|x| x.0 < c);
-    let hi = xs.partition_point(|x| x.0 <= c);
-    lo..hi
+/// Bits set in `bits` at positions `lo..hi`.
+fn count(bits: &[u64], lo: usize, hi: usize) -> usize {
+    let mut n = 0;
+    let mut i = lo;
+    while i < hi {
+        let (w, b) = (i / 64, i % 64);
+        let take = (64 - b).min(hi - i);
+        let mask = if take == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << take) - 1) << b
+        };
+        n += (bits[w] & mask).count_ones() as usize;
+        i += take;
+    }
+    n
+}
+
+/// The position of the `j`-th (from 0) position in `lo..hi` set in
+/// neither `a` nor, when given, `b`.
+fn nth_clear(a: &[u64], b: Option<&[u64]>, lo: usize, hi: usize, mut j: usize) -> Option<usize> {
+    let mut i = lo;
+    while i < hi {
+        let (w, bit) = (i / 64, i % 64);
+        let take = (64 - bit).min(hi - i);
+        let mask = if take == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << take) - 1) << bit
+        };
+        let mut free = !(a[w] | b.map_or(0, |b| b[w])) & mask;
+        let n = free.count_ones() as usize;
+        if j < n {
+            for _ in 0..j {
+                free &= free - 1;
+            }
+            return Some(w * 64 + free.trailing_zeros() as usize);
+        }
+        j -= n;
+        i += take;
+    }
+    None
 }
 
 impl Index {
@@ -166,6 +254,9 @@ impl Index {
                 m.values().map(|s| s.slot + 1).max().unwrap_or(0)
             }
         };
+        // Before the build reads the stats: a stats writer that reads the
+        // old bound wrote before the build read (`ColdSets::stats_matter`).
+        self.routing.cold.min_ttl.fetch_min(ttl, Ordering::SeqCst);
         let set = Arc::new(self.build_cold_set(tm, scope, ttl, now, changes, epoch, slot));
         self.routing.load.register_group(slot, set.members.clone());
         m.insert(key, set.clone());
@@ -223,8 +314,7 @@ impl Index {
             members: vec![0; top.div_ceil(64)],
             pressure: vec![0.0; top],
             usage: vec![f32::NAN; top],
-            class_of: vec![u32::MAX; top],
-            pos_of: vec![0; top],
+            rank_of: vec![0; top],
             classes: Vec::new(),
             exotic: list.iter().any(|x| x.1.is_nan()),
         };
@@ -249,7 +339,7 @@ impl Index {
                 .then(a.1.cmp(&b.1))
                 .then((a.2, a.3).cmp(&(b.2, b.3)))
         });
-        for (p, room, label, r) in order {
+        for (rank, (p, room, label, r)) in order.into_iter().enumerate() {
             let room = (room != i32::MAX).then_some(room);
             let same = set
                 .classes
@@ -259,14 +349,13 @@ impl Index {
                 set.classes.push(Class {
                     pressure: p,
                     room,
+                    start: rank,
                     members: Vec::new(),
                 });
             }
             let ci = set.classes.len() - 1;
-            let c = &mut set.classes[ci];
-            set.class_of[r as usize] = ci as u32;
-            set.pos_of[r as usize] = c.members.len() as u32;
-            c.members.push((label, r));
+            set.classes[ci].members.push((label, r));
+            set.rank_of[r as usize] = rank as u32;
         }
         set
     }
@@ -299,10 +388,15 @@ impl Index {
             self.pick_cold(
                 req, p, chain, part, &set, now, raws, tentative, prompt, b, out,
             );
-            // Clear the id-indexed marks for the next lookup.
+            // Clear the marks for the next lookup.
             for c in &b.e {
                 b.at[c.replica as usize] = 0;
             }
+            for &x in &b.set_ranks {
+                b.xe[x as usize / 64] = 0;
+                b.xo[x as usize / 64] = 0;
+            }
+            b.set_ranks.clear();
         });
         true
     }
@@ -387,7 +481,11 @@ impl Index {
         let pw = w.pressure_us.max(0.0);
         let mut n = set.n;
         let mut sum = load.group_sum(set.slot);
-        b.xe.clear();
+        let words = set.n.div_ceil(64);
+        if b.xe.len() < words {
+            b.xe.resize(words, 0);
+            b.xo.resize(words, 0);
+        }
         for (c, &matched) in b.e.iter_mut().zip(&b.matched) {
             let r = c.replica;
             if set.has(r) {
@@ -398,10 +496,12 @@ impl Index {
                     pm
                 };
                 c.usage = set.usage[r as usize];
-                b.xe.push((set.class_of[r as usize], set.pos_of[r as usize]));
+                let x = set.rank_of[r as usize];
+                b.xe[x as usize / 64] |= 1 << (x % 64);
+                b.set_ranks.push(x);
             } else {
                 n += 1;
-                sum += load.raw_recent(r);
+                sum += u128::from(load.raw_recent(r));
             }
             let (real, fresh, tier) = c.raw.map_or((0, 1.0, Tier::T1), |i| {
                 (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
@@ -416,9 +516,11 @@ impl Index {
             c.recent = load.recent_of(c.recent_raw);
             c.est = c.queued + c.work + pw * f64::from(c.pressure.max(0.0));
         }
-        b.xe.sort_unstable();
         let classes = &set.classes;
-        let ex = |xs: &[(u32, u32)], c: usize| class_range(xs, c as u32).len();
+        let ex = |xs: &[u64], c: usize| {
+            let (lo, hi) = classes[c].ranks();
+            count(xs, lo, hi)
+        };
         let floor = p.min_matched_tokens.max(1);
         let is_match = |c: &Cand| c.matched >= floor;
         let maxp = w.affinity_max_pressure;
@@ -441,15 +543,15 @@ impl Index {
         } else {
             bound * load.mean_recent(sum, n) + 1.0
         };
-        b.xo.clear();
         if limit.is_finite() {
             for r in load.over(limit) {
                 if set.has(r) && pos(&b.at, r) == 0 {
-                    b.xo.push((set.class_of[r as usize], set.pos_of[r as usize]));
+                    let x = set.rank_of[r as usize];
+                    b.xo[x as usize / 64] |= 1 << (x % 64);
+                    b.set_ranks.push(x);
                 }
             }
         }
-        b.xo.sort_unstable();
         let under_any = limit.is_finite()
             && (b.e.iter().any(|c| ok(c) && c.recent <= limit)
                 || classes
@@ -518,20 +620,13 @@ impl Index {
         if total == 0 {
             return;
         }
-        let k = if p.seed.is_empty() {
+        // (The seed's hash decides nothing among one.)
+        let k = if p.seed.is_empty() || total == 1 {
             0
         } else {
             crate::affinity::affinity_index(p.seed, total)
         };
-        // Excluded positions of class `i`, ascending.
-        let skip = |i: u32| -> Vec<u32> {
-            let mut xs: Vec<u32> = b.xe[class_range(&b.xe, i)].iter().map(|x| x.1).collect();
-            if under_any {
-                xs.extend(b.xo[class_range(&b.xo, i)].iter().map(|x| x.1));
-            }
-            xs.sort_unstable();
-            xs
-        };
+        let xo = under_any.then_some(b.xo.as_slice());
         let picked: (u32, Option<usize>) = match b.tied_classes.as_slice() {
             [] => {
                 let t = *b.tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
@@ -540,29 +635,21 @@ impl Index {
             &[ci] => {
                 // The k-th of the class's eligible members merged with the
                 // tied explicit ones, by (label, id).
-                let members = &classes[ci as usize].members;
-                let xs = skip(ci);
+                let class = &classes[ci as usize];
+                let (lo, hi) = class.ranks();
                 let nth = |j: usize| {
-                    let mut at = j;
-                    for &x in &xs {
-                        if x as usize <= at {
-                            at += 1;
-                        } else {
-                            break;
-                        }
-                    }
-                    members[at]
+                    nth_clear(&b.xe, xo, lo, hi, j).map_or(u32::MAX, |x| class.members[x - lo].1)
                 };
                 let before = |key: (u64, u32)| {
-                    let pp = members.partition_point(|m| *m < key);
-                    pp - xs.partition_point(|&x| (x as usize) < pp)
+                    let pp = class.members.partition_point(|m| *m < key);
+                    pp - count(&b.xe, lo, lo + pp) - xo.map_or(0, |o| count(o, lo, lo + pp))
                 };
                 b.tied.sort_unstable_by_key(|t| (t.0, t.1));
                 let mut found = None;
                 for (taken, t) in b.tied.iter().enumerate() {
                     let cb = before((t.0, t.1));
                     if cb + taken > k {
-                        found = Some((nth(k - taken).1, None));
+                        found = Some((nth(k - taken), None));
                         break;
                     }
                     if cb + taken == k {
@@ -570,29 +657,34 @@ impl Index {
                         break;
                     }
                 }
-                found.unwrap_or_else(|| (nth(k - b.tied.len()).1, None))
+                found.unwrap_or_else(|| (nth(k - b.tied.len()), None))
             }
             several => {
                 // Rare (equal estimates at different pressures): every
                 // eligible member of the tied classes, then a selection.
                 let mut all: Vec<(u64, u32, u32)> = b.tied.clone();
                 for &ci in several {
-                    let xs = skip(ci);
-                    let mut xi = 0;
-                    for (j, m) in classes[ci as usize].members.iter().enumerate() {
-                        if xs.get(xi) == Some(&(j as u32)) {
-                            while xs.get(xi) == Some(&(j as u32)) {
-                                xi += 1;
-                            }
-                            continue;
+                    let class = &classes[ci as usize];
+                    let (lo, _) = class.ranks();
+                    for (j, m) in class.members.iter().enumerate() {
+                        let x = lo + j;
+                        let bit = 1u64 << (x % 64);
+                        let out =
+                            b.xe[x / 64] & bit != 0 || xo.is_some_and(|o| o[x / 64] & bit != 0);
+                        if !out {
+                            all.push((m.0, m.1, u32::MAX));
                         }
-                        all.push((m.0, m.1, u32::MAX));
                     }
                 }
                 let t = *all.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
                 (t.1, (t.2 != u32::MAX).then_some(t.2 as usize))
             }
         };
+        if picked.0 == u32::MAX {
+            // Unreachable: k < the eligible count.
+            debug_assert!(false, "no k-th eligible member");
+            return;
+        }
         let pick = match picked {
             (_, Some(i)) => i,
             (r, None) => {

@@ -139,6 +139,9 @@ impl Index {
                     .map_or(self.settings.default_ttl_ns, |x| x.0);
                 let before = m.len();
                 m.retain(|_, s| now.saturating_sub(s.last_seen) < ttl);
+                if m.len() != before {
+                    crate::cold::fleet_changed();
+                }
                 out.stats_removed += (before - m.len()) as u64;
                 !m.is_empty()
             });

@@ -19,7 +19,7 @@ pub(crate) struct Cand {
     pub(crate) queued: f64,
     pub(crate) recent: f64,
     /// `recent` in fixed point (`load.rs`): the mean sums these.
-    pub(crate) recent_raw: u128,
+    pub(crate) recent_raw: u64,
     pub(crate) pressure: f32,
     /// Reported KV cache usage, [0, 1]; NaN: none reported.
     pub(crate) usage: f32,

@@ -239,11 +239,15 @@ impl Index {
                     .load
                     .report(replica, l.running_requests, l.waiting_requests, ts);
             }
-            self.stats
-                .write()
-                .entry(tm)
-                .or_default()
-                .insert(replica, entry);
+            let mut stats = self.stats.write();
+            let m = stats.entry(tm).or_default();
+            // The ranking's fleet sets are built from the stats (`cold.rs`):
+            // rebuilt when what they read changes, not on every refresh.
+            if self.routing.cold.stats_matter(m.get(&replica), &entry, now) {
+                crate::cold::fleet_changed();
+            }
+            m.insert(replica, entry);
+            drop(stats);
             out.stats_stored = true;
         }
 

@@ -65,8 +65,11 @@
 //!   seed rule; delivered hints are reported back with
 //!   [`Index::record_delivery`], which feeds the per-replica queue estimate
 //!   (the delivered-hint window) and approximate mode's tentative holdings.
-//!   See the `routing`, `load` and `tentative` modules. Policy values come in
-//!   as [`RouteParams`] per lookup.
+//!   A lookup estimates the matched and busy replicas one by one and takes
+//!   the rest from a kept fleet set ordered by pressure, KV room and name
+//!   (`cold` module): its cost follows the matches, not the fleet.
+//!   See the `routing`, `cold`, `load` and `tentative` modules. Policy values
+//!   come in as [`RouteParams`] per lookup.
 //!
 //! # Example
 //!

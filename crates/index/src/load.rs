@@ -66,16 +66,17 @@ const MEAN_WEIGHT: f64 = 0.1;
 
 /// Fractional bits of a fixed-point recent count: one hint delivered at the
 /// epoch is `1 << RECENT_FRAC`.
-const RECENT_FRAC: i32 = 32;
+const RECENT_FRAC: i32 = 24;
 
 /// Half-lives after which the epoch moves forward (counts shift right by
-/// as many bits): a hint then adds at most `2^(RECENT_FRAC + 16)`.
+/// as many bits): a hint then adds at most `2^(RECENT_FRAC + 16)`, so a
+/// replica's `u64` count holds millions of hints within its decay.
 const REBASE_HALF_LIVES: i64 = 16;
 
 /// One hint delivered at `now`, in fixed point relative to `epoch`.
-fn hint_at(now_ns: i64, epoch_ns: i64) -> u128 {
+fn hint_at(now_ns: i64, epoch_ns: i64) -> u64 {
     let x = now_ns.saturating_sub(epoch_ns) as f64 / RECENT_HALF_LIFE_NS as f64;
-    (f64::from(RECENT_FRAC) + x).exp2() as u128
+    (f64::from(RECENT_FRAC) + x).exp2() as u64
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,7 +88,7 @@ struct Queue {
     /// times `2^(-(now - epoch) / half-life)`, the same factor for every
     /// replica, so counts compare and sum exactly, with one `exp2` per
     /// lookup instead of one per replica.
-    recent: u128,
+    recent: u64,
     /// Hints delivered so far (metrics and tests).
     delivered: u64,
     /// Mean work of the hints delivered (exponentially weighted), µs.
@@ -130,11 +131,14 @@ struct State {
     queues: Vec<Queue>,
     /// Time the fixed-point counts are relative to (set by the first hint).
     epoch_ns: Option<i64>,
-    /// (finish, replica) of every replica whose work may not be done
-    /// (entries already done are pruned on writes).
-    busy: BTreeSet<(i64, u32)>,
+    /// Every replica whose work may not be done, unordered (a lookup skips
+    /// those done; writes prune them). Few: the replicas hinted within
+    /// about one request's work.
+    busy: Vec<u32>,
+    /// By replica: 1 + its position in `busy`; 0: not there.
+    busy_at: Vec<u32>,
     /// (recent, replica) of every replica with a non-zero count.
-    by_recent: BTreeSet<(u128, u32)>,
+    by_recent: BTreeSet<(u64, u32)>,
     /// Registered fleets' sums, by slot.
     groups: Vec<Group>,
 }
@@ -150,23 +154,46 @@ impl State {
 
     /// Moves `replica`'s finish time to `finish`, keeping `busy` in step.
     fn set_finish(&mut self, replica: u32, finish: i64, now_ns: i64) {
-        let q = self.queue(replica);
-        let old = std::mem::replace(&mut q.finish_ns, finish);
-        self.busy.remove(&(old, replica));
-        if finish > now_ns {
-            self.busy.insert((finish, replica));
+        self.queue(replica).finish_ns = finish;
+        let r = replica as usize;
+        if self.busy_at.len() <= r {
+            self.busy_at.resize(r + 1, 0);
         }
-        while let Some(&(f, _)) = self.busy.first() {
-            if f > now_ns {
-                break;
+        if finish > now_ns && self.busy_at[r] == 0 {
+            self.busy.push(replica);
+            self.busy_at[r] = self.busy.len() as u32;
+        }
+        // Prune the replicas done by now (this one too, if it is).
+        let mut i = 0;
+        while i < self.busy.len() {
+            let x = self.busy[i];
+            if self.queues[x as usize].finish_ns > now_ns {
+                i += 1;
+                continue;
             }
-            self.busy.pop_first();
+            self.unbusy(x);
+        }
+    }
+
+    /// Takes `replica` out of `busy`.
+    fn unbusy(&mut self, replica: u32) {
+        let Some(at) = self.busy_at.get(replica as usize).copied() else {
+            return;
+        };
+        if at == 0 {
+            return;
+        }
+        let i = at as usize - 1;
+        self.busy.swap_remove(i);
+        self.busy_at[replica as usize] = 0;
+        if let Some(&moved) = self.busy.get(i) {
+            self.busy_at[moved as usize] = at;
         }
     }
 
     /// Sets `replica`'s fixed-point count, keeping the order and the sums
     /// in step.
-    fn set_recent(&mut self, replica: u32, recent: u128) {
+    fn set_recent(&mut self, replica: u32, recent: u64) {
         let q = self.queue(replica);
         let old = std::mem::replace(&mut q.recent, recent);
         if old == recent {
@@ -180,7 +207,7 @@ impl State {
         }
         for g in &mut self.groups {
             if g.has(replica) {
-                g.sum = g.sum - old + recent;
+                g.sum = g.sum - u128::from(old) + u128::from(recent);
             }
         }
     }
@@ -198,7 +225,7 @@ impl State {
         }
         let e = e + k * RECENT_HALF_LIFE_NS;
         self.epoch_ns = Some(e);
-        let shift = u32::try_from(k).unwrap_or(u32::MAX).min(127);
+        let shift = u32::try_from(k).unwrap_or(u32::MAX).min(63);
         self.by_recent.clear();
         for (i, q) in self.queues.iter_mut().enumerate() {
             q.recent >>= shift;
@@ -220,7 +247,7 @@ fn sum_of(queues: &[Queue], members: &[u64]) -> u128 {
         while word != 0 {
             let i = w * 64 + word.trailing_zeros() as usize;
             word &= word - 1;
-            s += queues.get(i).map_or(0, |q| q.recent);
+            s += queues.get(i).map_or(0, |q| u128::from(q.recent));
         }
     }
     s
@@ -253,7 +280,7 @@ impl LoadView<'_> {
     }
 
     /// A replica's recent count in fixed point (sums exactly).
-    pub(crate) fn raw_recent(&self, replica: u32) -> u128 {
+    pub(crate) fn raw_recent(&self, replica: u32) -> u64 {
         self.s.queues.get(replica as usize).map_or(0, |q| q.recent)
     }
 
@@ -266,22 +293,23 @@ impl LoadView<'_> {
 
     /// The decayed count of fixed-point count `raw`.
     #[inline]
-    pub(crate) fn recent_of(&self, raw: u128) -> f64 {
+    pub(crate) fn recent_of(&self, raw: u64) -> f64 {
         raw as f64 * self.scale
     }
 
     /// The mean decayed count of `n` replicas whose fixed-point counts sum
     /// to `sum` (every ranking computes it this way, so they agree).
     pub(crate) fn mean_recent(&self, sum: u128, n: usize) -> f64 {
-        self.recent_of(sum) / n as f64
+        sum as f64 * self.scale / n as f64
     }
 
     /// Replicas whose queue is not empty at `now`, in no particular order.
     pub(crate) fn busy(&self) -> impl Iterator<Item = u32> + '_ {
         self.s
             .busy
-            .range((self.now_ns.saturating_add(1), 0)..)
-            .map(|&(_, r)| r)
+            .iter()
+            .copied()
+            .filter(|&r| self.s.queues[r as usize].finish_ns > self.now_ns)
     }
 
     /// Replicas whose decayed count is over `limit`, highest first.
@@ -399,8 +427,7 @@ impl LoadTracker {
     pub(crate) fn forget(&self, replica: u32) {
         let mut s = write(&self.state);
         if (replica as usize) < s.queues.len() {
-            let old = s.queue(replica).finish_ns;
-            s.busy.remove(&(old, replica));
+            s.unbusy(replica);
             s.set_recent(replica, 0);
             *s.queue(replica) = Queue::default();
         }
@@ -444,6 +471,47 @@ mod tests {
         t.report(2, 0, 1, 0);
         assert_eq!(t.queued_us(2, 0), DEFAULT_REQUEST_WORK_US);
         assert_eq!(t.delivered(1), 3);
+    }
+
+    #[test]
+    fn counts_survive_the_epoch_moving_forward_and_sums_follow_them() {
+        let t = LoadTracker::default();
+        t.register_group(0, vec![0b110]);
+        t.add(1, 0.0, 0);
+        t.add(2, 0.0, 0);
+        t.add(2, 0.0, RECENT_HALF_LIFE_NS);
+        // Twenty half-lives on: the epoch moves, every count shifts.
+        let late = 20 * RECENT_HALF_LIFE_NS;
+        t.add(1, 0.0, late);
+        let v = t.view(late);
+        assert!((v.recent_hints(1) - 1.0).abs() < 1e-5);
+        assert!((v.recent_hints(2) - 0.0).abs() < 1e-5);
+        let members = u128::from(v.raw_recent(1)) + u128::from(v.raw_recent(2));
+        assert_eq!(v.group_sum(0), members);
+        // Highest first; a report restarts a count and the sum follows.
+        assert_eq!(v.over(0.5).collect::<Vec<_>>(), vec![1]);
+        drop(v);
+        t.report(1, 0, 0, late);
+        let v = t.view(late);
+        assert_eq!(v.group_sum(0), u128::from(v.raw_recent(2)));
+        assert_eq!(v.over(0.0).count(), usize::from(v.raw_recent(2) > 0));
+    }
+
+    #[test]
+    fn busy_lists_the_replicas_with_work_left() {
+        let t = LoadTracker::default();
+        t.add(1, 1_000.0, 0);
+        t.add(2, 3_000.0, 0);
+        let busy = |now| {
+            let mut b: Vec<u32> = t.view(now).busy().collect();
+            b.sort_unstable();
+            b
+        };
+        assert_eq!(busy(0), vec![1, 2]);
+        assert_eq!(busy(1_000_000), vec![2], "done at its finish time");
+        assert_eq!(busy(3_000_000), Vec::<u32>::new());
+        t.forget(2);
+        assert_eq!(busy(0), vec![1]);
     }
 
     #[test]

@@ -60,14 +60,18 @@
 //!
 //! # Cost
 //!
-//! One pass over the live fleet (`fleet.rs`): members gathered into a bitset
-//! by replica id (no sort), each replica's queue read under one lock from a
-//! vector indexed by id, matches found by id (not searched), the tie
-//! resolved by a selection over the names' order labels (no name is read or
-//! cloned), and the per-replica estimate list built only when asked
-//! ([`Index::route_ttft_explained`]). `routing_scan.rs` keeps the ranking as
-//! first written, a scan with vectors and sorted names; a property test
-//! holds the two to the same answers.
+//! The lookup path ([`Index::route_ttft`]) costs O(matched + busy + log
+//! fleet), not O(fleet) (`cold.rs`): replicas that match and replicas with
+//! queued work are estimated one by one; every other live replica differs
+//! only by pressure, KV room and name, so the fleet is kept as a set ordered
+//! by those (rebuilt only when stats, a scope's membership or the names
+//! change), the bounded-load mean is a sum kept exact in fixed point as
+//! hints are delivered (`load.rs`), and the seeded tie is the k-th eligible
+//! member of a class in name order. [`Index::route_ttft_explained`] (every
+//! replica's estimate) takes one pass over the fleet (`fleet.rs`).
+//! `routing_scan.rs` keeps the ranking as first written, a scan with
+//! vectors and sorted names; a property test holds all three to the same
+//! answers.
 //!
 //! Response scores are `1e6 / (1e6 + ttft_us)`: in (0, 1], descending in the
 //! estimate, 0.5 at one second.
@@ -434,7 +438,7 @@ impl Index {
                         est,
                     });
                 });
-                let sum = cands.iter().map(|c| c.recent_raw).sum();
+                let sum = cands.iter().map(|c| u128::from(c.recent_raw)).sum();
                 load.mean_recent(sum, cands.len().max(1))
             };
             if cands.is_empty() {
@@ -585,7 +589,8 @@ impl Index {
             return;
         }
         let mut matched: Vec<usize> = (0..cands.len()).filter(|&i| is_match(&cands[i])).collect();
-        matched.sort_by(rank);
+        // Keys are distinct (the replica decides last): unstable is exact.
+        matched.sort_unstable_by(rank);
         out.result.scores = matched
             .iter()
             .map(|&i| {

@@ -23,7 +23,7 @@ struct Cand {
     queued: f64,
     recent: f64,
     /// `recent` in fixed point (`load.rs`): the mean sums these.
-    recent_raw: u128,
+    recent_raw: u64,
     pressure: f32,
     usage: f32,
     work: f64,
@@ -37,7 +37,10 @@ fn bounded(load: &LoadView<'_>, cands: &[Cand], mut ok: Vec<usize>, bound: f64) 
     if bound.is_nan() || bound <= 0.0 || cands.is_empty() {
         return ok;
     }
-    let mean = load.mean_recent(cands.iter().map(|c| c.recent_raw).sum(), cands.len());
+    let mean = load.mean_recent(
+        cands.iter().map(|c| u128::from(c.recent_raw)).sum(),
+        cands.len(),
+    );
     let limit = bound * mean + 1.0;
     let under = |i: &usize| cands[*i].recent <= limit;
     // Filtered in place: no second vector on the lookup path.
@@ -414,6 +417,9 @@ mod equivalence {
         let p = RouteParams {
             weights: TtftWeights {
                 load_bound: [0.0, 1.25, 0.5][bound as usize],
+                // Now and then a T3 match earns nothing: it ties the cold
+                // replicas.
+                t3_reload: if seeded && min == 0 { 1.0 } else { 0.75 },
                 ..TtftWeights::default()
             },
             min_matched_tokens: min * 16,
@@ -441,6 +447,68 @@ mod equivalence {
             0u8..3,
             any::<bool>(),
         )
+    }
+
+    /// The tie merges a matched replica whose match earns nothing (T3 at
+    /// a full reload cost: its estimate equals the cold replicas') into the cold
+    /// class, past members excluded by the bounded-load rule: every seed
+    /// picks as the scan does.
+    #[test]
+    fn a_tie_across_a_match_and_the_cold_class_skips_the_over_bound_members() {
+        let clock = Arc::new(ManualClock::new(T0));
+        let idx = IndexConfig::new().clock(clock.clone()).build();
+        let hs = blocks(0, 3);
+        let counts = vec![16; 3];
+        let req = LookupRequest::new("t", "m", "s").chain(&hs, &counts);
+        for r in 0..8u8 {
+            let tier = if r == 5 { Tier::T3 } else { Tier::T1 };
+            let chain = if r == 5 { 0 } else { 2 };
+            idx.ingest(&CacheUpdate {
+                replica_id: format!("replica-{r}"),
+                model_id: "m".into(),
+                tenant_id: "t".into(),
+                hash_scheme: "s".into(),
+                prefixes: vec![PrefixEntry {
+                    block_hashes: blocks(chain, 2),
+                    block_token_counts: vec![16; 2],
+                    tier,
+                    ..PrefixEntry::default()
+                }],
+                ..CacheUpdate::default()
+            });
+        }
+        // Replicas 1 and 3 (below replica-5 in name order) are over the
+        // bound; no work, so not busy.
+        for r in [1u8, 3, 3, 1, 3] {
+            let d = crate::Delivery {
+                replica_id: format!("replica-{r}").into(),
+                work_us: 0.0,
+                real_blocks: 0,
+            };
+            idx.record_delivery(&req, &d, Duration::ZERO);
+        }
+        for seed in 0u8..64 {
+            let seed = [seed];
+            let p = RouteParams {
+                weights: TtftWeights {
+                    t3_reload: 1.0,
+                    ..TtftWeights::default()
+                },
+                min_matched_tokens: 0,
+                ignore_matches: false,
+                seed: &seed,
+            };
+            let scan = idx.route_ttft_scan(&req, &p);
+            assert!(
+                scan.estimates
+                    .iter()
+                    .all(|e| e.ttft_us == scan.estimates[0].ttft_us)
+            );
+            let got = idx.route_ttft(&req, &p);
+            assert_eq!(got.delivery, scan.delivery, "seed {seed:?}");
+            assert_eq!(got.pick, scan.pick, "seed {seed:?}");
+            assert_eq!(got.result.scores, scan.result.scores, "seed {seed:?}");
+        }
     }
 
     proptest! {

@@ -98,8 +98,6 @@ impl DerefMut for StatsWrite<'_> {
 
 impl Drop for StatsWrite<'_> {
     fn drop(&mut self) {
-        // The ranking's fleet sets are built from the stats (`cold.rs`).
-        crate::cold::fleet_changed();
         // Still under the lock: a reader that sees `false` saw a map that
         // was empty at some point after its last writer. Written only when
         // it changes: every lookup reads this line.

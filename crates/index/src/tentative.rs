@@ -163,11 +163,17 @@ struct Overlay {
     by_head: HashMap<(u32, u64), Vec<u32>, FoldBuild>,
     /// (partition, replica) → records.
     by_owner: HashMap<(u32, u32), Vec<u32>, FoldBuild>,
+    /// (partition, replica, start, first key) → records, in insertion
+    /// order: where a delivery looks for the record of its chain (same
+    /// start, one a prefix of the other, so the same first key) without
+    /// reading every record of the replica.
+    by_chain: HashMap<(u32, u32, u32, u64), Vec<u32>, FoldBuild>,
 }
 
 impl Overlay {
     fn add(&mut self, r: Record) -> u32 {
         let (head, owner) = ((r.part, r.keys[0]), (r.part, r.replica));
+        let chain = (r.part, r.replica, r.from, r.keys[0]);
         let id = match self.free.pop() {
             Some(id) => {
                 self.records[id as usize] = Some(r);
@@ -180,6 +186,7 @@ impl Overlay {
         };
         self.by_head.entry(head).or_default().push(id);
         self.by_owner.entry(owner).or_default().push(id);
+        self.by_chain.entry(chain).or_default().push(id);
         id
     }
 
@@ -201,6 +208,13 @@ impl Overlay {
             ids.retain(|&x| x != id);
             if ids.is_empty() {
                 self.by_owner.remove(&owner);
+            }
+        }
+        let chain = (r.part, r.replica, r.from, r.keys[0]);
+        if let Some(ids) = self.by_chain.get_mut(&chain) {
+            ids.retain(|&x| x != id);
+            if ids.is_empty() {
+                self.by_chain.remove(&chain);
             }
         }
         u64::from(r.live)
@@ -286,14 +300,17 @@ impl Tentative {
         let mut o = write(&self.overlay);
         let room = self.cap.saturating_sub(self.len());
         // The same chain (same start, one a prefix of the other) again.
-        let same = o.by_owner.get(&(part, replica)).and_then(|ids| {
-            ids.iter().copied().find(|&id| {
-                o.records[id as usize].as_ref().is_some_and(|r| {
-                    let n = r.keys.len().min(keys.len());
-                    r.from == from && r.keys[..n] == keys[..n]
+        let same = o
+            .by_chain
+            .get(&(part, replica, from, keys[0]))
+            .and_then(|ids| {
+                ids.iter().copied().find(|&id| {
+                    o.records[id as usize].as_ref().is_some_and(|r| {
+                        let n = r.keys.len().min(keys.len());
+                        r.from == from && r.keys[..n] == keys[..n]
+                    })
                 })
-            })
-        });
+            });
         if let Some(id) = same {
             let Some(r) = o.records[id as usize].as_mut() else {
                 return (0, 0);
