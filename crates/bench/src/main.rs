@@ -68,10 +68,18 @@ enum BenchWhat {
     ///
     /// Example: `inferencecache-bench replicate snapshot --entries 100000,1000000`
     Replicate(replicate::ReplicateBenchArgs),
+
+    /// The server's RSS under a flood of 1 MiB prompt_text lookups and
+    /// after it (starts the given release binary; GLIBC_TUNABLES and other
+    /// environment pass through; extra server flags after `--`).
+    ///
+    /// Example: `inferencecache-bench memory-flood --concurrency 16 --duration 20s`
+    MemoryFlood(memory_flood::MemoryFloodArgs),
 }
 
 mod args;
 mod flood;
+mod memory_flood;
 mod replicate;
 mod visibility;
 
@@ -280,6 +288,7 @@ fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchWhat::Tokenize(t) => return tokenize(&t),
         BenchWhat::Visibility(v) => return visibility::run(v),
         BenchWhat::Replicate(r) => return replicate::run(r),
+        BenchWhat::MemoryFlood(m) => return memory_flood::run(m),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

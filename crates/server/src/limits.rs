@@ -38,13 +38,18 @@ pub const DEFAULT_MAX_HASH_BYTES: usize = 64;
 pub const DEFAULT_TOKENIZE_CONCURRENCY: usize = 8;
 /// Default `--tokenize-memory-budget-bytes`.
 pub const DEFAULT_TOKENIZE_MEMORY_BUDGET: usize = 512 << 20;
-/// Bytes of tokenizer working memory charged per byte of `prompt_text`.
-/// An estimate: HF `Encoding` keeps ids, type ids, offsets, token strings
-/// and masks per token (about a token per 4 bytes of text), plus the
-/// rendered template. The adversarial run behind issue 18 saw up to
-/// ~150 MiB of RSS per 1 MiB prompt in flight, allocator retention included;
-/// the budget bounds the live working set, not that retention.
+/// Bytes of tokenizer working memory charged per byte of `prompt_text` on
+/// the fast encode (allow-listed GPT-4-style tokenizers, `tokenize/split.rs`)
+/// and tiktoken: the request's copy, the rendered template, its NFC copy
+/// when it is not NFC, ids and piece offsets (about a token per 4 bytes),
+/// and the prefix cache's entry. Measured (issue 36): 16 clients flooding
+/// 1 MiB prompts, 8 in flight, peak +231 MiB over the base, ~29 MiB each
+/// with the gRPC buffers of the queued requests.
 pub const TOKENIZE_BYTES_PER_PROMPT_BYTE: usize = 48;
+/// The same for a tokenizer outside the allow-list, encoded by HF with its
+/// offsets and per-byte alignment tables: ~143 MiB per 1 MiB prompt in
+/// flight (issue 36's flood: +1,142 MiB with 8 in flight).
+pub const HF_TOKENIZE_BYTES_PER_PROMPT_BYTE: usize = 160;
 /// Default `--http-header-timeout` (the reference's ReadHeaderTimeout).
 pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default `--http-body-timeout`.

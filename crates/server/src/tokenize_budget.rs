@@ -8,7 +8,6 @@
 //! The claim is returned when the tokenization really ends, even if its
 //! lookup already timed out.
 
-use crate::limits::TOKENIZE_BYTES_PER_PROMPT_BYTE;
 use crate::metrics::Metrics;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -82,23 +81,27 @@ impl TokenizeBudget {
         }
     }
 
-    /// Working memory charged for a prompt of `prompt_bytes`.
-    pub fn cost(prompt_bytes: usize) -> usize {
-        prompt_bytes.saturating_mul(TOKENIZE_BYTES_PER_PROMPT_BYTE)
+    /// Working memory charged for a prompt of `prompt_bytes` on an encoder
+    /// that needs `per_byte` bytes per prompt byte.
+    pub fn cost(prompt_bytes: usize, per_byte: usize) -> usize {
+        prompt_bytes.saturating_mul(per_byte)
     }
 
     /// Claims a slot and the prompt's working memory, or says why not (and
     /// counts it).
-    pub fn try_acquire(&self, prompt_bytes: usize) -> Result<TokenizePermit, Shed> {
-        let r = self.acquire(prompt_bytes);
+    pub fn try_acquire(
+        &self,
+        prompt_bytes: usize,
+        per_byte: usize,
+    ) -> Result<TokenizePermit, Shed> {
+        let r = self.acquire(Self::cost(prompt_bytes, per_byte));
         if let Err(shed) = r {
             self.metrics.limits.shed(shed.label());
         }
         r
     }
 
-    fn acquire(&self, prompt_bytes: usize) -> Result<TokenizePermit, Shed> {
-        let bytes = Self::cost(prompt_bytes);
+    fn acquire(&self, bytes: usize) -> Result<TokenizePermit, Shed> {
         if bytes > self.budget {
             return Err(Shed::Memory);
         }
@@ -139,21 +142,25 @@ mod tests {
     #[test]
     fn slots_and_memory_are_both_enforced_and_returned() {
         let m = Arc::new(Metrics::new());
-        let per = TokenizeBudget::cost(1000);
+        const K: usize = crate::limits::TOKENIZE_BYTES_PER_PROMPT_BYTE;
+        let per = TokenizeBudget::cost(1000, K);
         let b = TokenizeBudget::new(2, per * 5 / 2, Arc::clone(&m));
-        let a1 = b.try_acquire(1000).expect("first");
-        let a2 = b.try_acquire(1000).expect("second");
-        assert_eq!(b.try_acquire(1).unwrap_err(), Shed::Concurrency);
+        let a1 = b.try_acquire(1000, K).expect("first");
+        let a2 = b.try_acquire(1000, K).expect("second");
+        assert_eq!(b.try_acquire(1, K).unwrap_err(), Shed::Concurrency);
         drop(a1);
         // One slot free but only one prompt's worth of memory left.
-        assert_eq!(b.try_acquire(2000).unwrap_err(), Shed::Memory);
-        let a3 = b.try_acquire(1000).expect("fits");
+        assert_eq!(b.try_acquire(2000, K).unwrap_err(), Shed::Memory);
+        // An HF-encoded prompt of the same size costs more.
+        let hf = crate::limits::HF_TOKENIZE_BYTES_PER_PROMPT_BYTE;
+        assert_eq!(b.try_acquire(1000, hf).unwrap_err(), Shed::Memory);
+        let a3 = b.try_acquire(1000, K).expect("fits");
         assert_eq!(m.limits.tokenize_memory_bytes.get(), 2 * per as i64);
         drop((a2, a3));
         assert_eq!(m.limits.tokenize_memory_bytes.get(), 0);
         // Larger than the whole budget: never admitted.
-        assert_eq!(b.try_acquire(4000).unwrap_err(), Shed::Memory);
+        assert_eq!(b.try_acquire(4000, K).unwrap_err(), Shed::Memory);
         assert_eq!(shed_count(&m, "tokenize_concurrency"), 1);
-        assert_eq!(shed_count(&m, "tokenize_memory"), 2);
+        assert_eq!(shed_count(&m, "tokenize_memory"), 3);
     }
 }

@@ -45,7 +45,7 @@ pub(super) struct LoadArgs {
     #[arg(long, default_value_t = 16)]
     replicas: usize,
     /// Lookups per side of the lookup-cost comparison (sharing on / off).
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 20_000)]
     cost_lookups: usize,
 }
 
@@ -186,14 +186,31 @@ pub(super) async fn run(a: LoadArgs) -> anyhow::Result<()> {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let start = Instant::now();
     let mut n = 0u64;
+    let mut running = Vec::new();
     while start.elapsed() < a.duration {
         tick.tick().await;
-        for _ in 0..per_tick {
-            let resp =
-                inferencecache_server::convert::lookup_route(&ca.pipeline, &request(n), None).await;
-            anyhow::ensure!(resp.reason_code == "AFFINITY_HINT", "{resp:?}");
-            n += 1;
+        let first = n;
+        n += per_tick;
+        let c = ca.clone();
+        running.push(tokio::spawn(async move {
+            for i in first..first + per_tick {
+                let resp =
+                    inferencecache_server::convert::lookup_route(&c.pipeline, &request(i), None)
+                        .await;
+                if resp.reason_code != "AFFINITY_HINT" {
+                    return Err(anyhow::anyhow!("{resp:?}"));
+                }
+            }
+            Ok(())
+        }));
+        if running.len() > 64 {
+            for t in running.drain(..) {
+                t.await??;
+            }
         }
+    }
+    for t in running {
+        t.await??;
     }
     let took = start.elapsed();
     let settle = Instant::now();
@@ -240,21 +257,22 @@ pub(super) async fn run(a: LoadArgs) -> anyhow::Result<()> {
     }
     stop.cancel();
 
-    // The lookup path's cost: the same fleet with sharing on (A, publisher
-    // stopped: the log only fills and is swapped by nobody, the worst case
-    // for its map) and off (a fresh core), alternated.
-    let off = core(a.replicas);
+    // The lookup path's cost: two fresh cores holding the same fleet, one
+    // with sharing on (its log published every interval), one off,
+    // alternated; the same prompts on both.
     let stop2 = CancellationToken::new();
-    tokio::spawn(load_share::publish_loop(
-        bus.clone(),
-        ca.pipeline.deliveries().clone(),
-        "bench-a/1".into(),
-        a.interval,
-        Arc::clone(&ma),
-        stop2.clone(),
-    ));
-    for round in 0..2 {
-        for (name, c) in [("sharing on", &ca), ("sharing off", &off)] {
+    for round in 0..3 {
+        let (on, off) = (core(a.replicas), core(a.replicas));
+        on.pipeline.deliveries().enable();
+        tokio::spawn(load_share::publish_loop(
+            bus.clone(),
+            on.pipeline.deliveries().clone(),
+            format!("bench-cost/{round}"),
+            a.interval,
+            Arc::new(LoadShareMetrics::default()),
+            stop2.clone(),
+        ));
+        for (name, c) in [("sharing on", &on), ("sharing off", &off)] {
             let t = Instant::now();
             for i in 0..a.cost_lookups {
                 let r = request(10_000_000 + (round * a.cost_lookups + i) as u64);

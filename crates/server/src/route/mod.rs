@@ -237,7 +237,11 @@ impl LookupPipeline {
         let Ok(tokenizer) = self.tokenizers.get(req.model) else {
             return Tokenized::FailOpen(Vec::new());
         };
-        let Ok(permit) = self.tokenize_budget.try_acquire(req.prompt_text.len()) else {
+        let per_byte = tokenizer.working_bytes_per_prompt_byte();
+        let Ok(permit) = self
+            .tokenize_budget
+            .try_acquire(req.prompt_text.len(), per_byte)
+        else {
             return Tokenized::FailOpen(Vec::new());
         };
         let text = req.prompt_text.to_owned();

@@ -291,6 +291,19 @@ impl ChatTokenizer {
         self.encode_rendered(&rendered)
     }
 
+    /// Working memory one tokenization needs per prompt byte, what the
+    /// tokenize budget charges (`crate::tokenize_budget`): HF's own encode
+    /// keeps offsets and alignment tables, the fast encode and tiktoken do
+    /// not.
+    pub fn working_bytes_per_prompt_byte(&self) -> usize {
+        match self.tokenizer {
+            Encoder::Hf(_) => crate::limits::HF_TOKENIZE_BYTES_PER_PROMPT_BYTE,
+            Encoder::Fast(..) | Encoder::Tiktoken(_) => {
+                crate::limits::TOKENIZE_BYTES_PER_PROMPT_BYTE
+            }
+        }
+    }
+
     /// The model id this tokenizer was loaded as.
     pub fn id(&self) -> &str {
         &self.id

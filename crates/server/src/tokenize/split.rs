@@ -223,26 +223,43 @@ impl FastEncoder {
         if seg.is_empty() {
             return Some(());
         }
-        if !seg.is_ascii()
-            && let Some(n) = t.get_normalizer()
-        {
-            let mut normalized = tokenizers::NormalizedString::from(seg);
-            n.normalize(&mut normalized).ok()?;
-            if normalized.get() != seg {
-                return None;
+        // The text the split and the model see: the segment normalized as
+        // HF would (NFC, per segment), and the way back to `seg`'s offsets.
+        let normalized;
+        let (norm, map): (&str, Option<NfcMap>) = match t.get_normalizer() {
+            None => (seg, None),
+            Some(_) if seg.is_ascii() => (seg, None),
+            Some(NormalizerWrapper::NFC(_)) => match nfc(seg) {
+                None => (seg, None),
+                Some((n, m)) => {
+                    normalized = n;
+                    (normalized.as_str(), Some(m))
+                }
+            },
+            Some(n) => {
+                // Not reached for the allow-listed shapes (NFC or none):
+                // another normalizer goes the HF way unless it is a no-op.
+                let mut ns = tokenizers::NormalizedString::from(seg);
+                n.normalize(&mut ns).ok()?;
+                if ns.get() != seg {
+                    return None;
+                }
+                (seg, None)
             }
-        }
+        };
         let split = t.get_pre_tokenizer()?;
         let model = t.get_model();
         let mut mapped = String::new();
-        split.pieces(seg, |a, b| {
+        let mut back = map.as_ref().map(NfcMap::cursor);
+        split.pieces(norm, |a, b| {
             mapped.clear();
             mapped.extend(
-                seg.as_bytes()[a..b]
+                norm.as_bytes()[a..b]
                     .iter()
                     .map(|&x| self.byte_chars[usize::from(x)]),
             );
-            let start = u32::try_from(from + a).ok()?;
+            let at = back.as_mut().map_or(a, |c| c.original(a));
+            let start = u32::try_from(from + at).ok()?;
             for token in model.tokenize(&mapped).ok()? {
                 ids.push(token.id);
                 starts.push(start);
@@ -250,6 +267,110 @@ impl FastEncoder {
             Some(())
         })
     }
+}
+
+/// A rewritten stretch of a segment: `seg[orig..orig + orig_len]` became
+/// `norm[norm..norm + norm_len]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rewrite {
+    orig: usize,
+    orig_len: usize,
+    norm: usize,
+    norm_len: usize,
+}
+
+/// From offsets in the NFC text back to offsets in the original segment.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct NfcMap(Vec<Rewrite>);
+
+impl NfcMap {
+    fn cursor(&self) -> NfcCursor<'_> {
+        NfcCursor {
+            rewrites: &self.0,
+            next: 0,
+        }
+    }
+}
+
+/// Maps increasing normalized offsets back (a pass over the rewrites).
+struct NfcCursor<'a> {
+    rewrites: &'a [Rewrite],
+    next: usize,
+}
+
+impl NfcCursor<'_> {
+    /// The original offset of normalized offset `at` (non-decreasing calls).
+    /// Exact outside rewritten stretches and at their starts; inside one, a
+    /// position within it (a piece cannot start at a cut there: see [`nfc`]).
+    fn original(&mut self, at: usize) -> usize {
+        while let Some(r) = self.rewrites.get(self.next) {
+            if at < r.norm + r.norm_len {
+                break;
+            }
+            self.next += 1;
+        }
+        // Offsets before the next rewrite are shifted by every rewrite
+        // passed; inside it, clamped to its original stretch.
+        let shift = |r: &Rewrite| (r.orig + r.orig_len) as isize - (r.norm + r.norm_len) as isize;
+        match self.rewrites.get(self.next) {
+            Some(r) if at >= r.norm => r.orig + (at - r.norm).min(r.orig_len.saturating_sub(1)),
+            _ => {
+                let before = self.next.checked_sub(1).and_then(|i| self.rewrites.get(i));
+                (at as isize + before.map_or(0, shift)).max(0) as usize
+            }
+        }
+    }
+}
+
+/// `seg` in NFC with the map back, or `None` when it is NFC already.
+///
+/// Normalized stretch by stretch, without HF's per-byte alignment tables:
+/// each maximal run of non-ASCII characters together with the ASCII
+/// character before it (which may compose with a combining mark opening the
+/// run). The stretches are independent: an ASCII character is a starter
+/// (combining class 0), so no composition or reordering crosses it, and it
+/// is never the second character of a composition, so a run cannot compose
+/// with the ASCII character after it. NFC of the segment is therefore the
+/// concatenation, as HF's NFC of the whole segment gives. A prefix-cache cut
+/// lies between two ASCII characters, hence never strictly inside a
+/// stretch, and there the map is exact.
+fn nfc(seg: &str) -> Option<(String, NfcMap)> {
+    use unicode_normalization_alignments::{UnicodeNormalization, is_nfc};
+    if is_nfc(seg) {
+        return None;
+    }
+    let bytes = seg.as_bytes();
+    let mut out = String::with_capacity(seg.len());
+    let mut map = NfcMap::default();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii() {
+            i += 1;
+            continue;
+        }
+        let start = if i > 0 { i - 1 } else { 0 };
+        let mut end = i;
+        while end < bytes.len() && !bytes[end].is_ascii() {
+            end += 1;
+        }
+        let stretch = &seg[start..end];
+        if !is_nfc(stretch) {
+            out.push_str(&seg[copied..start]);
+            let norm = out.len();
+            out.extend(stretch.nfc().map(|(c, _)| c));
+            map.0.push(Rewrite {
+                orig: start,
+                orig_len: end - start,
+                norm,
+                norm_len: out.len() - norm,
+            });
+            copied = end;
+        }
+        i = end;
+    }
+    out.push_str(&seg[copied..]);
+    Some((out, map))
 }
 
 impl PreTokenizer for FastSplit {
@@ -296,5 +417,39 @@ mod tests {
         assert_eq!(split("x \n  y"), vec!["x", " \n", " ", " y"]);
         assert_eq!(split("1  !!"), vec!["1", " ", " !!"]);
         assert_eq!(split("we'll  3"), vec!["we", "'ll", " ", " ", "3"]);
+    }
+
+    #[test]
+    fn nfc_rewrites_only_the_stretches_that_change_and_maps_back() {
+        assert_eq!(nfc("plain ascii"), None);
+        assert_eq!(nfc("caf\u{e9} d\u{e9}j\u{e0}"), None, "NFC already");
+        let text = "cafe\u{301} and nai\u{308}ve, \u{301}x";
+        let (norm, map) = nfc(text).expect("not NFC");
+        assert_eq!(norm, "caf\u{e9} and na\u{ef}ve, \u{301}x");
+        use unicode_normalization_alignments::UnicodeNormalization;
+        assert_eq!(
+            norm,
+            text.nfc().map(|(c, _)| c).collect::<String>(),
+            "HF's NFC"
+        );
+        // Every ASCII position between two ASCII characters maps exactly.
+        let mut cursor = map.cursor();
+        let mut pairs = Vec::new();
+        for (at, ch) in norm.char_indices() {
+            let orig = cursor.original(at);
+            pairs.push((ch, orig));
+        }
+        let exact = |ch: char, orig: usize| text[orig..].starts_with(ch);
+        for (ch, orig) in &pairs {
+            if ch.is_ascii() && *ch != 'e' && *ch != 'i' {
+                assert!(exact(*ch, *orig), "{ch:?} at {orig}");
+            }
+        }
+        let origs: Vec<usize> = pairs.iter().map(|p| p.1).collect();
+        assert!(
+            origs.windows(2).all(|w| w[0] <= w[1]),
+            "monotone: {origs:?}"
+        );
+        assert!(origs.iter().all(|&o| o < text.len()));
     }
 }
