@@ -116,6 +116,7 @@ impl Pool {
     }
 
     /// Whether the model holds `hash` cached (free or in use).
+    #[cfg(test)]
     pub(crate) fn cached(&self, hash: u64) -> bool {
         self.by_hash.get(&hash).is_some_and(|v| !v.is_empty())
     }
