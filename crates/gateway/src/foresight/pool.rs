@@ -45,6 +45,8 @@ const GONE_MEMORY: usize = 1 << 16;
 #[derive(Debug)]
 pub(crate) struct Pool {
     block_size: u32,
+    /// Usable blocks.
+    capacity: usize,
     /// Blank free blocks: the front of the free queue.
     blank_free: usize,
     /// Free blocks with a hash, in eviction order (`seq` → block id).
@@ -93,6 +95,7 @@ impl Pool {
     pub(crate) fn new(capacity: usize, block_size: u32) -> Self {
         Self {
             block_size: block_size.max(1),
+            capacity,
             blank_free: capacity,
             lru: BTreeMap::new(),
             next_seq: 0,
@@ -107,6 +110,10 @@ impl Pool {
 
     pub(crate) fn block_size(&self) -> u32 {
         self.block_size
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// Free blocks (blank and cached).
