@@ -316,6 +316,7 @@ async fn dry_run(State(s): St, Path(api): Path<String>, body: Bytes) -> Response
                 "in_flight": c.engine.in_flight(),
                 "pending_prefill_tokens": c.engine.pending_prefill(),
                 "reusable_from_pending": c.pending,
+                "withheld_tokens": c.withheld,
             })).collect::<Vec<_>>(),
         }))
         .into_response(),

@@ -326,6 +326,10 @@ async fn health_loop(
                 }
                 if e.set_healthy(up) {
                     if up {
+                        // Back after being down: it may have restarted with
+                        // an empty cache (forgetting only returns its claims
+                        // to the index's word).
+                        e.foresight.reset();
                         tracing::info!(engine = %e.id, "engine_healthy");
                     } else {
                         tracing::warn!(engine = %e.id, "engine_unhealthy");

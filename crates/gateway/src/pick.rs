@@ -427,4 +427,50 @@ mod tests {
         let (ch, _) = rank(&e, &h, &r, &W);
         assert_eq!((ch[0].engine.id.as_ref(), ch[0].reusable), ("e1", 256));
     }
+
+    /// The gateway's own record of a prefix it routed lives 2 s past the
+    /// request's first byte; sequential requests evict within that time,
+    /// and the record alone would claim the evicted tail (the index, told
+    /// of the removal, claims less). The foresight saw the eviction and
+    /// withholds it.
+    #[test]
+    fn a_pending_record_does_not_outlive_an_eviction_the_gateway_caused() {
+        let e = engines(1);
+        e[0].foresight.start(crate::foresight::KvPool {
+            usable_blocks: 12,
+            block_size: 32,
+        });
+        let sys: Vec<u32> = (0..256).collect();
+        let mut a = sys.clone();
+        a.extend(5000..5033);
+        let a_chain = crate::pending::chain(&a, 32, &["m"]);
+        let mut d = e[0].dispatch_prompt(a.len() as u64, &a_chain, a.len() as u64);
+        d.prefilled();
+        drop(d);
+        // A fresh prompt runs to completion right after, evicting the
+        // system prompt's last two blocks.
+        let b: Vec<u32> = (9000..9161).collect();
+        let b_chain = crate::pending::chain(&b, 32, &["m"]);
+        let mut d = e[0].dispatch_prompt(b.len() as u64, &b_chain, b.len() as u64);
+        d.prefilled();
+        drop(d);
+        // A repeat of the system prompt; the index already dropped the two
+        // blocks, A's pending record (within its grace) has all eight.
+        let mut c = sys.clone();
+        c.extend(7000..7033);
+        let c_chain = crate::pending::chain(&c, 32, &["m"]);
+        assert_eq!(
+            e[0].pending
+                .matched_blocks(&c_chain, std::time::Instant::now()),
+            8
+        );
+        let h = hint(HintKind::PrefixMatch, &[("e0", 192)]);
+        let r = Request {
+            prompt_tokens: c.len() as u64,
+            chain: &c_chain,
+            seed: 7,
+        };
+        let (ch, _) = rank(&e, &h, &r, &W);
+        assert_eq!((ch[0].reusable, ch[0].withheld), (192, 64));
+    }
 }

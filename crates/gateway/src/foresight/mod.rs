@@ -24,7 +24,8 @@
 //! the dry run (or an allocation already applied) evicted. Blocks the model
 //! never saw (traffic it did not route, a cache older than the gateway)
 //! keep the index's word: the foresight only ever shortens a claim, and
-//! only for blocks it watched come and go.
+//! only for blocks it watched come and go. An engine back from down is
+//! forgotten ([`Foresight::reset`]): it may have restarted empty.
 //!
 //! Not modelled: decode blocks past the first generated token, chunked
 //! prefills that interleave with later requests' scheduling, an engine that
@@ -114,6 +115,18 @@ impl Foresight {
                 queued: VecDeque::new(),
                 running: HashMap::new(),
             });
+        }
+    }
+
+    /// Forgets what the model knew (the engine came back after being down
+    /// and may have restarted): an empty pool of the same size.
+    pub fn reset(&self) {
+        if let Ok(mut g) = self.inner.lock() {
+            if let Some(m) = g.as_mut() {
+                m.pool = Pool::new(m.pool.capacity(), m.pool.block_size());
+                m.queued.clear();
+                m.running.clear();
+            }
         }
     }
 
@@ -380,6 +393,25 @@ mod tests {
         assert_eq!(f.queued(), 0);
         let c = prompt(1, 8, 400, 1);
         assert_eq!(f.claimable(&c.0, 8), 8);
+    }
+
+    #[test]
+    fn a_reset_forgets_what_the_model_saw() {
+        let f = engine(12);
+        let a = prompt(1, 8, 100, 1);
+        run(&f, 1, &a);
+        let b = prompt(200, 5, 300, 0);
+        f.dispatched(2, &b.0, b.1);
+        f.scheduled(2);
+        let c = prompt(1, 8, 400, 1);
+        assert_eq!(f.claimable(&c.0, 8), 6);
+        // The engine came back from down: the index's word again.
+        f.reset();
+        assert!(f.active());
+        assert_eq!(f.claimable(&c.0, 8), 8);
+        // B's end, from before the reset, is ignored.
+        f.finished(2);
+        assert_eq!(f.queued(), 0);
     }
 
     #[test]

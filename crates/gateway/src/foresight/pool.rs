@@ -45,6 +45,8 @@ const GONE_MEMORY: usize = 1 << 16;
 #[derive(Debug)]
 pub(crate) struct Pool {
     block_size: u32,
+    /// Usable blocks.
+    capacity: usize,
     /// Blank free blocks: the front of the free queue.
     blank_free: usize,
     /// Free blocks with a hash, in eviction order (`seq` → block id).
@@ -93,6 +95,7 @@ impl Pool {
     pub(crate) fn new(capacity: usize, block_size: u32) -> Self {
         Self {
             block_size: block_size.max(1),
+            capacity,
             blank_free: capacity,
             lru: BTreeMap::new(),
             next_seq: 0,
@@ -109,6 +112,10 @@ impl Pool {
         self.block_size
     }
 
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Free blocks (blank and cached).
     #[cfg(test)]
     pub(crate) fn free(&self) -> usize {
@@ -116,6 +123,7 @@ impl Pool {
     }
 
     /// Whether the model holds `hash` cached (free or in use).
+    #[cfg(test)]
     pub(crate) fn cached(&self, hash: u64) -> bool {
         self.by_hash.get(&hash).is_some_and(|v| !v.is_empty())
     }
