@@ -29,8 +29,9 @@
 //! prompt's first block. So idle engines split new prefixes by how full
 //! their caches are (sglang-router's cache_aware sends them to its smallest
 //! tree): eight new system prompts on two idle engines split four and four
-//! whatever the engines are called, where a hash alone split them six and
-//! two in about one run in four, and one cache thrashed.
+//! whatever the engines are called. A hash of the prompt and the engine's
+//! id alone splits them by the ids (random ports in the benchmark): five
+//! and three, or six and two, and six thrash a cache that holds five.
 //! Unhealthy engines come last: tried only when nothing healthy is left.
 
 use crate::engine::Engine;
@@ -338,7 +339,11 @@ mod tests {
                 .collect();
             let mut got = [0usize; 2];
             for sys in 0..8u64 {
-                let r = req(1536 + 50 + sys, sys * 0x9e37_79b9_7f4a_7c15);
+                // The seed is a hash of the prompt's first block: any u64.
+                let mut z = sys.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                let r = req(1536 + 50 + sys, z ^ (z >> 31));
                 let (c, _) = rank(&e, &none, &r, &W);
                 let mut d = c[0].engine.dispatch(c[0].uncached);
                 d.prefilled();
