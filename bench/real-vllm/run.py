@@ -145,7 +145,7 @@ def make_model():
 
 
 class Engine:
-    def __init__(self, model, cpu, blocks, work):
+    def __init__(self, model, cpu, blocks, work, extra=()):
         self.port, self.ev, self.replay = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         kv = {"enable_kv_cache_events": True, "publisher": "zmq",
@@ -158,6 +158,7 @@ class Engine:
                 "--kv-events-config", json.dumps(kv), "--enable-scale-out"]
         if blocks:
             args += ["--num-gpu-blocks-override", str(blocks)]
+        args += list(extra)  # later flags win (bench/gateway/latency.py: --max-num-seqs)
         env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_CPU_OMP_THREADS_BIND=str(cpu),
                    OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
                    VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1")
@@ -294,6 +295,89 @@ def classify(row, ids, tap):
     if went:
         return "after", went[0] - row["t_lookup"]
     return "unseen", None
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process and its threads so far (Linux)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def gateway_phases(url):
+    """The gateway's own split of each request's time to first byte
+    (`inferencecache_gateway_phase_seconds`): {phase: mean ms}."""
+    sums = {}
+    try:
+        body = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    for line in body.splitlines():
+        for suffix, k in (("_sum", 0), ("_count", 1)):
+            if line.startswith("inferencecache_gateway_phase_seconds" + suffix):
+                phase = line.split('phase="')[1].split('"')[0]
+                sums.setdefault(phase, [0.0, 0.0])[k] = float(line.rsplit(" ", 1)[1])
+    return {p: round(s / c * 1000, 2) for p, (s, c) in sums.items() if c}
+
+
+def served_by(ids, row, taps):
+    """Which engine served a request, from the engines' own KV events: the
+    one that stored the prompt's last whole block (its question: unique to
+    the request) between the request's start and its answer. Works for
+    every policy (the peer routers do not say where they sent it)."""
+    n = len(ids) // BLOCK
+    if n == 0:
+        return None
+    for i, tap in enumerate(taps):
+        hashes = tap.chain(ids, n)
+        if len(hashes) < n:
+            continue
+        with tap.lock:
+            if any(held and row["t_lookup"] - 0.05 <= t <= row["t_done"] + 0.5
+                   for t, held in tap.flips.get(hashes[-1], [])):
+                return i
+    return None
+
+
+ENGINE_SUMS = ("vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds",
+               "vllm:request_prefill_time_seconds", "vllm:e2e_request_latency_seconds")
+
+
+def engine_sums(url):
+    """{histogram: (sum, count)} from one engine's /metrics (its own view of
+    each request: arrival at its API server to first token, queue, prefill)."""
+    out = {}
+    try:
+        body = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return out
+    for line in body.splitlines():
+        for h in ENGINE_SUMS:
+            for suffix, k in (("_sum", 0), ("_count", 1)):
+                if line.startswith(h + suffix):
+                    v = out.setdefault(h, [0.0, 0.0])
+                    v[k] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def per_engine(rows, before, after):
+    """Per engine: requests, client TTFT mean of the requests it served (by
+    the event tap), and the engine's own means over the same interval."""
+    out = []
+    for i, (b, a) in enumerate(zip(before, after)):
+        mine = [r["ttft"] * 1000 for r in rows if r.get("served_by") == i]
+        e = {"engine": i, "n": len(mine),
+             "client_ttft_ms": round(statistics.mean(mine), 1) if mine else None}
+        for h in ENGINE_SUMS:
+            s = a.get(h, [0, 0])[0] - b.get(h, [0, 0])[0]
+            c = a.get(h, [0, 0])[1] - b.get(h, [0, 0])[1]
+            short = h.split(":")[1].replace("_seconds", "").replace("request_", "")
+            e[f"engine_{short}_ms"] = round(s / c * 1000, 1) if c else None
+        e["engine_n"] = int(a.get(ENGINE_SUMS[0], [0, 0])[1] - b.get(ENGINE_SUMS[0], [0, 0])[1])
+        out.append(e)
+    return out
 
 
 def eviction_buckets(urls):
@@ -437,6 +521,11 @@ class HintClient:
 
 def run_policy(name, engines, reqs, conc, ctx):
     res = Result()
+    # The routers are given the engines in this order (--worker-offset):
+    # the peers send every new prefix to their first worker, so which engine
+    # that is should alternate between runs if the engines are not equal.
+    k = ctx.get("worker_offset", 0) % len(engines)
+    workers = engines[k:] + engines[:k]
     router = None
     url = None
     hc = None
@@ -447,7 +536,7 @@ def run_policy(name, engines, reqs, conc, ctx):
         if name in ("vllm-router-cache", "vllm-router-kv"):
             port = free_port()
             args = [str(ROUTERS / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port),
-                    "--worker-urls", *[e.url for e in engines]]
+                    "--worker-urls", *[e.url for e in workers]]
             if name == "vllm-router-cache":
                 args += ["--policy", "cache_aware"]
             else:
@@ -463,7 +552,7 @@ def run_policy(name, engines, reqs, conc, ctx):
             port = free_port()
             router = Proc([str(ROUTERS / "bin/python"), "-m", "sglang_router.launch_router",
                            "--host", "127.0.0.1", "--port", str(port), "--policy", "cache_aware",
-                           "--worker-urls", *[e.url for e in engines]], work / f"{name}.log")
+                           "--worker-urls", *[e.url for e in workers]], work / f"{name}.log")
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
@@ -471,7 +560,7 @@ def run_policy(name, engines, reqs, conc, ctx):
             port = free_port()
             args = [str(ctx["bin"]), "--log-level", "warn", "gateway", "--listen",
                     f"127.0.0.1:{port}"]
-            for e in engines:
+            for e in workers:
                 args += ["--engine", e.url]
             # gateway+--flag=value+...: the same gateway with other flags.
             args += [a for a in name.split("+")[1:] if a]
@@ -512,8 +601,15 @@ def run_policy(name, engines, reqs, conc, ctx):
                     lookup=cost, route=meta.get("x-inferencecache-route"),
                     t_lookup=t_lookup, t_done=time.time())
 
+        cpu0 = cpu_seconds(router.p.pid) if router else None
         with ThreadPoolExecutor(max_workers=conc) as ex:
             list(ex.map(one, enumerate(reqs)))
+        cpu1 = cpu_seconds(router.p.pid) if router else None
+        if name.startswith("gateway"):
+            ctx["gateway_phases"] = gateway_phases(url)
+        # The router's own CPU over the workload (the machine has 2 cores,
+        # one per engine: whatever a router burns, an engine waits for).
+        ctx["router_cpu_s"] = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
     finally:
         if router:
             router.stop()
@@ -564,6 +660,8 @@ def main():
     ap.add_argument("--bin", default=str(ROOT / "target/release/inferencecache"))
     ap.add_argument("--out", default=None, help="write every row and summary as JSON here")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--worker-offset", type=int, default=0,
+                    help="rotate the engine list the routers are given (1: engine 1 first)")
     a = ap.parse_args()
 
     from transformers import AutoTokenizer
@@ -585,7 +683,8 @@ def main():
             for e in engines:
                 wait_http(f"{e.url}/health", 900, e.proc.p, e.proc.log)
             taps = [EventTap(e) for e in engines]
-            ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir}
+            ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir,
+                   "worker_offset": a.worker_offset}
             if "hints" in a.policies:
                 g, h = free_port(), free_port()
                 side.append(Proc([a.bin, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
@@ -611,8 +710,16 @@ def main():
                         e.reset()
                     time.sleep(0.5)  # let the clear reach the index before the first lookup
                     ev0 = eviction_buckets(ctx.get("sidecars", []))
+                    es0 = [engine_sums(e.url) for e in engines]
                     rows = run_policy(name, engines, reqs, conc, ctx)
+                    es1 = [engine_sums(e.url) for e in engines]
                     ev1 = eviction_buckets(ctx.get("sidecars", []))
+                    time.sleep(0.3)  # the last request's KV events reach the taps
+                    for r in rows:
+                        try:
+                            r["served_by"] = served_by(tok.encode(reqs[r["i"]][1]), r, taps)
+                        except Exception as ex:  # a diagnosis, never the run
+                            print(f"served_by failed: {ex!r}", file=sys.stderr)
                     # The Python gateway records the URL, the gateway its id (host:port).
                     by_url = {k: t for e, t in zip(engines, taps)
                               for k in (e.url, e.url.removeprefix("http://"))}
@@ -626,7 +733,11 @@ def main():
                                 r["over"] = ("unseen", None)
                                 print(f"classify failed: {ex!r}", file=sys.stderr)
                     s = summarize(name, rows, a.system_tokens)
-                    s.update(cache=cache, concurrency=conc)
+                    s.update(cache=cache, concurrency=conc, engines=per_engine(rows, es0, es1))
+                    if ctx.get("gateway_phases"):
+                        s["gateway_phases_mean_ms"] = ctx.pop("gateway_phases")
+                    if ctx.get("router_cpu_s") is not None:
+                        s["router_cpu_ms"] = round(ctx.pop("router_cpu_s") * 1000)
                     if name == "hints":
                         n, p50 = bucket_quantile(ev0, ev1, 0.5)
                         _, p99 = bucket_quantile(ev0, ev1, 0.99)
@@ -659,6 +770,14 @@ def main():
             print(f"eviction to lookup, {s['cache']} cache, {s['concurrency']} client(s): "
                   f"{s['evictions']} evictions, p50 <= {s['eviction_visible_p50_le_s']} s, "
                   f"p99 <= {s['eviction_visible_p99_le_s']} s")
+    print("\n| cache | clients | policy | router CPU ms | engine 0: requests, client TTFT ms, engine TTFT ms | engine 1: same |")
+    print("|---|---|---|---|---|---|")
+    for r in report["runs"]:
+        s = r["summary"]
+        per = [f"{e['n']}, {e['client_ttft_ms']}, {e['engine_time_to_first_token_ms']}"
+               for e in s.get("engines", [])]
+        print(f"| {s['cache']} | {s['concurrency']} | {s['policy']} | {s.get('router_cpu_ms', '')} | "
+              + " | ".join(per) + " |")
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
     shutil.rmtree(work, ignore_errors=True)

@@ -79,6 +79,12 @@ pub struct Engine {
     healthy: AtomicBool,
     in_flight: AtomicU64,
     pending_prefill: AtomicU64,
+    /// Uncached prompt tokens sent here since the gateway started (or, for
+    /// an engine added later, since it joined at the fleet's minimum): what
+    /// its prefix cache has had to take in. Equal-sized LRU caches that take
+    /// in content at the same rate keep it equally long, so new prefixes go
+    /// where less went before ([`crate::pick`]'s tie-break).
+    fresh_tokens: AtomicU64,
     served: RwLock<Served>,
     /// Block chains routed here and not yet confirmed by the index.
     pub pending: Pending,
@@ -158,6 +164,7 @@ impl Engine {
             healthy: AtomicBool::new(true),
             in_flight: AtomicU64::new(0),
             pending_prefill: AtomicU64::new(0),
+            fresh_tokens: AtomicU64::new(0),
             served: RwLock::new(served),
             pending: Pending::default(),
             foresight: Foresight::default(),
@@ -194,6 +201,11 @@ impl Engine {
     /// Prompt tokens dispatched and not yet prefilled.
     pub fn pending_prefill(&self) -> u64 {
         self.pending_prefill.load(Ordering::Relaxed)
+    }
+
+    /// Uncached prompt tokens sent here (see the field's docs).
+    pub fn fresh_tokens(&self) -> u64 {
+        self.fresh_tokens.load(Ordering::Relaxed)
     }
 
     /// What it serves.
@@ -239,6 +251,7 @@ impl Engine {
         static OWNERS: AtomicU64 = AtomicU64::new(1);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.pending_prefill.fetch_add(uncached, Ordering::Relaxed);
+        self.fresh_tokens.fetch_add(uncached, Ordering::Relaxed);
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let owner = if chain.is_empty() {
             0
@@ -288,6 +301,10 @@ impl EngineSet {
         if let Some(e) = l.iter().find(|e| e.id == engine.id) {
             return Err(Arc::clone(e));
         }
+        // A newcomer joins at the fleet's least-filled level, so it takes
+        // its share of new prefixes, not all of them until it catches up.
+        let floor = l.iter().map(|e| e.fresh_tokens()).min().unwrap_or(0);
+        engine.fresh_tokens.fetch_max(floor, Ordering::Relaxed);
         let mut next = l.as_ref().clone();
         next.push(engine);
         *l = Arc::new(next);
@@ -346,6 +363,16 @@ impl Dispatch {
 
 impl Drop for Dispatch {
     fn drop(&mut self) {
+        if !self.prefilled {
+            // Never got a byte: nothing of it reached the engine's cache.
+            let n = self.pending;
+            let _ =
+                self.engine
+                    .fresh_tokens
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                        Some(f.saturating_sub(n))
+                    });
+        }
         self.release_prefill();
         if !self.prefilled && self.owner != 0 {
             // Never got a byte: the engine may not hold the prefix at all.

@@ -23,10 +23,47 @@ fn latency_buckets() -> Vec<f64> {
     ]
 }
 
+/// Finer at the bottom than [`latency_buckets`]: the gateway's own phases
+/// are tens to hundreds of microseconds, and the targets are 0.5 / 2 ms.
+fn phase_buckets() -> Vec<f64> {
+    vec![
+        0.000_025, 0.000_05, 0.000_1, 0.000_2, 0.000_3, 0.000_5, 0.000_75, 0.001, 0.001_5, 0.002,
+        0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ]
+}
+
 fn diff_buckets() -> Vec<f64> {
     vec![
         -4096.0, -1024.0, -256.0, -64.0, -16.0, -1.0, 0.0, 16.0, 64.0, 256.0, 1024.0, 4096.0,
     ]
+}
+
+/// The phases of a routed request's time to first byte
+/// (`inferencecache_gateway_phase_seconds{phase}`): what is the gateway's own
+/// and what is the engine's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Arrival to the request leaving for the engine.
+    PreForward,
+    /// Request sent to the engine's response headers.
+    UpstreamHeaders,
+    /// Request sent to the engine's first body byte.
+    UpstreamFirstByte,
+    /// The engine's first body byte received to handed to the client's
+    /// connection (the relay's own work on it).
+    RelayFirstByte,
+}
+
+impl Phase {
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PreForward => "pre_forward",
+            Self::UpstreamHeaders => "upstream_headers",
+            Self::UpstreamFirstByte => "upstream_first_byte",
+            Self::RelayFirstByte => "relay_first_byte",
+        }
+    }
 }
 
 /// Every gateway metric.
@@ -53,6 +90,7 @@ pub struct Metrics {
     hint_overclaims: Family<Labels, Counter>,
     hint_checks: Family<Labels, Counter>,
     routing_overhead: Histogram,
+    phases: Family<Labels, Histogram>,
 }
 
 fn worker(e: &Engine) -> Labels {
@@ -91,6 +129,7 @@ impl Metrics {
             hint_overclaims: Family::default(),
             hint_checks: Family::default(),
             routing_overhead: hist(),
+            phases: Family::new_with_constructor(|| Histogram::new(phase_buckets())),
             registry: Registry::default(),
         };
         r.register(
@@ -164,6 +203,11 @@ impl Metrics {
             "The gateway's own time before forwarding: parse, tokenize, lookup, pick",
             m.routing_overhead.clone(),
         );
+        r.register(
+            "phase_seconds",
+            "Where a routed request's time to first byte goes, by phase: pre_forward (arrival to the request leaving for the engine: parse, tokenize, lookup, pick, build), upstream_headers (request sent to the engine's response headers), upstream_first_byte (request sent to the engine's first body byte), relay_first_byte (that byte received to handed to the client's connection)",
+            m.phases.clone(),
+        );
         Self { registry: r, ..m }
     }
 
@@ -225,6 +269,13 @@ impl Metrics {
     /// The gateway's time before forwarding.
     pub fn overhead(&self, seconds: f64) {
         self.routing_overhead.observe(seconds);
+    }
+
+    /// One phase of a routed request ([`Phase`]).
+    pub fn phase(&self, phase: Phase, seconds: f64) {
+        self.phases
+            .get_or_create(&vec![("phase", phase.as_str().to_owned())])
+            .observe(seconds);
     }
 
     /// A response's usage, compared with what the hint let the gateway expect.

@@ -25,10 +25,15 @@
 //! it, a second request for a new system prompt that arrives while the
 //! first is still prefilling goes to the idle engine (its own wait is about
 //! the same either way), and each system prompt ends up cached twice in
-//! caches that hold only a few. Ties go to the hint's order (an
-//! AFFINITY_HINT's replica first, so repeats of a new prefix meet on one
-//! engine), then to a rendezvous hash of the prompt's first block, so idle
-//! engines split new prefixes evenly instead of piling onto the first one.
+//! caches that hold only a few. Ties go to the hint's order where it names
+//! cache, then to the engine whose cache has taken in the fewest uncached
+//! tokens ([`Engine::fresh_tokens`]), then to a rendezvous hash of the
+//! prompt's first block. So idle engines split new prefixes by how full
+//! their caches are (sglang-router's cache_aware sends them to its smallest
+//! tree): eight new system prompts on two idle engines split four and four
+//! whatever the engines are called. A hash of the prompt and the engine's
+//! id alone splits them by the ids (random ports in the benchmark): five
+//! and three, or six and two, and six thrash a cache that holds five.
 //! Unhealthy engines come last: tried only when nothing healthy is left.
 
 use crate::engine::Engine;
@@ -170,7 +175,7 @@ pub fn rank(
         .map(|(r, _)| r.1)
         .max()
         .unwrap_or(0);
-    let mut ranked: Vec<(bool, u64, usize, u64, Choice)> = engines
+    let mut ranked: Vec<(bool, u64, usize, u64, u64, Choice)> = engines
         .iter()
         .zip(reuse)
         .map(|(e, (hint_pos, reusable, from_pending, withheld))| {
@@ -200,13 +205,14 @@ pub fn rank(
                 !e.healthy(),
                 cost,
                 hint_pos,
+                e.fresh_tokens(),
                 rendezvous(req.seed, &e.id),
                 choice,
             )
         })
         .collect();
-    ranked.sort_by_key(|r| (r.0, r.1, r.2, r.3));
-    let choices: Vec<Choice> = ranked.into_iter().map(|r| r.4).collect();
+    ranked.sort_by_key(|r| (r.0, r.1, r.2, r.3, r.4));
+    let choices: Vec<Choice> = ranked.into_iter().map(|r| r.5).collect();
     let reason = match choices.first() {
         Some(first) if first.reusable > 0 && first.pending => PickReason::PendingMatch,
         Some(first) if first.reusable > 0 => PickReason::PrefixMatch,
@@ -338,6 +344,56 @@ mod tests {
             PickReason::LeastLoaded
         };
         assert_eq!(why, want);
+    }
+
+    #[test]
+    fn sequential_new_prefixes_split_evenly_whatever_the_engines_are_called() {
+        // The real-vLLM benchmark's opening: eight new 1.5 K-token system
+        // prompts, one at a time, on two idle engines whose ids carry
+        // random ports. Four each fit two 256-block caches; six on one
+        // thrash it (run H: 17 full misses where 8 is the minimum).
+        let none = hint(HintKind::None, &[]);
+        for port in (20_000..20_400).step_by(7) {
+            let e: Vec<Arc<Engine>> = [port, port + 1]
+                .iter()
+                .map(|p| {
+                    let spec = EngineSpec::parse(&format!("http://127.0.0.1:{p}")).unwrap();
+                    Arc::new(Engine::new(spec, Served::default()))
+                })
+                .collect();
+            let mut got = [0usize; 2];
+            for sys in 0..8u64 {
+                // The seed is a hash of the prompt's first block: any u64.
+                let mut z = sys.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                let r = req(1536 + 50 + sys, z ^ (z >> 31));
+                let (c, _) = rank(&e, &none, &r, &W);
+                let mut d = c[0].engine.dispatch(c[0].uncached);
+                d.prefilled();
+                drop(d);
+                got[usize::from(Arc::ptr_eq(&c[0].engine, &e[1]))] += 1;
+            }
+            assert_eq!(got, [4, 4], "engines on ports {port}, {}", port + 1);
+        }
+    }
+
+    #[test]
+    fn a_newcomer_takes_its_share_not_every_new_prefix() {
+        let set = crate::engine::EngineSet::new(engines(1));
+        let old = set.snapshot()[0].clone();
+        for _ in 0..10 {
+            let mut d = old.dispatch(1000);
+            d.prefilled();
+        }
+        let spec = EngineSpec::parse("http://e9:8000,id=e9").unwrap();
+        set.add(Arc::new(Engine::new(spec, Served::default())))
+            .unwrap();
+        let e = set.snapshot();
+        assert_eq!(e[1].fresh_tokens(), e[0].fresh_tokens());
+        // A request that never got a byte put nothing in the cache.
+        drop(e[1].dispatch(500));
+        assert_eq!(e[1].fresh_tokens(), e[0].fresh_tokens());
     }
 
     #[test]

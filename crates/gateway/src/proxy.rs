@@ -12,7 +12,7 @@
 //! hanging or mistaking it for the end.
 
 use crate::engine::{Dispatch, Engine};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Phase};
 use crate::pick::Choice;
 use crate::usage::{SseUsage, Usage, UsageStripper};
 use axum::body::Body;
@@ -92,10 +92,15 @@ pub async fn forward(
                 req = req.header(name, value);
             }
         }
+        let sent = Instant::now();
+        if i == 0 {
+            metrics.phase(Phase::PreForward, (sent - out.start).as_secs_f64());
+        }
         match req.body(out.body.clone()).send().await {
             Ok(resp) => {
+                metrics.phase(Phase::UpstreamHeaders, sent.elapsed().as_secs_f64());
                 metrics.processed(engine);
-                return relay(resp, dispatch, metrics, &out, choice, i > 0);
+                return relay(resp, dispatch, metrics, &out, choice, i > 0, sent);
             }
             Err(e) if e.is_connect() || (e.is_timeout() && !e.is_body()) => {
                 drop(dispatch);
@@ -132,6 +137,7 @@ fn relay(
     out: &Outgoing<'_>,
     choice: &Choice,
     retried: bool,
+    sent: Instant,
 ) -> Response {
     let status = resp.status();
     let mut headers = HeaderMap::new();
@@ -165,6 +171,7 @@ fn relay(
         metrics: Arc::clone(metrics),
         route: out.route,
         start: out.start,
+        sent,
         status: status.as_u16(),
         first: true,
         sse: sse.then(SseUsage::default),
@@ -190,6 +197,8 @@ struct Relay {
     metrics: Arc<Metrics>,
     route: &'static str,
     start: Instant,
+    /// When the request left for the engine.
+    sent: Instant,
     status: u16,
     first: bool,
     sse: Option<SseUsage>,
@@ -231,13 +240,33 @@ impl Relay {
     /// Reads a chunk on its way through (first byte, usage, end); what to
     /// pass on.
     fn seen(&mut self, chunk: Bytes) -> Bytes {
-        if self.first {
-            self.first = false;
+        let first = std::mem::replace(&mut self.first, false).then(Instant::now);
+        if let Some(at) = first {
             self.dispatch.prefilled();
-            let t = self.start.elapsed().as_secs_f64();
+            let t = (at - self.start).as_secs_f64();
             self.metrics.first_token(self.route, self.engine(), t);
             self.engine().stats.first_byte(t);
+            self.metrics
+                .phase(Phase::UpstreamFirstByte, (at - self.sent).as_secs_f64());
         }
+        let out = self.pass_on(chunk);
+        if let Some(at) = first {
+            let relay = at.elapsed();
+            self.metrics
+                .phase(Phase::RelayFirstByte, relay.as_secs_f64());
+            tracing::debug!(
+                engine = %self.engine().id,
+                pre_forward_us = (self.sent - self.start).as_micros(),
+                upstream_first_byte_us = (at - self.sent).as_micros(),
+                relay_us = relay.as_micros(),
+                "first_byte"
+            );
+        }
+        out
+    }
+
+    /// Usage, end of answer and usage stripping for one chunk; what to pass on.
+    fn pass_on(&mut self, chunk: Bytes) -> Bytes {
         let mut done = false;
         if let Some(s) = &mut self.sse {
             s.feed(&chunk);

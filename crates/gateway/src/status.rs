@@ -36,6 +36,7 @@ fn engine_row(e: &Engine) -> Value {
         "in_flight": e.in_flight(),
         "pending_prefill_tokens": e.pending_prefill(),
         "pending_prefix_blocks": e.pending.len(),
+        "fresh_tokens": e.fresh_tokens(),
         "requests": get(&st.requests),
         "answered": get(&st.answered),
         "prompt_tokens": prompt,
