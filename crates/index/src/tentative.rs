@@ -154,9 +154,22 @@ impl Record {
     }
 }
 
-/// The records and their two files.
+/// Slots of [`Overlay::heads`].
+const HEAD_SLOTS: usize = 1 << 16;
+
+/// The slot of a record head (partition, first key) in [`Overlay::heads`].
+fn head_slot(part: u32, key: u64) -> usize {
+    ((key ^ u64::from(part).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 48) as usize
+}
+
+/// The records and their files.
 #[derive(Default)]
 struct Overlay {
+    /// Records whose head falls in each slot (saturating; a saturated
+    /// slot is never decremented): a lookup probes `by_head` only at
+    /// positions whose slot is not empty, one load instead of a map probe
+    /// at every position of a long matched chain.
+    heads: Vec<u8>,
     records: Vec<Option<Record>>,
     free: Vec<u32>,
     /// (partition, first key) → records.
@@ -184,6 +197,11 @@ impl Overlay {
                 (self.records.len() - 1) as u32
             }
         };
+        if self.heads.is_empty() {
+            self.heads = vec![0; HEAD_SLOTS];
+        }
+        let slot = &mut self.heads[head_slot(head.0, head.1)];
+        *slot = slot.saturating_add(1);
         self.by_head.entry(head).or_default().push(id);
         self.by_owner.entry(owner).or_default().push(id);
         self.by_chain.entry(chain).or_default().push(id);
@@ -197,6 +215,11 @@ impl Overlay {
         };
         self.free.push(id);
         let head = (r.part, r.keys[0]);
+        if let Some(slot) = self.heads.get_mut(head_slot(head.0, head.1)) {
+            if *slot != u8::MAX {
+                *slot = slot.saturating_sub(1);
+            }
+        }
         if let Some(ids) = self.by_head.get_mut(&head) {
             ids.retain(|&x| x != id);
             if ids.is_empty() {
@@ -387,6 +410,9 @@ impl Tentative {
         }
         let publishers = read(&self.publishers);
         for (p, key) in keys.iter().enumerate().take(deepest.saturating_add(1)) {
+            if o.heads[head_slot(part, *key)] == 0 {
+                continue;
+            }
             let Some(ids) = o.by_head.get(&(part, *key)) else {
                 continue;
             };
