@@ -12,6 +12,7 @@ accuracy (hinted matched tokens against what the engine then reused).
 
 Policies:
   rr             the client alternates the engines itself
+  e0, e1         the client sends everything to engine 0 (1), no router
   hints          a Python gateway over `inferencecache serve` + one
                  `inferencecache subscribe` per engine, all on default flags:
                  LookupRoute(token_ids) per request, the top replica, else the
@@ -575,7 +576,12 @@ def run_policy(name, engines, reqs, conc, ctx):
             i, (s, prompt) = i_req
             hinted, cost = None, None
             t_lookup = time.time()
-            if name == "rr":
+            if name in ("e0", "e1"):
+                # One engine takes everything, no router: what a router
+                # that keeps every request on one engine gets from it.
+                e = engines[int(name[1])]
+                target, eng = e.url, e.url
+            elif name == "rr":
                 with rr_lock:
                     e = engines[rr[0] % len(engines)]
                     rr[0] += 1
