@@ -98,7 +98,11 @@ impl Gateway {
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
+            // Below the engines' own keep-alive (vLLM's uvicorn closes an idle
+            // connection after 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE): a pooled
+            // connection reused just as the engine closes it fails the request
+            // with a 502 ("error sending request") instead of reconnecting.
+            .pool_idle_timeout(Duration::from_secs(4))
             .build()
             .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
         let block_size = match config.block_size {
