@@ -23,6 +23,11 @@ RUN cargo build --release --locked -p inferencecache-cli --bin inferencecache \
 # distroless/cc: glibc + libgcc + CA certificates, no shell, no package manager.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /inferencecache /usr/local/bin/inferencecache
+# glibc malloc: buffers of 128 KiB and more (prompt_text tokenization) come
+# from mmap and go back at free, and the heap top is trimmed past 128 KiB, so
+# RSS returns after a tokenizer flood (+70 MiB after, against +279 MiB with
+# the defaults: BENCHMARKS.md "Memory after a prompt_text flood").
+ENV GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072
 USER 65532:65532
 EXPOSE 9090 8080 8081 9443
 ENTRYPOINT ["/usr/local/bin/inferencecache"]

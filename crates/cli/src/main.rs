@@ -16,6 +16,16 @@ mod simulate;
 mod subscribe;
 mod tools;
 
+/// The allocator (docs/decisions.md, issue 36 item 5): chosen at build time
+/// by feature so the memory rig (`inferencecache-bench memory-flood`) can
+/// compare them.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 use std::process::ExitCode;
