@@ -33,7 +33,6 @@ use crate::fleet::{Cand, Fleet};
 use crate::hashing::FoldBuild;
 use crate::index::Index;
 use crate::lookup::Raw;
-use crate::ranking::freshness;
 use crate::routing::{RouteParams, TENTATIVE_CREDIT, TtftRoute, room_bucket};
 use crate::sync::{read, write};
 use crate::types::{LookupRequest, Tier};
@@ -278,29 +277,12 @@ impl Index {
         let mut list: Vec<(u32, f32, f32)> = Vec::new();
         crate::scratch::with(&GATHER, |f: &mut Fleet| {
             // As the one-pass ranking gathers it: fresh stats ∪ scope.
-            if let Some(stats) = self.stats.read_any() {
-                if let Some(m) = stats.get(&tm) {
-                    for (&r, s) in m {
-                        if freshness(now, s.last_seen, ttl) > 0.0 {
-                            valid_until = valid_until.min(s.last_seen.saturating_add(ttl));
-                            let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
-                            if fresh_stats {
-                                valid_until = valid_until.min(s.stats_reported.saturating_add(ttl));
-                            }
-                            f.add(r, if fresh_stats { s.pressure } else { 0.0 });
-                            if let (true, Some(l)) = (fresh_stats, &s.load) {
-                                f.set_usage(r, l.kv_cache_usage);
-                            }
-                        }
-                    }
+            self.gather_live(f, tm, scope, now, ttl, |s, fresh_stats| {
+                valid_until = valid_until.min(s.last_seen.saturating_add(ttl));
+                if fresh_stats {
+                    valid_until = valid_until.min(s.stats_reported.saturating_add(ttl));
                 }
-            }
-            if let Some(scope) = scope {
-                let c = read(&self.store.counters);
-                if let Some(sc) = c.scope(scope) {
-                    sc.replicas().for_each(|r| f.add(r, 0.0));
-                }
-            }
+            });
             f.take(|r, pressure, usage, _, _| list.push((r, pressure, usage)));
         });
         let top = list.last().map_or(0, |x| x.0 as usize + 1);

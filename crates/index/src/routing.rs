@@ -382,25 +382,7 @@ impl Index {
         }
         crate::scratch::with(&FLEET, |f: &mut Fleet| {
             // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
-            if let Some(stats) = self.stats.read_any() {
-                if let Some(m) = stats.get(&tm) {
-                    for (&r, s) in m {
-                        if freshness(now, s.last_seen, ttl) > 0.0 {
-                            let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
-                            f.add(r, if fresh_stats { s.pressure } else { 0.0 });
-                            if let (true, Some(l)) = (fresh_stats, &s.load) {
-                                f.set_usage(r, l.kv_cache_usage);
-                            }
-                        }
-                    }
-                }
-            }
-            if let Some(scope) = scope {
-                let c = read(&self.store.counters);
-                if let Some(sc) = c.scope(scope) {
-                    sc.replicas().for_each(|r| f.add(r, 0.0));
-                }
-            }
+            self.gather_live(f, tm, scope, now, ttl, |_, _| {});
             f.note_matches(raws.iter().map(|x| x.replica), &tentative);
 
             let w = &p.weights;
@@ -460,6 +442,42 @@ impl Index {
             f.cands = cands;
         });
         out
+    }
+
+    /// The live fleet of `tm` into `f`, as every ranking gathers it:
+    /// replicas seen within `ttl` (their pressure and KV usage only while
+    /// their stats report is fresh) and the serving `scope`'s members.
+    /// `live` sees each seen replica's stats and whether they are fresh (the
+    /// fleet set, `cold.rs`, derives how long its gathering stays valid).
+    pub(crate) fn gather_live(
+        &self,
+        f: &mut Fleet,
+        tm: u32,
+        scope: Option<u32>,
+        now: i64,
+        ttl: i64,
+        mut live: impl FnMut(&crate::stats::StatsEntry, bool),
+    ) {
+        if let Some(stats) = self.stats.read_any() {
+            if let Some(m) = stats.get(&tm) {
+                for (&r, s) in m {
+                    if freshness(now, s.last_seen, ttl) > 0.0 {
+                        let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
+                        live(s, fresh_stats);
+                        f.add(r, if fresh_stats { s.pressure } else { 0.0 });
+                        if let (true, Some(l)) = (fresh_stats, &s.load) {
+                            f.set_usage(r, l.kv_cache_usage);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(scope) = scope {
+            let c = read(&self.store.counters);
+            if let Some(sc) = c.scope(scope) {
+                sc.replicas().for_each(|r| f.add(r, 0.0));
+            }
+        }
     }
 
     /// The pick among the fleet's `cands` (module docs), into `out`.
