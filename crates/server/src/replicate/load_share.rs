@@ -355,9 +355,8 @@ pub fn apply_batch(
 }
 
 fn unix_now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    use inferencecache_index::Clock;
+    inferencecache_index::SystemClock.now_ns()
 }
 
 #[cfg(test)]
