@@ -29,135 +29,15 @@
 //! Same answers: the property test in `routing_scan.rs` holds the pick, the
 //! delivery and the scores to the straightforward scan's.
 
+use crate::cold_sets::{Class, ColdSet, FLEET_CHANGES, MAX_SETS};
 use crate::fleet::{Cand, Fleet};
-use crate::hashing::FoldBuild;
 use crate::index::Index;
 use crate::lookup::Raw;
 use crate::routing::{RouteParams, TENTATIVE_CREDIT, TtftRoute, room_bucket};
 use crate::sync::{read, write};
 use crate::types::{LookupRequest, Tier};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-
-/// Bumped by every write a [`ColdSet`] is built from (stats, a scope's
-/// membership): a set built before it is rebuilt. One counter for every
-/// index in the process (an index's rebuilds caused by another's writes cost
-/// time, never answers).
-static FLEET_CHANGES: AtomicU64 = AtomicU64::new(0);
-
-/// Something a [`ColdSet`] is built from changed.
-#[inline]
-pub(crate) fn fleet_changed() {
-    FLEET_CHANGES.fetch_add(1, Ordering::Release);
-}
-
-/// The most sets kept (one per (tenant, model, scope, TTL) looked up); past
-/// it they are all dropped and rebuilt as needed.
-const MAX_SETS: usize = 256;
-
-/// Members of equal pressure and room bucket, by name label.
-pub(crate) struct Class {
-    pressure: f32,
-    room: Option<i32>,
-    /// Rank of the first member: the classes' members, one after the other,
-    /// are ranks `0..n` (a lookup marks excluded members in bitsets by rank).
-    start: usize,
-    /// (name label, replica id), ascending.
-    members: Vec<(u64, u32)>,
-}
-
-impl Class {
-    fn ranks(&self) -> (usize, usize) {
-        (self.start, self.start + self.members.len())
-    }
-}
-
-/// The live fleet of one (tenant, model, scope, TTL), ordered for the pick.
-pub(crate) struct ColdSet {
-    built_ns: i64,
-    /// The first instant a member's stats stop being fresh.
-    valid_until: i64,
-    changes: u64,
-    names_epoch: u64,
-    /// Slot of the set's recent-count sum in the load tracker.
-    slot: usize,
-    /// Members.
-    n: usize,
-    members: Vec<u64>,
-    /// By replica id: pressure, KV usage (NaN: none), rank.
-    pressure: Vec<f32>,
-    usage: Vec<f32>,
-    rank_of: Vec<u32>,
-    /// Ascending by (pressure, room bucket: reported first, lowest first).
-    classes: Vec<Class>,
-    /// A pressure is NaN: the one-pass ranking answers.
-    pub(crate) exotic: bool,
-}
-
-impl ColdSet {
-    #[inline]
-    fn has(&self, id: u32) -> bool {
-        self.members
-            .get(id as usize / 64)
-            .is_some_and(|w| w & (1 << (id % 64)) != 0)
-    }
-
-    fn valid(&self, now: i64, changes: u64, epoch: u64) -> bool {
-        now >= self.built_ns
-            && now < self.valid_until
-            && changes == self.changes
-            && epoch == self.names_epoch
-    }
-}
-
-/// (tm, scope or `u32::MAX`, TTL).
-type SetKey = (u32, u32, i64);
-
-/// The sets by key.
-pub(crate) struct ColdSets {
-    map: RwLock<HashMap<SetKey, Arc<ColdSet>, FoldBuild>>,
-    /// The shortest TTL any set was built for (never raised): a stats
-    /// refresh of an entry younger than it changes no set.
-    min_ttl: std::sync::atomic::AtomicI64,
-}
-
-impl Default for ColdSets {
-    fn default() -> Self {
-        Self {
-            map: RwLock::default(),
-            min_ttl: std::sync::atomic::AtomicI64::new(i64::MAX),
-        }
-    }
-}
-
-impl ColdSets {
-    /// Whether a stats entry refreshed from `last_seen` to `ts` at `now`
-    /// may have been stale for some set (then it may join one), or moves
-    /// back in time (then it may leave one sooner than its set expects).
-    pub(crate) fn may_have_been_stale(&self, last_seen: i64, ts: i64, now: i64) -> bool {
-        let min_ttl = self.min_ttl.load(Ordering::SeqCst);
-        ts < last_seen || last_seen.saturating_add(min_ttl) <= now
-    }
-
-    /// Whether replacing the stats entry `old` by `new` at `now` changes
-    /// what a set reads: membership, pressure, KV room.
-    pub(crate) fn stats_matter(
-        &self,
-        old: Option<&crate::stats::StatsEntry>,
-        new: &crate::stats::StatsEntry,
-        now: i64,
-    ) -> bool {
-        let Some(old) = old else {
-            return true;
-        };
-        let room = |s: &crate::stats::StatsEntry| s.load.map(|l| room_bucket(l.kv_cache_usage));
-        old.pressure.total_cmp(&new.pressure).is_ne()
-            || room(old) != room(new)
-            || self.may_have_been_stale(old.last_seen, new.last_seen, now)
-            || self.may_have_been_stale(old.stats_reported, new.stats_reported, now)
-    }
-}
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 thread_local! {
     static GATHER: std::cell::RefCell<Fleet> = std::cell::RefCell::default();

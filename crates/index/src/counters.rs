@@ -112,7 +112,7 @@ impl Counters {
         let before = scope.len();
         scope.add(replica, a.holders);
         if scope.len() != before {
-            crate::cold::fleet_changed();
+            crate::cold_sets::fleet_changed();
         }
         publish_serving(p, scope.len());
         if a.keys > 0 {
@@ -135,7 +135,7 @@ impl Counters {
         let before = scope.len();
         scope.remove(replica);
         if scope.len() != before {
-            crate::cold::fleet_changed();
+            crate::cold_sets::fleet_changed();
         }
         publish_serving(p, scope.len());
         if key_removed {

@@ -73,7 +73,7 @@ impl Index {
                     let mut stats = self.stats.write();
                     if let Some(s) = stats.get_mut(&tm).and_then(|m| m.get_mut(&r)) {
                         if self.routing.cold.may_have_been_stale(s.last_seen, ts, now) {
-                            crate::cold::fleet_changed();
+                            crate::cold_sets::fleet_changed();
                         }
                         s.last_seen = ts;
                         out.stats_touched += 1;
@@ -331,7 +331,7 @@ impl Index {
             if let Some(m) = stats.get_mut(&tm) {
                 if m.remove(&replica).is_some() {
                     out.stats_touched += 1;
-                    crate::cold::fleet_changed();
+                    crate::cold_sets::fleet_changed();
                 }
                 if m.is_empty() {
                     stats.remove(&tm);

@@ -140,7 +140,7 @@ impl Index {
                 let before = m.len();
                 m.retain(|_, s| now.saturating_sub(s.last_seen) < ttl);
                 if m.len() != before {
-                    crate::cold::fleet_changed();
+                    crate::cold_sets::fleet_changed();
                 }
                 out.stats_removed += (before - m.len()) as u64;
                 !m.is_empty()

@@ -126,6 +126,15 @@ impl Fleet {
     }
 }
 
+/// The tie's room rule: a reported KV cache usage in 5 % steps (fuller
+/// replicas lose the tie; within a step the seed spreads); `None`: none
+/// reported (such replicas lose the tie to any that report).
+pub(crate) fn room_bucket(usage: f32) -> Option<i32> {
+    usage
+        .is_finite()
+        .then(|| (usage.clamp(0.0, 1.0) * 20.0).floor() as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

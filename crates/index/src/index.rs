@@ -81,7 +81,7 @@ pub(crate) struct Routing {
     /// Tentative holdings (approximate mode).
     pub(crate) tentative: crate::tentative::Tentative,
     /// The live fleets, ordered for the pick (`cold.rs`).
-    pub(crate) cold: crate::cold::ColdSets,
+    pub(crate) cold: crate::cold_sets::ColdSets,
 }
 
 /// The prefix index. `Send + Sync`; share it behind an `Arc`.
@@ -157,7 +157,7 @@ impl Index {
                 } else {
                     crate::config::DEFAULT_MAX_ENTRIES as usize
                 }),
-                cold: crate::cold::ColdSets::default(),
+                cold: crate::cold_sets::ColdSets::default(),
             },
         }
     }

@@ -244,7 +244,7 @@ impl Index {
             // The ranking's fleet sets are built from the stats (`cold.rs`):
             // rebuilt when what they read changes, not on every refresh.
             if self.routing.cold.stats_matter(m.get(&replica), &entry, now) {
-                crate::cold::fleet_changed();
+                crate::cold_sets::fleet_changed();
             }
             m.insert(replica, entry);
             drop(stats);

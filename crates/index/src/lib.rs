@@ -174,6 +174,7 @@ mod chain;
 mod classify;
 mod clock;
 mod cold;
+mod cold_sets;
 mod config;
 mod counters;
 mod endpoints;

@@ -92,6 +92,7 @@
 pub(crate) const TENTATIVE_CREDIT: f64 = 0.9;
 
 use crate::affinity::affinity_index;
+pub(crate) use crate::fleet::room_bucket;
 use crate::fleet::{Cand, Fleet};
 use crate::index::Index;
 use crate::key::key_hash;
@@ -265,15 +266,6 @@ pub struct DeliveryOutcome {
     pub tentative_stored: u64,
     /// Tentative holdings refused at the overlay's bound.
     pub tentative_dropped: u64,
-}
-
-/// The tie's room rule: a reported KV cache usage in 5 % steps (fuller
-/// replicas lose the tie; within a step the seed spreads); `None`: none
-/// reported (such replicas lose the tie to any that report).
-pub(crate) fn room_bucket(usage: f32) -> Option<i32> {
-    usage
-        .is_finite()
-        .then(|| (usage.clamp(0.0, 1.0) * 20.0).floor() as i32)
 }
 
 pub(crate) fn score_of(est_us: f64) -> f32 {
