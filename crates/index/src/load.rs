@@ -362,23 +362,37 @@ impl LoadTracker {
 
     /// A hint for `work_us` of prefill was delivered to the replica.
     pub(crate) fn add(&self, replica: u32, work_us: f64, now_ns: i64) {
+        self.add_n(replica, work_us, 1, now_ns);
+    }
+
+    /// `n` hints of `work_us` each were delivered to the replica (another
+    /// server's batch, `remote_load.rs`): the same as `n` calls of
+    /// [`Self::add`], under one lock and with the ordered sets written once.
+    pub(crate) fn add_n(&self, replica: u32, work_us: f64, n: u32, now_ns: i64) {
+        if n == 0 {
+            return;
+        }
         let mut s = write(&self.state);
         let epoch = s.epoch(now_ns);
-        let q = *s.queue(replica);
-        let finish = q
-            .finish_ns
-            .max(now_ns)
-            .saturating_add((work_us.max(0.0) * 1_000.0).round() as i64);
-        s.set_finish(replica, finish, now_ns);
-        let recent = q.recent.saturating_add(hint_at(now_ns, epoch));
-        s.set_recent(replica, recent);
-        let q = s.queue(replica);
-        q.mean_work_us = if q.delivered == 0 {
-            work_us.max(0.0)
-        } else {
-            q.mean_work_us + MEAN_WEIGHT * (work_us.max(0.0) - q.mean_work_us)
-        };
-        q.delivered += 1;
+        let mut q = *s.queue(replica);
+        let work_us = work_us.max(0.0);
+        let step = (work_us * 1_000.0).round() as i64;
+        let hint = hint_at(now_ns, epoch);
+        for _ in 0..n {
+            q.finish_ns = q.finish_ns.max(now_ns).saturating_add(step);
+            q.recent = q.recent.saturating_add(hint);
+            q.mean_work_us = if q.delivered == 0 {
+                work_us
+            } else {
+                q.mean_work_us + MEAN_WEIGHT * (work_us - q.mean_work_us)
+            };
+            q.delivered += 1;
+        }
+        s.set_finish(replica, q.finish_ns, now_ns);
+        s.set_recent(replica, q.recent);
+        let slot = s.queue(replica);
+        slot.mean_work_us = q.mean_work_us;
+        slot.delivered = q.delivered;
     }
 
     /// The engine reported `running` and `waiting` requests at `at_ns`: the

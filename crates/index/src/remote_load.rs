@@ -40,9 +40,9 @@ impl Index {
         } else {
             0.0
         };
-        for _ in 0..hints.min(MAX_REMOTE_HINTS) {
-            self.routing.load.add(replica, work, now);
-        }
+        self.routing
+            .load
+            .add_n(replica, work, hints.min(MAX_REMOTE_HINTS), now);
         true
     }
 }
