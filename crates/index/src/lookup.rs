@@ -484,6 +484,9 @@ impl Index {
 /// (cleared first).
 fn fresh_raws(runs: &[Run], now: i64, ttl: i64, keep: impl Fn(&Run) -> bool, raws: &mut Vec<Raw>) {
     raws.clear();
+    // One allocation, not a doubling per push (a new list each lookup on
+    // the default path).
+    raws.reserve(runs.len());
     for r in runs.iter().filter(|r| keep(r)) {
         let fresh = freshness(now, r.oldest, ttl);
         if fresh > 0.0 {

@@ -598,9 +598,22 @@ impl Index {
             out.pick = Some(pick_name);
             return;
         }
-        let mut matched: Vec<usize> = (0..cands.len()).filter(|&i| is_match(&cands[i])).collect();
-        // Keys are distinct (the replica decides last): unstable is exact.
-        matched.sort_unstable_by(rank);
+        // Sorted by a key made once per replica (pick first, estimate,
+        // replica id): keys are distinct (the replica decides last), so
+        // unstable is exact, and no comparison reads `cands` again.
+        let est_key = |e: f64| {
+            // `f64::total_cmp`'s order as an integer.
+            let b = e.to_bits() as i64;
+            (b ^ ((((b >> 63) as u64) >> 1) as i64)) as u64 ^ (1 << 63)
+        };
+        let mut matched: Vec<(bool, u64, u32, u32)> = cands
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| is_match(c))
+            .map(|(i, c)| (i != pick, est_key(c.est), c.replica, i as u32))
+            .collect();
+        matched.sort_unstable();
+        let matched: Vec<usize> = matched.iter().map(|m| m.3 as usize).collect();
         out.result.scores = matched
             .iter()
             .map(|&i| {
