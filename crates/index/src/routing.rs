@@ -711,14 +711,16 @@ impl Index {
         let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
         // One record: the chain past the real run, up to a block without a
         // hash (none of its blocks is a holding).
-        let keys: Vec<u64> = req
-            .block_hashes
-            .iter()
-            .skip(delivery.real_blocks)
-            .map(AsRef::as_ref)
-            .take_while(|h| !h.is_empty())
-            .map(|h| key_hash(part.id, h))
-            .collect();
+        let past = req.block_hashes.get(delivery.real_blocks..).unwrap_or(&[]);
+        // Sized once: `take_while` hides the length from `collect`, which
+        // then grew the list by doubling.
+        let mut keys: Vec<u64> = Vec::with_capacity(past.len());
+        keys.extend(
+            past.iter()
+                .map(AsRef::as_ref)
+                .take_while(|h| !h.is_empty())
+                .map(|h| key_hash(part.id, h)),
+        );
         if keys.is_empty() {
             return out;
         }

@@ -92,15 +92,15 @@ struct Record {
     /// Chain position of `keys[0]`.
     from: u32,
     keys: Box<[u64]>,
-    /// One bit per key: no longer held (confirmed by a real report or
-    /// removed).
-    gone: Box<[u64]>,
+    /// Two bit sets in one allocation: first (`gone_words` words) one bit
+    /// per key, no longer held (confirmed by a real report or removed);
+    /// then a one-hash bit filter of `keys` (16 bits per key): a removal
+    /// reads the keys of the records whose filter has its bit only.
+    bits: Box<[u64]>,
+    gone_words: u32,
     /// Keys still held.
     live: u32,
     expires: Expiry,
-    /// A one-hash bit filter of `keys` (16 bits per key): a removal reads
-    /// the keys of the records whose filter has its bit only.
-    filter: Box<[u64]>,
 }
 
 impl Record {
@@ -111,30 +111,46 @@ impl Record {
             replica,
             from,
             keys: keys.into_boxed_slice(),
-            gone: vec![0; n.div_ceil(64)].into_boxed_slice(),
+            bits: vec![0; n.div_ceil(64) + (n * 16).div_ceil(64).max(1)].into_boxed_slice(),
+            gone_words: n.div_ceil(64) as u32,
             live: n as u32,
             expires,
-            filter: vec![0; (n * 16).div_ceil(64).max(1)].into_boxed_slice(),
         };
         for i in 0..n {
             let (w, b) = r.filter_bit(r.keys[i]);
-            r.filter[w] |= b;
+            r.filter_mut()[w] |= b;
         }
         r
     }
 
+    fn gone(&self) -> &[u64] {
+        &self.bits[..self.gone_words as usize]
+    }
+
+    fn gone_mut(&mut self) -> &mut [u64] {
+        &mut self.bits[..self.gone_words as usize]
+    }
+
+    fn filter(&self) -> &[u64] {
+        &self.bits[self.gone_words as usize..]
+    }
+
+    fn filter_mut(&mut self) -> &mut [u64] {
+        &mut self.bits[self.gone_words as usize..]
+    }
+
     fn filter_bit(&self, key: u64) -> (usize, u64) {
-        let bit = (key >> 11) % (self.filter.len() as u64 * 64);
+        let bit = (key >> 11) % (self.filter().len() as u64 * 64);
         ((bit / 64) as usize, 1 << (bit % 64))
     }
 
     fn may_hold(&self, key: u64) -> bool {
         let (w, b) = self.filter_bit(key);
-        self.filter[w] & b != 0
+        self.filter()[w] & b != 0
     }
 
     fn held(&self, i: usize) -> bool {
-        self.gone[i / 64] & (1 << (i % 64)) == 0
+        self.gone()[i / 64] & (1 << (i % 64)) == 0
     }
 
     /// How many keys from position `from` on are held, up to `max`: a
@@ -143,7 +159,7 @@ impl Record {
         let end = from + max;
         let mut j = from;
         while j < end {
-            let w = self.gone.get(j / 64).map_or(0, |w| w >> (j % 64));
+            let w = self.gone().get(j / 64).map_or(0, |w| w >> (j % 64));
             if w != 0 {
                 return (j + w.trailing_zeros() as usize).min(end) - from;
             }
@@ -160,7 +176,7 @@ impl Record {
         let mut n = 0;
         for i in 0..self.keys.len() {
             if self.keys[i] == key && self.held(i) {
-                self.gone[i / 64] |= 1 << (i % 64);
+                self.gone_mut()[i / 64] |= 1 << (i % 64);
                 n += 1;
             }
         }
@@ -371,7 +387,7 @@ impl Tentative {
                 (allowed.min(regained), allowed.saturating_sub(regained));
             for i in 0..covered {
                 if regain_left > 0 && !r.held(i) {
-                    r.gone[i / 64] &= !(1 << (i % 64));
+                    r.gone_mut()[i / 64] &= !(1 << (i % 64));
                     regain_left -= 1;
                 }
             }
@@ -381,7 +397,7 @@ impl Tentative {
                 // Keep what is gone in the old part.
                 for i in 0..r.keys.len() {
                     if !r.held(i) {
-                        longer.gone[i / 64] |= 1 << (i % 64);
+                        longer.gone_mut()[i / 64] |= 1 << (i % 64);
                         longer.live -= 1;
                     }
                 }
@@ -595,7 +611,7 @@ mod tests {
         let mut r = Record::new(0, 1, 0, (0..150).collect(), both(10));
         assert_eq!(r.held_from(3, 140), 140);
         for gone in [70, 130] {
-            r.gone[gone / 64] |= 1 << (gone % 64);
+            r.gone_mut()[gone / 64] |= 1 << (gone % 64);
         }
         let naive = |r: &Record, from: usize, max: usize| {
             (from..from + max).take_while(|&i| r.held(i)).count()
