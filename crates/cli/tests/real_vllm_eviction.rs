@@ -100,8 +100,10 @@ async fn no_hint_claims_blocks_a_request_hinted_earlier_evicts() {
     );
     let mut p_resp = reqwest::Client::new()
         .post(format!("{}/v1/completions", chain.engines[0].url))
-        .json(&json!({"model": chain.model_id(0), "prompt": p, "max_tokens": 4,
-                      "temperature": 0, "stream": true}))
+        .json(
+            &json!({"model": chain.model_id(0), "prompt": p, "max_tokens": 4,
+                      "temperature": 0, "stream": true}),
+        )
         .timeout(Duration::from_secs(300))
         .send()
         .await

@@ -180,7 +180,7 @@ impl Foresight {
             let started = pool.is_some_and(|l| m.set_pool(l.kv_cache_capacity_tokens, block_size));
             m.stored(&blocks);
             if let Some(l) = load {
-                m.load(l.requests(), now);
+                m.load(l.running_requests, l.waiting_requests, now);
             }
             started
         });

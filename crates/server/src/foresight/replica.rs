@@ -45,6 +45,9 @@ pub(crate) struct Model {
     lru: BTreeMap<u64, u64>,
     next_key: u64,
     queued: VecDeque<Queued>,
+    /// Requests running at the last load report: each holds a block
+    /// without a hash (its partial last block) that is not blank.
+    running: usize,
 }
 
 impl Model {
@@ -162,13 +165,15 @@ impl Model {
         });
     }
 
-    /// The engine's load as scraped just before `now`: `requests` running
-    /// or waiting. Of the hinted requests not seen to start that the scrape
-    /// could see (hinted more than [`LOAD_GRACE`] ago), at most that many
-    /// (the newest: first come, first served) can still be ahead; the
-    /// others have started or ended unseen.
-    pub(crate) fn load(&mut self, requests: u64, now: Instant) {
+    /// The engine's load as scraped just before `now`: `running` and
+    /// `waiting` requests. Of the hinted requests not seen to start that
+    /// the scrape could see (hinted more than [`LOAD_GRACE`] ago), at most
+    /// `running + waiting` (the newest: first come, first served) can still
+    /// be ahead; the others have started or ended unseen.
+    pub(crate) fn load(&mut self, running: u32, waiting: u32, now: Instant) {
         self.expire(now);
+        self.running = running as usize;
+        let requests = u64::from(running) + u64::from(waiting);
         let visible = self
             .queued
             .iter()
@@ -204,8 +209,14 @@ impl Model {
         need > self.blank()
     }
 
+    /// Blank free blocks: what is not held, less a partial block per
+    /// running request (as last reported; those the model still counts as
+    /// waiting take theirs in the dry run).
     fn blank(&self) -> usize {
-        self.capacity.saturating_sub(self.held.len())
+        let partial = self.running.saturating_sub(self.queued.len());
+        self.capacity
+            .saturating_sub(self.held.len())
+            .saturating_sub(partial)
     }
 
     /// Of `claim` (leading blocks the index says the engine holds), how
@@ -372,10 +383,10 @@ mod tests {
             m.delivered(chain(100 * (i + 1), 2), 9, t0);
         }
         // Hinted just now: the scrape may not have seen them.
-        m.load(0, t0 + Duration::from_millis(10));
+        m.load(0, 0, t0 + Duration::from_millis(10));
         assert_eq!(m.queued(), 3);
         // One request in the engine: only the newest can still wait.
-        m.load(1, t0 + LOAD_GRACE);
+        m.load(1, 0, t0 + LOAD_GRACE);
         assert_eq!(m.queued(), 1);
         m.delivered(
             chain(900, 2),
@@ -383,6 +394,19 @@ mod tests {
             t0 + MAX_QUEUED_AGE + Duration::from_secs(1),
         );
         assert_eq!(m.queued(), 1, "the old one expired");
+    }
+
+    #[test]
+    fn running_requests_hold_a_partial_block_each() {
+        // 12 blocks, 9 held: 3 blank, less the partial blocks of the 3
+        // requests the load report says are running, one of which is B
+        // (6 blocks, waiting as far as the model knows): B takes 1 blank
+        // block, then 9, 8, 7, 6, 5.
+        let mut m = replica(12);
+        m.stored(&blocks(1, 9));
+        m.load(3, 0, Instant::now());
+        m.delivered(chain(200, 5), 21, Instant::now());
+        assert_eq!(m.claimable(&chain(1, 8)), 4);
     }
 
     #[test]
