@@ -14,6 +14,16 @@ PYTHONPATH with IC_BENCH_ENGINE_BUSY_WAIT_S=S; every policy gets the same
 engines. A reader that has gone idle waits on its zmq notification instead
 (what vLLM does after the busy window anyway).
 
+That notification can be missed (the writer's PUB socket keeps one message
+and drops the rest, the reader's SUB keeps the last; measured here: with
+no busy-wait, about one request in a hundred stalled), and an idle reader
+rechecks the buffer only every SHM_READER_RECHECK_INTERVAL_MS (5,000 ms):
+a missed wake-up is a 5 s stall. vLLM's 1 s busy window hides it except
+after a second of idleness; with a shorter one it shows. So the same
+setting lowers the recheck to IC_BENCH_ENGINE_RECHECK_MS (default 10 ms:
+an idle reader wakes 100 times a second, a missed notification costs at
+most 10 ms).
+
 Python imports `sitecustomize` at start-up in every interpreter, the engine
 core's spawned workers included; the patch is applied when vLLM's module is
 first imported, so nothing of vLLM is imported early.
@@ -25,6 +35,7 @@ import sys
 
 _MODULE = "vllm.distributed.device_communicators.shm_broadcast"
 _VALUE = os.environ.get("IC_BENCH_ENGINE_BUSY_WAIT_S")
+_RECHECK_MS = int(os.environ.get("IC_BENCH_ENGINE_RECHECK_MS", "10"))
 
 
 def _patch(module):
@@ -38,8 +49,10 @@ def _patch(module):
             self.busy_loop_s = busy
 
     cls.__init__ = __init__
-    print(f"[engine_busy_wait] SpinCondition readers busy-wait {busy} s (pid {os.getpid()})",
-          file=sys.stderr, flush=True)
+    # Read as a module global at each wait (ReadTimeoutWithWarnings).
+    module.SHM_READER_RECHECK_INTERVAL_MS = _RECHECK_MS
+    print(f"[engine_busy_wait] SpinCondition readers busy-wait {busy} s, recheck every"
+          f" {_RECHECK_MS} ms (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
 class _Loader(importlib.abc.Loader):
