@@ -209,11 +209,15 @@ def main():
     ap.add_argument("--max-num-seqs", type=int, default=256, help="the engine's batch limit")
     ap.add_argument("--bin", default=str(ROOT / "target/release/inferencecache"))
     ap.add_argument("--out", default=None, help="write the report as JSON here")
+    ap.add_argument("--engine-busy-wait", type=float, default=None, metavar="S",
+                    help="a bench setting, never a product one: vLLM's shm readers busy-wait S s"
+                         " after each read (vLLM: 1; see bench/real-vllm/engine_busy_wait)")
     a = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="ic-gw-latency-"))
     model = rv.make_model()
-    engine = rv.Engine(model, 0, None, work, extra=["--max-num-seqs", str(a.max_num_seqs)])
+    engine = rv.Engine(model, 0, None, work, extra=["--max-num-seqs", str(a.max_num_seqs)],
+                       busy_wait=a.engine_busy_wait)
     procs = []
     try:
         rv.wait_http(f"{engine.url}/health", 900, engine.proc.p, engine.proc.log)

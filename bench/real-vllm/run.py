@@ -16,7 +16,8 @@ Policies:
   hints          a Python gateway over `inferencecache serve` + one
                  `inferencecache subscribe` per engine, all on default flags:
                  LookupRoute(token_ids) per request, the top replica, else the
-                 engine with fewest requests in flight
+                 engine with fewest requests in flight; hints+--flag runs
+                 its own serve (and sidecars) with that flag
   gateway        `inferencecache gateway --engine A --engine B` (issue 34);
                  gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
@@ -146,7 +147,7 @@ def make_model():
 
 
 class Engine:
-    def __init__(self, model, cpu, blocks, work, extra=()):
+    def __init__(self, model, cpu, blocks, work, extra=(), busy_wait=None):
         self.port, self.ev, self.replay = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         kv = {"enable_kv_cache_events": True, "publisher": "zmq",
@@ -163,6 +164,13 @@ class Engine:
         env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_CPU_OMP_THREADS_BIND=str(cpu),
                    OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
                    VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1")
+        if busy_wait is not None:
+            # A bench setting (engine_busy_wait/sitecustomize.py): how long
+            # vLLM's shm readers spin after a read; every policy alike.
+            env["IC_BENCH_ENGINE_BUSY_WAIT_S"] = str(busy_wait)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(Path(__file__).resolve().parent / "engine_busy_wait"),
+                            env.get("PYTHONPATH")) if p)
         self.proc = Proc(args, work / f"engine-{cpu}.log", env)
 
     def reset(self):
@@ -305,6 +313,22 @@ def cpu_seconds(pid):
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def group_cpu_seconds(sid):
+    """CPU time so far of every process in session `sid` (an engine: its API
+    server, engine core and workers), threads included."""
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(f[3]) == sid:
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def gateway_phases(url):
@@ -582,8 +606,8 @@ def run_policy(name, engines, reqs, conc, ctx):
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
-        elif name == "hints":
-            hc = ctx["hints"]
+        elif name.split("+")[0] == "hints":
+            hc = ctx["hints"][name]
 
         def one(i_req):
             i, (s, prompt) = i_req
@@ -599,18 +623,18 @@ def run_policy(name, engines, reqs, conc, ctx):
                     e = engines[rr[0] % len(engines)]
                     rr[0] += 1
                 target, eng = e.url, e.url
-            elif name == "hints":
+            elif hc is not None:
                 e, hinted, cost = hc.pick(prompt)
                 target, eng = e.url, e.url
             else:
                 target, eng = url, None
             meta = {}
-            if name != "hints":
+            if hc is None:
                 t_lookup = time.time()  # the gateway looks up as it receives
             try:
                 ttft, pt, ct = send(target, prompt, meta=meta)
             finally:
-                if name == "hints":
+                if hc is not None:
                     hc.done(e)
             if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
@@ -620,10 +644,26 @@ def run_policy(name, engines, reqs, conc, ctx):
                     lookup=cost, route=meta.get("x-inferencecache-route"),
                     t_lookup=t_lookup, t_done=time.time())
 
+        idle = ctx.get("idle_probe", 0)
+        if idle:
+            # What the router costs the engines while no request runs (its
+            # metric scrapes, health checks): their CPU over `idle` seconds,
+            # after a second that lets the last request's busy-wait end.
+            time.sleep(1.5)
+            r0 = cpu_seconds(router.p.pid) if router else None
+            e0 = [group_cpu_seconds(e.proc.p.pid) for e in engines]
+            time.sleep(idle)
+            e1 = [group_cpu_seconds(e.proc.p.pid) for e in engines]
+            r1 = cpu_seconds(router.p.pid) if router else None
+            ctx["idle_cpu_pct"] = {
+                "engines": [round((b - a) / idle * 100, 1) for a, b in zip(e0, e1)],
+                "router": round((r1 - r0) / idle * 100, 1) if router else None}
         cpu0 = cpu_seconds(router.p.pid) if router else None
+        ecpu0 = [group_cpu_seconds(e.proc.p.pid) for e in engines]
         with ThreadPoolExecutor(max_workers=conc) as ex:
             list(ex.map(one, enumerate(reqs)))
         cpu1 = cpu_seconds(router.p.pid) if router else None
+        ctx["engine_cpu_s"] = [group_cpu_seconds(e.proc.p.pid) - c for e, c in zip(engines, ecpu0)]
         if name.startswith("gateway"):
             ctx["gateway_phases"] = gateway_phases(url)
         # The router's own CPU over the workload (the machine has 2 cores,
@@ -681,6 +721,14 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--worker-offset", type=int, default=0,
                     help="rotate the engine list the routers are given (1: engine 1 first)")
+    ap.add_argument("--engine-busy-wait", type=float, default=None, metavar="S",
+                    help="a bench setting for two engines on two shared cores, never a product one:"
+                         " vLLM's shm readers busy-wait S s after each read (vLLM: 1; 0 turns it"
+                         " off; an idle reader then rechecks every 10 ms instead of 5 s) for every policy alike"
+                         " (engine_busy_wait/sitecustomize.py)")
+    ap.add_argument("--idle-probe", type=float, default=0, metavar="S",
+                    help="per policy, with its router up and no request running, measure the"
+                         " engines' and the router's CPU over S s (what its polling costs)")
     a = ap.parse_args()
 
     from transformers import AutoTokenizer
@@ -695,7 +743,7 @@ def main():
     report = {"machine": os.uname().nodename, "nproc": os.cpu_count(), "runs": []}
     for cache in a.cache:
         blocks = None if cache == "1g" else int(cache)
-        engines = [Engine(model, cpu, blocks, work) for cpu in (0, 1)]
+        engines = [Engine(model, cpu, blocks, work, busy_wait=a.engine_busy_wait) for cpu in (0, 1)]
         side = []
         taps = []
         try:
@@ -703,17 +751,21 @@ def main():
                 wait_http(f"{e.url}/health", 900, e.proc.p, e.proc.log)
             taps = [EventTap(e) for e in engines]
             ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir,
-                   "worker_offset": a.worker_offset}
-            if "hints" in a.policies:
+                   "worker_offset": a.worker_offset, "idle_probe": a.idle_probe}
+            # hints+--flag+...: another serve (and sidecars) with those flags.
+            for hname in [p for p in a.policies if p.split("+")[0] == "hints"]:
                 g, h = free_port(), free_port()
+                tag = str(len(ctx.get("hints", {})))
                 side.append(Proc([a.bin, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
                                   "--http-bind-address", f"127.0.0.1:{h}",
-                                  "--snapshot-bind-address", f"127.0.0.1:{free_port()}"],
-                                 work / "serve.log"))
+                                  "--snapshot-bind-address", f"127.0.0.1:{free_port()}",
+                                  *[f for f in hname.split("+")[1:] if f]],
+                                 work / f"serve{tag}.log"))
                 wait_http(f"http://127.0.0.1:{h}/readyz", 60, side[-1].p, side[-1].log)
                 for i, e in enumerate(engines):
                     sc_http = free_port()
-                    ctx.setdefault("sidecars", []).append(f"http://127.0.0.1:{sc_http}")
+                    ctx.setdefault("sidecars", {}).setdefault(hname, []).append(
+                        f"http://127.0.0.1:{sc_http}")
                     side.append(Proc([a.bin, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
                                       "--tenant-id", "bench",
                                       "--engine-endpoint", f"tcp://127.0.0.1:{e.ev}",
@@ -721,18 +773,18 @@ def main():
                                       "--engine-metrics-url", f"{e.url}/metrics",
                                       "--server", f"127.0.0.1:{g}",
                                       "--http-bind-address", f"127.0.0.1:{sc_http}"],
-                                     work / f"subscribe-{i}.log"))
-                ctx["hints"] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
+                                     work / f"subscribe{tag}-{i}.log"))
+                ctx.setdefault("hints", {})[hname] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
             for conc in a.concurrency:
                 for name in a.policies:
                     for e in engines:
                         e.reset()
                     time.sleep(0.5)  # let the clear reach the index before the first lookup
-                    ev0 = eviction_buckets(ctx.get("sidecars", []))
+                    ev0 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
                     es0 = [engine_sums(e.url) for e in engines]
                     rows = run_policy(name, engines, reqs, conc, ctx)
                     es1 = [engine_sums(e.url) for e in engines]
-                    ev1 = eviction_buckets(ctx.get("sidecars", []))
+                    ev1 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
                     time.sleep(0.3)  # the last request's KV events reach the taps
                     for r in rows:
                         try:
@@ -755,9 +807,13 @@ def main():
                     s.update(cache=cache, concurrency=conc, engines=per_engine(rows, es0, es1))
                     if ctx.get("gateway_phases"):
                         s["gateway_phases_mean_ms"] = ctx.pop("gateway_phases")
+                    s["engine_cpu_ms"] = [round(c * 1000) for c in ctx.pop("engine_cpu_s", [])]
+                    if ctx.get("idle_cpu_pct"):
+                        s["idle_cpu_pct"] = ctx.pop("idle_cpu_pct")
+                    s["engine_busy_wait_s"] = a.engine_busy_wait
                     if ctx.get("router_cpu_s") is not None:
                         s["router_cpu_ms"] = round(ctx.pop("router_cpu_s") * 1000)
-                    if name == "hints":
+                    if name.split("+")[0] == "hints":
                         n, p50 = bucket_quantile(ev0, ev1, 0.5)
                         _, p99 = bucket_quantile(ev0, ev1, 0.99)
                         s.update(evictions=n, eviction_visible_p50_le_s=p50,
@@ -789,14 +845,16 @@ def main():
             print(f"eviction to lookup, {s['cache']} cache, {s['concurrency']} client(s): "
                   f"{s['evictions']} evictions, p50 <= {s['eviction_visible_p50_le_s']} s, "
                   f"p99 <= {s['eviction_visible_p99_le_s']} s")
-    print("\n| cache | clients | policy | router CPU ms | engine 0: requests, client TTFT ms, engine TTFT ms | engine 1: same |")
-    print("|---|---|---|---|---|---|")
+    print("\n| cache | clients | policy | router CPU ms | engines' CPU ms | idle: engines', router's CPU % | engine 0: requests, client TTFT ms, engine TTFT ms | engine 1: same |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in report["runs"]:
         s = r["summary"]
         per = [f"{e['n']}, {e['client_ttft_ms']}, {e['engine_time_to_first_token_ms']}"
                for e in s.get("engines", [])]
+        idle = s.get("idle_cpu_pct")
+        idle = f"{idle['engines']}, {idle['router']}" if idle else ""
         print(f"| {s['cache']} | {s['concurrency']} | {s['policy']} | {s.get('router_cpu_ms', '')} | "
-              + " | ".join(per) + " |")
+              f"{s.get('engine_cpu_ms', '')} | {idle} | " + " | ".join(per) + " |")
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
     shutil.rmtree(work, ignore_errors=True)

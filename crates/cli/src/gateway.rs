@@ -98,6 +98,14 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
 
+    /// How long an idle kept-alive connection to an engine is kept. Keep it
+    /// below the engines' own keep-alive (vLLM: 5 s,
+    /// VLLM_HTTP_TIMEOUT_KEEP_ALIVE) so the gateway closes first; a request
+    /// the engine's close races anyway is resent once on a fresh connection
+    /// (inferencecache_gateway_stale_connection_retries).
+    #[arg(long, default_value = "4s", value_parser = parse_duration)]
+    pub engine_idle_timeout: Duration,
+
     /// How long to wait for the engines at startup before serving anyway.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub startup_timeout: Duration,
@@ -202,6 +210,7 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.lookup_timeout = a.lookup_timeout;
     c.health_interval = a.health_interval;
     c.connect_timeout = a.connect_timeout;
+    c.engine_idle_timeout = a.engine_idle_timeout;
     c.startup_timeout = a.startup_timeout;
     c.decode_weight_tokens = a.decode_weight_tokens;
     c.duplicate_weight_pct = a.duplicate_weight_pct;

@@ -135,6 +135,10 @@ pub struct GatewayConfig {
     /// Connect timeout towards an engine (a refused or slow connect moves
     /// the request to the next engine).
     pub connect_timeout: Duration,
+    /// How long an idle kept-alive connection to an engine is kept: below
+    /// the engines' own keep-alive (vLLM: 5 s), so the gateway closes it
+    /// first ([`crate::upstream`]).
+    pub engine_idle_timeout: Duration,
     /// Prefill-token equivalent of one running request in the pick's cost.
     pub decode_weight_tokens: u64,
     /// Percent of a prefix's tokens the pick charges for caching a second
@@ -170,6 +174,7 @@ impl GatewayConfig {
             lookup_timeout: Duration::from_millis(20),
             health_interval: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
+            engine_idle_timeout: DEFAULT_ENGINE_IDLE_TIMEOUT,
             decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
             duplicate_weight_pct: DEFAULT_DUPLICATE_WEIGHT_PCT,
             pending_prefixes: true,
@@ -206,6 +211,10 @@ impl GatewayConfig {
         Ok(())
     }
 }
+
+/// Idle connections to an engine are closed after this: under vLLM's
+/// uvicorn keep-alive (5 s, `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`).
+pub const DEFAULT_ENGINE_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The tenant of the engines' blocks when `--tenant` is not given.
 pub const DEFAULT_TENANT: &str = "default";

@@ -42,8 +42,10 @@ pub struct Shared {
     pub tokenizers: Arc<Tokenizers>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// Upstream HTTP client.
+    /// HTTP client for the engines' own endpoints (models, metrics).
     pub http: reqwest::Client,
+    /// Where requests are forwarded with ([`crate::upstream`]).
+    pub upstream: crate::upstream::Upstream,
     /// Tenant.
     pub tenant: String,
     /// Hash scheme.
@@ -276,7 +278,7 @@ async fn route_request(
         chain: &d.chain,
         strip_usage,
     };
-    proxy::forward(&s.http, &s.metrics, out, &d.choices).await
+    proxy::forward(&s.upstream, &s.metrics, out, &d.choices).await
 }
 
 /// `POST /inferencecache/route/{chat|completions}`: the decision the gateway
@@ -354,7 +356,7 @@ async fn passthrough(
         chain: &[],
         strip_usage: false,
     };
-    proxy::forward(&s.http, &s.metrics, out, &choices).await
+    proxy::forward(&s.upstream, &s.metrics, out, &choices).await
 }
 
 async fn models(State(s): St) -> Response {

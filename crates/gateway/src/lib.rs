@@ -38,11 +38,12 @@ pub mod pick;
 pub mod prompt;
 pub mod proxy;
 pub mod status;
+pub mod upstream;
 pub mod usage;
 
 pub use config::{
-    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_TENANT, EmbeddedIndex,
-    EngineSpec, GatewayConfig, HintMode,
+    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_ENGINE_IDLE_TIMEOUT,
+    DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig, HintMode,
 };
 pub use error::GatewayError;
 
@@ -95,14 +96,16 @@ impl Gateway {
         cancel: CancellationToken,
     ) -> Result<Running, GatewayError> {
         config.validate()?;
+        // Forwarded requests; a connection the engine closed under one is
+        // retried on a fresh connection ([`upstream`]).
+        let upstream = upstream::Upstream::new(config.connect_timeout, config.engine_idle_timeout)
+            .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+        // Discovery, health checks and scrapes: a pool of their own, so the
+        // background polling neither takes nor keeps alive the connections
+        // requests are forwarded on.
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .tcp_nodelay(true)
-            // Below the engines' own keep-alive (vLLM's uvicorn closes an idle
-            // connection after 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE): a pooled
-            // connection reused just as the engine closes it fails the request
-            // with a 502 ("error sending request") instead of reconnecting.
-            .pool_idle_timeout(Duration::from_secs(4))
+            .pool_idle_timeout(config.engine_idle_timeout)
             .build()
             .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
         let block_size = match config.block_size {
@@ -204,6 +207,7 @@ impl Gateway {
             tokenizers,
             metrics,
             http: http.clone(),
+            upstream,
             tenant: config.tenant.clone(),
             hash_scheme: config.hash_scheme.clone(),
             block_size,

@@ -79,6 +79,7 @@ pub struct Metrics {
     lookup_duration: Histogram,
     fallbacks: Family<Labels, Counter>,
     retries: Family<Labels, Counter>,
+    stale_retries: Family<Labels, Counter>,
     processed: Family<Labels, Counter>,
     running: Family<Labels, Gauge>,
     pending_prefill: Family<Labels, Gauge>,
@@ -118,6 +119,7 @@ impl Metrics {
             lookup_duration: hist(),
             fallbacks: Family::default(),
             retries: Family::default(),
+            stale_retries: Family::default(),
             processed: Family::default(),
             running: Family::default(),
             pending_prefill: Family::default(),
@@ -156,6 +158,7 @@ impl Metrics {
             m.fallbacks.clone(),
         );
         r.register("retries", "Requests moved to the next engine after a refused connection, by the worker that refused", m.retries.clone());
+        r.register("stale_connection_retries", "Requests sent again on a fresh connection after the worker closed a kept-alive one under them before any response byte (its keep-alive timer), by worker", m.stale_retries.clone());
         r.register(
             "processed_requests",
             "Requests sent to each worker",
@@ -259,6 +262,12 @@ impl Metrics {
     /// A refused connection moved the request on.
     pub fn retry(&self, engine: &Engine) {
         self.retries.get_or_create(&worker(engine)).inc();
+    }
+
+    /// A request resent on a fresh connection after `engine` closed a
+    /// pooled one under it ([`crate::upstream`]).
+    pub fn stale_retry(&self, engine: &Engine) {
+        self.stale_retries.get_or_create(&worker(engine)).inc();
     }
 
     /// A request sent to `engine`.

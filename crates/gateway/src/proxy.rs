@@ -2,8 +2,11 @@
 //!
 //! The body goes out byte for byte, with the client's headers (hop-by-hop
 //! ones aside). A refused or timed-out connect marks the engine unhealthy
-//! and moves the request to the next engine in the ranking; any other
-//! failure before the answer starts is a 502 naming the engine. The answer
+//! and moves the request to the next engine in the ranking. A kept-alive
+//! connection the engine closed under the request before any response byte
+//! (its keep-alive timer) sends it once more on a fresh connection to the
+//! same engine ([`crate::upstream`]); any other failure before the answer
+//! starts is a 502 naming the engine. The answer
 //! streams back chunk by chunk as the engine writes it; usage is read on
 //! the way. When the client goes away the relay is dropped, which drops the
 //! engine connection (vLLM aborts the request when its client disconnects)
@@ -14,13 +17,14 @@
 use crate::engine::{Dispatch, Engine};
 use crate::metrics::{Metrics, Phase};
 use crate::pick::Choice;
+use crate::upstream::{Upstream, closed_before_response};
 use crate::usage::{SseUsage, Usage, UsageStripper};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Headers that describe one connection, never forwarded.
 fn hop_by_hop(name: &HeaderName) -> bool {
@@ -76,28 +80,48 @@ pub struct Outgoing<'a> {
 /// Tries `choices` in order; the first engine that accepts the connection
 /// answers.
 pub async fn forward(
-    http: &reqwest::Client,
+    upstream: &Upstream,
     metrics: &Arc<Metrics>,
     out: Outgoing<'_>,
     choices: &[Choice],
 ) -> Response {
+    // One resend per request on a fresh connection: a second closed
+    // connection is the engine's fault, not the pool's.
+    let mut resent = false;
     for (i, choice) in choices.iter().enumerate() {
         let engine = &choice.engine;
         let prompt_tokens = choice.reusable + choice.uncached;
         let dispatch = engine.dispatch_prompt(choice.uncached, out.chain, prompt_tokens);
         let url = format!("{}{}", engine.spec.url, out.path_and_query);
-        let mut req = http.request(out.method.clone(), &url);
-        for (name, value) in out.headers {
-            if !hop_by_hop(name) {
-                req = req.header(name, value);
+        let mut fresh = false;
+        let result = loop {
+            let http = if fresh {
+                &upstream.fresh
+            } else {
+                &upstream.pooled
+            };
+            let mut req = http.request(out.method.clone(), &url);
+            for (name, value) in out.headers {
+                if !hop_by_hop(name) {
+                    req = req.header(name, value);
+                }
             }
-        }
-        let sent = Instant::now();
-        if i == 0 {
-            metrics.phase(Phase::PreForward, (sent - out.start).as_secs_f64());
-        }
-        match req.body(out.body.clone()).send().await {
-            Ok(resp) => {
+            let sent = Instant::now();
+            if i == 0 && !fresh {
+                metrics.phase(Phase::PreForward, (sent - out.start).as_secs_f64());
+            }
+            match req.body(out.body.clone()).send().await {
+                Err(e) if !resent && closed_before_response(&e) => {
+                    tracing::info!(engine = %engine.id, error = %e, "engine_closed_connection_resending");
+                    metrics.stale_retry(engine);
+                    resent = true;
+                    fresh = true;
+                }
+                r => break r.map(|resp| (resp, sent)),
+            }
+        };
+        match result {
+            Ok((resp, sent)) => {
                 metrics.phase(Phase::UpstreamHeaders, sent.elapsed().as_secs_f64());
                 metrics.processed(engine);
                 return relay(resp, dispatch, metrics, &out, choice, i > 0, sent);
@@ -186,6 +210,25 @@ fn relay(
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+/// Reads what is left of an answer whose content is all relayed (an SSE
+/// stream after `[DONE]`: the chunked encoding's last chunk), so its
+/// connection goes back to the pool instead of being closed: dropped
+/// unread, every streamed request would cost a new connection to the
+/// engine. Bounded: an engine that sends more, or nothing, within a second
+/// loses the connection.
+fn drain(mut rest: reqwest::Response) {
+    tokio::spawn(async move {
+        let read = async {
+            let mut left = 64usize << 10;
+            while let Ok(Some(c)) = rest.chunk().await {
+                left = left.checked_sub(c.len())?;
+            }
+            Some(())
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
+    });
 }
 
 /// Largest non-streamed answer kept to read its usage.
@@ -330,7 +373,9 @@ impl Relay {
     }
 
     fn finish(&mut self) {
-        self.resp = None;
+        if let Some(rest) = self.resp.take() {
+            drain(rest);
+        }
         self.done = true;
         let usage = match (&self.sse, &self.json) {
             (Some(s), _) => s.usage,

@@ -130,6 +130,8 @@ pub struct EngineConfig {
     pub dev_mode: bool,
     /// More `vllm serve` arguments.
     pub extra_args: Vec<String>,
+    /// More environment variables (e.g. `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`).
+    pub env: Vec<(String, String)>,
 }
 
 impl EngineConfig {
@@ -144,6 +146,7 @@ impl EngineConfig {
             lora: false,
             dev_mode: true,
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -231,6 +234,7 @@ impl Engine {
         if config.dev_mode {
             cmd.env("VLLM_SERVER_DEV_MODE", "1");
         }
+        cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
         // Its own process group, so the engine core dies with the API server.
