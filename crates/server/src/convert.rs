@@ -98,8 +98,12 @@ pub fn score_to_proto(s: &index::ReplicaScore) -> pb::ReplicaScore {
     }
 }
 
-/// `LookupRouteRequest` → the pipeline's request, borrowing every field.
-pub fn route_request(r: &pb::LookupRouteRequest) -> RouteRequest<'_> {
+/// `LookupRouteRequest` → the pipeline's request, borrowing every field;
+/// `block_hashes` are the request's hashes as slices ([`hash_slices`]).
+pub fn route_request<'a>(
+    r: &'a pb::LookupRouteRequest,
+    block_hashes: &'a [&'a [u8]],
+) -> RouteRequest<'a> {
     RouteRequest {
         tenant: &r.tenant_id,
         model: &r.model_id,
@@ -107,13 +111,18 @@ pub fn route_request(r: &pb::LookupRouteRequest) -> RouteRequest<'_> {
         adapter: &r.adapter_id,
         prefix_hash: &r.prefix_hash,
         prefix_token_count: r.prefix_token_count,
-        block_hashes: &r.block_hashes,
+        block_hashes,
         block_token_counts: &r.block_token_counts,
         token_ids: &r.token_ids,
         prompt_text: &r.prompt_text,
         slo_ttft_ms: r.slo.map_or(0, |s| s.ttft_ms),
         cache_salt: &r.cache_salt,
     }
+}
+
+/// A decoded request's block hashes as the byte slices the pipeline reads.
+pub fn hash_slices(r: &pb::LookupRouteRequest) -> Vec<&[u8]> {
+    r.block_hashes.iter().map(|h| &h[..]).collect()
 }
 
 /// The pipeline's outcome → `LookupRouteResponse` for the request it answers.
@@ -137,7 +146,10 @@ pub async fn lookup_route(
     req: &pb::LookupRouteRequest,
     caller_timeout: Option<std::time::Duration>,
 ) -> pb::LookupRouteResponse {
-    let outcome = pipeline.route(&route_request(req), caller_timeout).await;
+    let hashes = hash_slices(req);
+    let outcome = pipeline
+        .route(&route_request(req, &hashes), caller_timeout)
+        .await;
     route_response(outcome, req)
 }
 

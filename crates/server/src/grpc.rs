@@ -3,6 +3,7 @@
 
 use crate::error::ServeError;
 use crate::grpc_limits::MessageLimitLayer;
+use crate::grpc_lookup::LookupRouteLayer;
 use crate::service::InferenceCacheService;
 use inferencecache_proto::v1alpha1::inference_cache_server::InferenceCacheServer;
 use tonic::transport::Server;
@@ -10,13 +11,19 @@ use tonic::transport::server::Router;
 
 /// Builds the gRPC router with every service registered. Request messages
 /// longer than `max_message_bytes` are refused with RESOURCE_EXHAUSTED
-/// (`grpc_limits`); `refused` counts them.
+/// (`grpc_limits`); `refused` counts them. LookupRoute is served by
+/// `grpc_lookup` in front of the router, inside the size limit.
 pub(crate) async fn router(
     service: InferenceCacheService,
     max_message_bytes: usize,
     refused: prometheus_client::metrics::counter::Counter,
 ) -> Result<
-    Router<tower::layer::util::Stack<MessageLimitLayer, tower::layer::util::Identity>>,
+    Router<
+        tower::layer::util::Stack<
+            LookupRouteLayer,
+            tower::layer::util::Stack<MessageLimitLayer, tower::layer::util::Identity>,
+        >,
+    >,
     ServeError,
 > {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -38,6 +45,10 @@ pub(crate) async fn router(
     // certificate can be reloaded without restarting the server.
     Ok(Server::builder()
         .layer(MessageLimitLayer::new(max_message_bytes, refused))
+        .layer(LookupRouteLayer::new(
+            service.clone(),
+            max_message_bytes.saturating_add(1),
+        ))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -72,12 +72,46 @@ impl InferenceCacheService {
     }
 
     /// With `--consumer-auth`, refuses a read RPC without a valid token.
+    /// The review (a TokenReview call on a cache miss) is boxed: inline, its
+    /// state would size every handler's future, auth on or off (issue 36).
     async fn consumer_check<T>(&self, request: &Request<T>) -> Result<(), GrpcError> {
         match &self.producers {
-            Some(g) => g.consumer(request).await,
+            Some(g) => Box::pin(g.consumer(request)).await,
             None => Ok(()),
         }
     }
+}
+
+impl InferenceCacheService {
+    /// LookupRoute as `grpc_lookup` serves it: the generated handler's
+    /// logic over the in-place request and the directly encoded answer.
+    pub(crate) async fn lookup_wire(
+        &self,
+        request: Request<crate::lookup_wire::WireLookup>,
+    ) -> Result<Response<crate::lookup_wire::WireAnswer>, Status> {
+        self.consumer_check(&request).await?;
+        let caller_timeout = caller_timeout(&request);
+        let req = request.get_ref();
+        let hashes = req.hash_slices();
+        let outcome = self
+            .core
+            .pipeline
+            .route(&req.route_request(&hashes), caller_timeout)
+            .await;
+        Ok(Response::new(crate::lookup_wire::WireAnswer::new(
+            outcome,
+            req.adapter_id(),
+        )))
+    }
+}
+
+/// The caller's deadline (`grpc-timeout`), when it sent one.
+fn caller_timeout<T>(request: &Request<T>) -> Option<Duration> {
+    request
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
 }
 
 /// RESOURCE_EXHAUSTED for an update from a new replica past the limit.
@@ -136,11 +170,7 @@ impl InferenceCache for InferenceCacheService {
         request: Request<LookupRouteRequest>,
     ) -> Result<Response<LookupRouteResponse>, Status> {
         self.consumer_check(&request).await?;
-        let caller_timeout = request
-            .metadata()
-            .get("grpc-timeout")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout);
+        let caller_timeout = caller_timeout(&request);
         let resp =
             convert::lookup_route(&self.core.pipeline, request.get_ref(), caller_timeout).await;
         Ok(Response::new(resp))

@@ -141,11 +141,13 @@ impl LookupPipeline {
             return RouteOutcome::envelope(Reason::NoHint, Duration::ZERO, Vec::new());
         }
         let outcome = self.run(req, caller_timeout, start).await;
+        // The histogram observes the latency the response reports (one
+        // clock read fewer per lookup).
         self.metrics.observe_lookup(
             req.model,
             outcome.reason,
             outcome.hint_used(),
-            start.elapsed().as_secs_f64(),
+            outcome.latency.as_secs_f64(),
         );
         outcome
     }
@@ -196,11 +198,15 @@ impl LookupPipeline {
         let mut resolved = match resolve::resolve(req, cut, chain_enabled) {
             Input::Ready(r) => r,
             Input::FailOpen => return envelope(Reason::NoHint, start, Vec::new()),
-            Input::PromptText => match self.tokenize(req, cut, chain_enabled, deadline).await {
-                Tokenized::Ready(r) => r,
-                Tokenized::FailOpen(echo) => return envelope(Reason::NoHint, start, echo),
-                Tokenized::Timeout => return envelope(Reason::Timeout, start, Vec::new()),
-            },
+            // Boxed: the tokenizer's wait (a blocking task and a timer) would
+            // otherwise size every lookup's future (issue 36).
+            Input::PromptText => {
+                match Box::pin(self.tokenize(req, cut, chain_enabled, deadline)).await {
+                    Tokenized::Ready(r) => r,
+                    Tokenized::FailOpen(echo) => return envelope(Reason::NoHint, start, echo),
+                    Tokenized::Timeout => return envelope(Reason::Timeout, start, Vec::new()),
+                }
+            }
         };
         if expired(deadline) {
             return envelope(Reason::Timeout, start, resolved.echo_tokens);

@@ -23,8 +23,9 @@ pub struct RouteRequest<'a> {
     pub prefix_hash: &'a [u8],
     /// Tokens the exact key covers.
     pub prefix_token_count: i32,
-    /// Block chain, first block first (may be empty).
-    pub block_hashes: &'a [bytes::Bytes],
+    /// Block chain, first block first (may be empty): slices of the
+    /// request's buffer, however the edge decoded it.
+    pub block_hashes: &'a [&'a [u8]],
     /// Tokens per chain block.
     pub block_token_counts: &'a [i32],
     /// Canonical token ids, when the gateway sends tokens.

@@ -15,7 +15,7 @@ pub const MAX_PROMPT_TEXT_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub(super) enum ChainHashes<'a> {
     /// From `block_hashes` (borrowed).
-    Request(&'a [bytes::Bytes]),
+    Request(&'a [&'a [u8]]),
     /// Fingerprinted from `token_ids` / `prompt_text`.
     Computed(Vec<fingerprint::WireHash>),
 }
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn explicit_chain_beats_token_ids() {
         let req = RouteRequest {
-            block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
+            block_hashes: &[&[1; 8]],
             block_token_counts: &[16],
             token_ids: &(0..64).collect::<Vec<u32>>(),
             ..Default::default()
@@ -308,7 +308,7 @@ mod tests {
         ));
         // Chain ignored (matching disabled) and nothing else to go on.
         let ignored = RouteRequest {
-            block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
+            block_hashes: &[&[1; 8]],
             block_token_counts: &[16],
             ..Default::default()
         };
@@ -323,7 +323,7 @@ mod tests {
         let req = RouteRequest {
             prefix_hash: &[9; 8],
             prefix_token_count: 100,
-            block_hashes: &[bytes::Bytes::from_static(&[1; 8])],
+            block_hashes: &[&[1; 8]],
             block_token_counts: &[16, 16],
             ..Default::default()
         };

@@ -91,7 +91,9 @@ impl LookupPipeline {
             ignore_matches: below_min_prefix,
             seed,
         };
-        let lookup_start = Instant::now();
+        // Read only when the tenant has a lookup budget (a clock read per
+        // lookup otherwise).
+        let lookup_start = policy.lookup_timeout.map(|_| Instant::now());
         let TtftRoute {
             mut result,
             pick,
@@ -100,7 +102,8 @@ impl LookupPipeline {
         } = self.index.route_ttft(&ireq, &params);
         let over_budget = policy
             .lookup_timeout
-            .is_some_and(|b| lookup_start.elapsed() > b);
+            .zip(lookup_start)
+            .is_some_and(|(b, t)| t.elapsed() > b);
         if expired(deadline) || over_budget {
             return Decision::Timeout;
         }
@@ -173,8 +176,7 @@ impl LookupPipeline {
         }
         let m = &self.metrics.routing;
         m.delivered_hints.inc();
-        m.tentative("stored", out.tentative_stored);
-        m.tentative("dropped", out.tentative_dropped);
+        m.delivered(out.tentative_stored, out.tentative_dropped);
     }
 }
 
