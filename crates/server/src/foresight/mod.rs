@@ -28,7 +28,8 @@
 //!   come first served, every request hinted to that replica before it);
 //! - **an end or a start that stores nothing** (a full hit): not seen. The
 //!   load report (`EngineLoad` running + waiting, scraped every second by
-//!   the sidecar) bounds how many hinted requests can still be ahead, and
+//!   the sidecar) bounds how many hinted requests can still be ahead (of
+//!   those hinted at least a scrape interval before the report), and
 //!   a request not seen to start within 30 s is forgotten;
 //! - **the pool size**: `EngineLoad.kv_cache_capacity_tokens` over the
 //!   block size the producer reports. Until a replica reports it, its
@@ -150,12 +151,12 @@ impl Foresight {
         }
         let load = u.stats.as_ref().and_then(|s| s.load);
         let pool = load.filter(|l| l.kv_cache_capacity_tokens > 0);
-        let r = if pool.is_some() {
-            self.find_or_add(&u.tenant_id, &u.model_id, &u.replica_id)
-        } else {
-            self.find(&u.tenant_id, &u.model_id, &u.replica_id)
+        // Blocks are kept from the first report on, before the load report
+        // says the pool (a sidecar's first stores may come before its first
+        // scrape): a model that missed them would count them blank.
+        let Some(r) = self.find_or_add(&u.tenant_id, &u.model_id, &u.replica_id) else {
+            return;
         };
-        let Some(r) = r else { return };
         let bs = u64::from(block_size.max(1));
         let mut blocks: Vec<(u64, u64)> = Vec::new();
         if !u.hash_scheme.is_empty() {

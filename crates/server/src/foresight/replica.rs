@@ -11,8 +11,9 @@ const MAX_QUEUED: usize = 256;
 /// elsewhere, failed, or hit everything and stored nothing).
 pub(crate) const MAX_QUEUED_AGE: Duration = Duration::from_secs(30);
 /// A request hinted this recently may not have reached the engine when its
-/// load was scraped: a load report does not prune it.
-pub(crate) const LOAD_GRACE: Duration = Duration::from_millis(100);
+/// load was scraped (the report says when it arrived, not when the scrape
+/// ran; the sidecar scrapes every second): a load report does not prune it.
+pub(crate) const LOAD_GRACE: Duration = Duration::from_secs(1);
 /// Blocks kept per replica beyond its capacity before the oldest are
 /// forgotten (the engine can hold no more than its capacity; producers
 /// whose reports say otherwise must not grow the model without bound).
@@ -383,7 +384,7 @@ mod tests {
             m.delivered(chain(100 * (i + 1), 2), 9, t0);
         }
         // Hinted just now: the scrape may not have seen them.
-        m.load(0, 0, t0 + Duration::from_millis(10));
+        m.load(0, 0, t0 + Duration::from_millis(500));
         assert_eq!(m.queued(), 3);
         // One request in the engine: only the newest can still wait.
         m.load(1, 0, t0 + LOAD_GRACE);
