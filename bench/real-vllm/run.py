@@ -16,7 +16,8 @@ Policies:
   hints          a Python gateway over `inferencecache serve` + one
                  `inferencecache subscribe` per engine, all on default flags:
                  LookupRoute(token_ids) per request, the top replica, else the
-                 engine with fewest requests in flight
+                 engine with fewest requests in flight; hints+--flag runs
+                 its own serve (and sidecars) with that flag
   gateway        `inferencecache gateway --engine A --engine B` (issue 34);
                  gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
@@ -605,8 +606,8 @@ def run_policy(name, engines, reqs, conc, ctx):
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
-        elif name == "hints":
-            hc = ctx["hints"]
+        elif name.split("+")[0] == "hints":
+            hc = ctx["hints"][name]
 
         def one(i_req):
             i, (s, prompt) = i_req
@@ -622,18 +623,18 @@ def run_policy(name, engines, reqs, conc, ctx):
                     e = engines[rr[0] % len(engines)]
                     rr[0] += 1
                 target, eng = e.url, e.url
-            elif name == "hints":
+            elif hc is not None:
                 e, hinted, cost = hc.pick(prompt)
                 target, eng = e.url, e.url
             else:
                 target, eng = url, None
             meta = {}
-            if name != "hints":
+            if hc is None:
                 t_lookup = time.time()  # the gateway looks up as it receives
             try:
                 ttft, pt, ct = send(target, prompt, meta=meta)
             finally:
-                if name == "hints":
+                if hc is not None:
                     hc.done(e)
             if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
@@ -751,16 +752,20 @@ def main():
             taps = [EventTap(e) for e in engines]
             ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir,
                    "worker_offset": a.worker_offset, "idle_probe": a.idle_probe}
-            if "hints" in a.policies:
+            # hints+--flag+...: another serve (and sidecars) with those flags.
+            for hname in [p for p in a.policies if p.split("+")[0] == "hints"]:
                 g, h = free_port(), free_port()
+                tag = str(len(ctx.get("hints", {})))
                 side.append(Proc([a.bin, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
                                   "--http-bind-address", f"127.0.0.1:{h}",
-                                  "--snapshot-bind-address", f"127.0.0.1:{free_port()}"],
-                                 work / "serve.log"))
+                                  "--snapshot-bind-address", f"127.0.0.1:{free_port()}",
+                                  *[f for f in hname.split("+")[1:] if f]],
+                                 work / f"serve{tag}.log"))
                 wait_http(f"http://127.0.0.1:{h}/readyz", 60, side[-1].p, side[-1].log)
                 for i, e in enumerate(engines):
                     sc_http = free_port()
-                    ctx.setdefault("sidecars", []).append(f"http://127.0.0.1:{sc_http}")
+                    ctx.setdefault("sidecars", {}).setdefault(hname, []).append(
+                        f"http://127.0.0.1:{sc_http}")
                     side.append(Proc([a.bin, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
                                       "--tenant-id", "bench",
                                       "--engine-endpoint", f"tcp://127.0.0.1:{e.ev}",
@@ -768,18 +773,18 @@ def main():
                                       "--engine-metrics-url", f"{e.url}/metrics",
                                       "--server", f"127.0.0.1:{g}",
                                       "--http-bind-address", f"127.0.0.1:{sc_http}"],
-                                     work / f"subscribe-{i}.log"))
-                ctx["hints"] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
+                                     work / f"subscribe{tag}-{i}.log"))
+                ctx.setdefault("hints", {})[hname] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
             for conc in a.concurrency:
                 for name in a.policies:
                     for e in engines:
                         e.reset()
                     time.sleep(0.5)  # let the clear reach the index before the first lookup
-                    ev0 = eviction_buckets(ctx.get("sidecars", []))
+                    ev0 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
                     es0 = [engine_sums(e.url) for e in engines]
                     rows = run_policy(name, engines, reqs, conc, ctx)
                     es1 = [engine_sums(e.url) for e in engines]
-                    ev1 = eviction_buckets(ctx.get("sidecars", []))
+                    ev1 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
                     time.sleep(0.3)  # the last request's KV events reach the taps
                     for r in rows:
                         try:
@@ -808,7 +813,7 @@ def main():
                     s["engine_busy_wait_s"] = a.engine_busy_wait
                     if ctx.get("router_cpu_s") is not None:
                         s["router_cpu_ms"] = round(ctx.pop("router_cpu_s") * 1000)
-                    if name == "hints":
+                    if name.split("+")[0] == "hints":
                         n, p50 = bucket_quantile(ev0, ev1, 0.5)
                         _, p99 = bucket_quantile(ev0, ev1, 0.99)
                         s.update(evictions=n, eviction_visible_p50_le_s=p50,

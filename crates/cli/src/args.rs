@@ -214,6 +214,17 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "INFERENCECACHE_RANKING", default_value = "ttft", value_parser = parse_ranking)]
     pub ranking: inferencecache_server::core::RankingMode,
 
+    /// Claim every block the index says a replica holds, even those the
+    /// requests already hinted to it will evict before its engine schedules
+    /// this one. By default (ttft ranking) the server models each replica's
+    /// block pool from its producer's reports (capacity from the load
+    /// report, blocks in the order the engine stored them) and the hints it
+    /// delivered (the top-ranked replica taken as where the request goes),
+    /// and withholds those blocks, so a hint does not promise what the
+    /// engine will have dropped. `--ranking contract` never applies it.
+    #[arg(long, env = "INFERENCECACHE_NO_EVICTION_FORESIGHT")]
+    pub no_eviction_foresight: bool,
+
     /// Period of StreamMetrics samples (e.g. 1s).
     #[arg(long, env = "INFERENCECACHE_STREAM_METRICS_INTERVAL", default_value = "1s",
           value_parser = parse_duration)]

@@ -110,6 +110,7 @@ fn build_config(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
             ranking: args.ranking,
             max_replicas: args.index_max_replicas,
             producer_silence: (!args.producer_silence.is_zero()).then_some(args.producer_silence),
+            eviction_foresight: !args.no_eviction_foresight,
         },
         stream_metrics_interval: args.stream_metrics_interval,
         limits: inferencecache_server::limits::Limits {

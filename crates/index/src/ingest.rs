@@ -342,8 +342,8 @@ impl Index {
         if w.access > 0 {
             self.store
                 .entries
-                .credits
-                .set(part.id, hash, w.replica, w.access);
+                .arena()
+                .set_access(part.id, hash, w.replica, w.access);
         }
         self.enforcement
             .cap

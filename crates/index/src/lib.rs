@@ -136,7 +136,8 @@
 //!   victim), one reserve lock per chunk. Enforcement is serialized by its
 //!   own mutex, never taken by lookups;
 //! - LFU counts are bumped under a store read lock by [`Index::credit`]
-//!   (the arena's in a side table, an odd key's beside its holders);
+//!   (the arena's per run, one edit per run and replica under the run
+//!   shard's tally lock; an odd key's beside its holders);
 //! - observer notifications are delivered after every lock is released.
 //!
 //! Interned names (partitions, replicas) are never freed; their number is
@@ -151,8 +152,8 @@
 //! In the arena, a block is 8 bytes of hash in its run plus a 12-byte bucket
 //! of its shard's block table (the bucket is the entry: tag, run, offset;
 //! load at most 4/5), and a replica's holding of a stretch of a
-//! run is one 24-byte span, whatever the stretch's length (LFU counts in a
-//! side table, credited holdings only). An odd key costs a map entry and
+//! run is one 24-byte span, whatever the stretch's length (LFU counts as
+//! 16-byte counted stretches per credited run and replica). An odd key costs a map entry and
 //! two small vectors (holders of 16 bytes, LFU counts of 4); no engine
 //! sends such keys, so that store is built to be plainly right, not small.
 //! See BENCHMARKS.md for the measured resident bytes per entry.

@@ -1,5 +1,6 @@
 //! Lookup (§2.6): orchestrator, exact and chain lookups, TENANT_HOT, LFU credit.
 
+use crate::arena::Credit;
 use crate::catalog::Partition;
 use crate::chain::{Run, walk};
 use crate::clock::duration_ns;
@@ -12,7 +13,7 @@ use crate::ranking::{
 use crate::replica_table::Names;
 use crate::sync::read;
 use crate::types::{
-    HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
+    HitKeys, HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
 };
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -110,6 +111,8 @@ thread_local! {
     static RANK: RefCell<Vec<Key>> = const { RefCell::new(Vec::new()) };
     /// Per-thread matched replicas of a lookup, reused likewise.
     static RAWS: RefCell<Vec<Raw>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread hits of a credit, reused likewise.
+    static CREDITS: RefCell<Vec<Credit>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Index {
@@ -421,8 +424,26 @@ impl Index {
     }
 
     /// Credit delivered LFU hits (+1 each). Hits whose entry has since been
-    /// removed are ignored.
+    /// removed are ignored. A chain of 8-byte keys (every engine's) is
+    /// credited run by run ([`crate::arena::ChainArena::credit`]: one edit
+    /// per run and replica); other keys one at a time.
     pub fn credit(&self, hits: &LfuHits) {
+        if let HitKeys::Short { part, hashes } = &hits.keys {
+            crate::scratch::with(&CREDITS, |credits| {
+                credits.clear();
+                credits.extend(hits.runs.iter().map(|h| Credit {
+                    replica: h.replica,
+                    blocks: h.blocks,
+                }));
+                self.store.entries.arena().credit(
+                    *part,
+                    hashes.len(),
+                    |i| u64::from_le_bytes(hashes[i]),
+                    credits,
+                );
+            });
+            return;
+        }
         for h in &hits.runs {
             hits.keys.each_first(h.blocks as usize, |key| {
                 self.store.entries.credit(key, h.replica);

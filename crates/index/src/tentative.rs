@@ -137,6 +137,21 @@ impl Record {
         self.gone[i / 64] & (1 << (i % 64)) == 0
     }
 
+    /// How many keys from position `from` on are held, up to `max`: a
+    /// scan of the gone bits a word at a time.
+    fn held_from(&self, from: usize, max: usize) -> usize {
+        let end = from + max;
+        let mut j = from;
+        while j < end {
+            let w = self.gone.get(j / 64).map_or(0, |w| w >> (j % 64));
+            if w != 0 {
+                return (j + w.trailing_zeros() as usize).min(end) - from;
+            }
+            j = (j / 64 + 1) * 64;
+        }
+        max
+    }
+
     /// Marks every held position of `key` gone; returns how many.
     fn take(&mut self, key: u64) -> u32 {
         if !self.may_hold(key) {
@@ -152,6 +167,12 @@ impl Record {
         self.live -= n;
         n
     }
+}
+
+thread_local! {
+    /// Per replica id, its entry in a [`Tentative::runs`] answer (1-based;
+    /// 0: none), reset after each call.
+    static FOUND_AT: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Slots of [`Overlay::heads`].
@@ -409,40 +430,61 @@ impl Tentative {
             return;
         }
         let publishers = read(&self.publishers);
-        for (p, key) in keys.iter().enumerate().take(deepest.saturating_add(1)) {
-            if o.heads[head_slot(part, *key)] == 0 {
-                continue;
-            }
-            let Some(ids) = o.by_head.get(&(part, *key)) else {
-                continue;
-            };
-            for &id in ids {
-                let Some(r) = o.records[id as usize].as_ref() else {
+        crate::scratch::with(&FOUND_AT, |at: &mut Vec<u32>| {
+            for (p, key) in keys.iter().enumerate().take(deepest.saturating_add(1)) {
+                if o.heads[head_slot(part, *key)] == 0 {
+                    continue;
+                }
+                let Some(ids) = o.by_head.get(&(part, *key)) else {
                     continue;
                 };
-                let s = start_of(r.replica);
-                if r.from as usize != p
-                    || s < p
-                    || s >= p + r.keys.len()
-                    || r.expires.of(publishers.contains(&r.replica)) <= now
-                {
-                    continue;
-                }
-                let n = (s..keys.len())
-                    .take_while(|&i| {
-                        let j = i - p;
-                        j < r.keys.len() && r.keys[j] == keys[i] && r.held(j)
-                    })
-                    .count();
-                if n == 0 {
-                    continue;
-                }
-                match found.iter_mut().find(|f| f.0 == r.replica) {
-                    Some(f) => f.2 = f.2.max(n),
-                    None => found.push((r.replica, s, n)),
+                for &id in ids {
+                    let Some(r) = o.records[id as usize].as_ref() else {
+                        continue;
+                    };
+                    let s = start_of(r.replica);
+                    if r.from as usize != p
+                        || s < p
+                        || s >= p + r.keys.len()
+                        || r.expires.of(publishers.contains(&r.replica)) <= now
+                    {
+                        continue;
+                    }
+                    // The record agrees with the request for `eq` keys from
+                    // the replica's real run on; of those, the leading held.
+                    let j0 = s - p;
+                    let eq = r.keys[j0..]
+                        .iter()
+                        .zip(&keys[s..])
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    let n = r.held_from(j0, eq);
+                    if n == 0 {
+                        continue;
+                    }
+                    // One entry per replica, found by id (a fleet whose
+                    // every replica has a record of the chain made this
+                    // search quadratic).
+                    let i = r.replica as usize;
+                    if at.len() <= i {
+                        at.resize((i + 1).next_power_of_two(), 0);
+                    }
+                    match at[i] {
+                        0 => {
+                            found.push((r.replica, s, n));
+                            at[i] = found.len() as u32;
+                        }
+                        k => {
+                            let f = &mut found[k as usize - 1];
+                            f.2 = f.2.max(n);
+                        }
+                    }
                 }
             }
-        }
+            for f in found.iter() {
+                at[f.0 as usize] = 0;
+            }
+        });
     }
 
     /// Real reports of `(part, key)` by `replica` replace the tentative ones.
@@ -547,6 +589,23 @@ impl Tentative {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_keys_are_counted_across_words_of_gone_bits() {
+        let mut r = Record::new(0, 1, 0, (0..150).collect(), both(10));
+        assert_eq!(r.held_from(3, 140), 140);
+        for gone in [70, 130] {
+            r.gone[gone / 64] |= 1 << (gone % 64);
+        }
+        let naive = |r: &Record, from: usize, max: usize| {
+            (from..from + max).take_while(|&i| r.held(i)).count()
+        };
+        for from in [0, 5, 63, 64, 69, 70, 71, 128, 131] {
+            for max in [0, 1, 6, 60, 150 - from] {
+                assert_eq!(r.held_from(from, max), naive(&r, from, max), "{from} {max}");
+            }
+        }
+    }
 
     fn both(at: i64) -> Expiry {
         Expiry {

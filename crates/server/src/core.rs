@@ -29,6 +29,10 @@ pub struct IndexSettings {
     /// `--producer-silence`: how long a heartbeating producer may say
     /// nothing before its replica is withdrawn; `None` never.
     pub producer_silence: Option<Duration>,
+    /// Eviction foresight (`--no-eviction-foresight` turns it off): a hint
+    /// does not claim blocks the requests hinted to the replica before it
+    /// will evict ([`crate::foresight`]).
+    pub eviction_foresight: bool,
 }
 
 impl Default for IndexSettings {
@@ -40,6 +44,7 @@ impl Default for IndexSettings {
             ranking: RankingMode::default(),
             max_replicas: inferencecache_index::DEFAULT_MAX_REPLICAS,
             producer_silence: Some(crate::liveness::DEFAULT_PRODUCER_SILENCE),
+            eviction_foresight: true,
         }
     }
 }
@@ -75,6 +80,8 @@ pub struct Core {
     pub(crate) block_sizes: crate::block_size::BlockSizes,
     /// When each heartbeating producer last reported.
     pub(crate) liveness: crate::liveness::ProducerLiveness,
+    /// Each replica's eviction foresight, fed by what ingest applies.
+    pub(crate) foresight: Arc<crate::foresight::Foresight>,
 }
 
 impl std::fmt::Debug for Core {
@@ -138,6 +145,11 @@ impl Core {
             settings.producer_silence,
             metrics.liveness.clone(),
         );
+        // Only the ttft ranking delivers hints: under the contract default
+        // the models would be kept for nothing.
+        let foresight = Arc::new(crate::foresight::Foresight::new(
+            settings.eviction_foresight && settings.ranking != RankingMode::Contract,
+        ));
         let pipeline = LookupPipeline::new(
             Arc::clone(&index),
             policies.clone(),
@@ -145,7 +157,8 @@ impl Core {
             block_sizes.clone(),
             tokenizers,
         )
-        .with_ranking(settings.ranking);
+        .with_ranking(settings.ranking)
+        .with_foresight(Arc::clone(&foresight));
         Self {
             index,
             policies,
@@ -159,6 +172,7 @@ impl Core {
             readiness: crate::readiness::Readiness::default(),
             block_sizes,
             liveness,
+            foresight,
         }
     }
 
@@ -237,6 +251,7 @@ impl Core {
             self.metrics.limits.reject("replica_limit");
             return false;
         }
+        self.foresee(update);
         self.record_ingest(1, &out);
         true
     }
@@ -248,6 +263,10 @@ impl Core {
         let out = self
             .index
             .apply_batch(updates.iter().map(inferencecache_index::BatchWrite::Store));
+        let applied = out.refused_at.unwrap_or(updates.len()).min(updates.len());
+        for u in &updates[..applied] {
+            self.foresee(u);
+        }
         if out.stores > 0 {
             self.record_ingest(out.stores, &out.ingest);
         }
@@ -256,6 +275,16 @@ impl Core {
             return false;
         }
         true
+    }
+
+    /// What ingest applied, in the replica's order, to its foresight model.
+    fn foresee(&self, update: &CacheUpdate) {
+        if self.foresight.enabled() {
+            let bs = self
+                .block_sizes
+                .for_scope(&update.tenant_id, &update.model_id);
+            self.foresight.ingest(update, bs);
+        }
     }
 
     fn record_ingest(&self, updates: u64, out: &inferencecache_index::IngestOutcome) {
@@ -273,6 +302,7 @@ impl Core {
     /// Applies one event.
     pub fn apply_event(&self, event: &CacheEvent) {
         let out = self.index.apply_event(event);
+        self.foresight.event(event);
         self.metrics
             .routing
             .tentative("removed", out.tentative_removed);

@@ -69,6 +69,7 @@ mod block_size;
 pub mod delivery_log;
 mod error;
 mod events;
+pub mod foresight;
 mod grpc_error;
 mod index_gauges;
 pub mod limits;

@@ -6,8 +6,9 @@
 //! gateway already sent that engine. Each of those allocates blocks for the
 //! part of its prompt it does not find cached, from the front of vLLM's free
 //! queue, and that front holds the least recently freed prefixes, tail block
-//! first ([`pool`]). On a small cache under concurrency those are exactly
-//! the last blocks of a prefix the index just promised: the hint claims
+//! first ([`inferencecache_foresight::pool`]). On a small cache under
+//! concurrency those are exactly the last blocks of a prefix the index just
+//! promised: the hint claims
 //! them, the engine has evicted them by the time it schedules the request,
 //! and reuses less (issue 33's "after the hint" over-claims).
 //!
@@ -15,10 +16,11 @@
 //! what it sent each engine (block chains, prompt lengths), in which order,
 //! when each was scheduled (its first output byte: the engine allocated it
 //! by then) and when it finished (its blocks freed). So each engine keeps a
-//! model of its block pool ([`pool::Pool`], capacity read once from the
+//! model of its block pool ([`Pool`], capacity read once from the
 //! engine's `vllm:cache_config_info`), the requests dispatched and not yet
 //! scheduled in dispatch order (vLLM schedules first come, first served),
-//! and the scheduled ones' blocks. A claim is checked by a dry run: the
+//! and the scheduled ones' blocks. A claim is checked by a dry run (the
+//! server's model shares it: [`inferencecache_foresight::claimable`]): the
 //! queued requests touch their hits and pop their new blocks off the
 //! model's free queue, in order; the claim ends at the first of its blocks
 //! the dry run (or an allocation already applied) evicted. Blocks the model
@@ -35,10 +37,8 @@
 //! makes the model miss an eviction (today's behaviour: the index's claim)
 //! or, rarely, predict one that does not happen (a claim a block short).
 
-pub(crate) mod pool;
-
-use pool::{Allocation, Pool, blocks_needed, hit_cap};
-use std::collections::{HashMap, HashSet, VecDeque};
+use inferencecache_foresight::{Ahead, Allocation, Pool};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 /// Most requests kept queued per engine (a request that never got a byte
@@ -210,69 +210,11 @@ impl Model {
     /// The dry run (see the module docs): how many leading blocks of
     /// `claim` survive the queued requests' allocations.
     fn claimable(&self, claim: &[u64]) -> usize {
-        let pool = &self.pool;
-        let bs = pool.block_size();
-        // Free blocks the queued requests hit (out of the queue before
-        // anything is popped for them), blocks they popped, and the hashes
-        // their new blocks will hold.
-        let mut touched: HashSet<u32> = HashSet::new();
-        let mut popped: HashSet<u32> = HashSet::new();
-        let mut stored: HashSet<u64> = HashSet::new();
-        let mut blank = pool.blank_free();
-        let mut order = pool.eviction_order();
-        for q in &self.queued {
-            let cap = hit_cap(q.prompt_tokens, bs, q.chain.len());
-            let mut hits = 0;
-            for &h in &q.chain[..cap] {
-                if stored.contains(&h) {
-                    hits += 1;
-                    continue;
-                }
-                match pool.copies(h).iter().find(|id| !popped.contains(id)) {
-                    Some(&id) => {
-                        if pool.is_free(id) {
-                            touched.insert(id);
-                        }
-                        hits += 1;
-                    }
-                    None => break,
-                }
-            }
-            stored.extend(q.chain.iter().skip(hits).copied());
-            let total = blocks_needed(q.prompt_tokens, bs).max(q.chain.len());
-            let mut need = total.saturating_sub(hits);
-            let from_blank = need.min(blank);
-            blank -= from_blank;
-            need -= from_blank;
-            while need > 0 {
-                match order.next() {
-                    // The engine would wait for blocks to be freed: past
-                    // what the model knows.
-                    None => break,
-                    Some((id, _)) if touched.contains(&id) => {}
-                    Some((id, _)) => {
-                        popped.insert(id);
-                        need -= 1;
-                    }
-                }
-            }
-        }
-        for (i, &h) in claim.iter().enumerate() {
-            if stored.contains(&h) {
-                continue;
-            }
-            let copies = pool.copies(h);
-            if copies.iter().any(|id| !popped.contains(id)) {
-                continue;
-            }
-            if !copies.is_empty() || pool.gone(h) {
-                // Evicted by a queued request, or by one already scheduled
-                // whose removal the index has not heard of yet.
-                return i;
-            }
-            // Never seen by the model: the index's word stands.
-        }
-        claim.len()
+        let ahead = self.queued.iter().map(|q| Ahead {
+            chain: &q.chain,
+            prompt_tokens: q.prompt_tokens,
+        });
+        inferencecache_foresight::claimable(&self.pool, self.pool.block_size(), ahead, claim)
     }
 }
 

@@ -42,9 +42,10 @@
 //! Every holding keeps what an entry needs: its token count
 //! (a span holds an offset to the run's per-block counts, so a suffix
 //! stored on its own and the whole chain stored later share blocks), its
-//! last-seen time and its tier. LFU counts live in the facade's side table
-//! (`entries/credits.rs`), keys of other lengths in a small map
-//! (`entries/odd.rs`).
+//! last-seen time and its tier. LFU counts live beside the runs, per run
+//! and replica as counted stretches (`tally.rs`): a delivered chain hit is
+//! one edit per run and replica, not one per block. Keys of other lengths
+//! live in a small map (`entries/odd.rs`).
 //!
 //! # Concurrency
 //!
@@ -71,9 +72,11 @@
 //! locks if the caller never holds those while calling into the arena.
 
 mod block_table;
+mod credit;
 mod prefetch;
 mod spans;
 mod store;
+mod tally;
 mod toks;
 mod views;
 mod walk;
@@ -82,6 +85,7 @@ mod word;
 use crate::key::key_hash;
 use crate::sync::read_spinning as read;
 use block_table::{BlockTable, Entry};
+pub use credit::Credit;
 use spans::Span;
 use std::sync::{RwLock, RwLockReadGuard};
 pub use store::{BlockStored, Stored, Take};
@@ -331,6 +335,10 @@ impl Run {
 struct Runs {
     runs: Vec<Run>,
     free: Vec<u32>,
+    /// The LFU counts of credited runs (`tally.rs`): locked under the read
+    /// lock by a credit or a reader of counts, reached directly under the
+    /// write lock by the removals that clear them.
+    tallies: tally::TallyTable,
 }
 
 impl Runs {

@@ -529,19 +529,25 @@ impl ChainArena {
     ) -> Take {
         for pos in self.candidates(part, hash_of(part, hash)) {
             let mut g = write(&self.shard(pos.shard()).runs.0);
-            let Some(run) = g.get_mut(pos).filter(|r| r.is(pos.off, part, hash)) else {
+            let Runs { runs, tallies, .. } = &mut *g;
+            let Some(run) = runs
+                .get_mut(pos.local())
+                .filter(|r| r.is(pos.off, part, hash))
+            else {
                 continue;
             };
             let Some(i) = run.covering(replica, pos.off) else {
                 return Take::Absent;
             };
-            let held = run.holding(&run.spans[i], pos.off);
+            let local = pos.local() as u32;
+            let held = run.holding(&run.spans[i], pos.off, tallies.of_mut(local));
             if !check(&held) {
                 return Take::Refused(held);
             }
             run.clear(replica, pos.off, pos.off + 1);
+            tallies.clear(local, replica, pos.off, pos.off + 1);
             if let Some(rest) = rest {
-                run.holders_at(pos.off, rest);
+                run.holders_at(pos.off, tallies.of_mut(local), rest);
             }
             if pos.off as usize + 1 == run.hashes().len() || run.spans.is_empty() {
                 self.tidy(&mut g, pos.run);
@@ -570,16 +576,22 @@ impl ChainArena {
         out.clear();
         for pos in self.candidates(part, hash_of(part, hash)) {
             let mut g = write(&self.shard(pos.shard()).runs.0);
-            let Some(run) = g.get_mut(pos).filter(|r| r.is(pos.off, part, hash)) else {
+            let Runs { runs, tallies, .. } = &mut *g;
+            let Some(run) = runs
+                .get_mut(pos.local())
+                .filter(|r| r.is(pos.off, part, hash))
+            else {
                 continue;
             };
-            run.holders_at(pos.off, out);
+            let local = pos.local() as u32;
+            run.holders_at(pos.off, tallies.of_mut(local), out);
             if out.is_empty() || !check(out.as_slice()) {
                 out.clear();
                 return false;
             }
             for h in out.iter() {
                 run.clear(h.replica, pos.off, pos.off + 1);
+                tallies.clear(local, h.replica, pos.off, pos.off + 1);
             }
             if pos.off as usize + 1 == run.hashes().len() || run.spans.is_empty() {
                 self.tidy(&mut g, pos.run);
@@ -615,6 +627,9 @@ impl ChainArena {
         run.toks.truncate(end);
         if end == 0 {
             *run = Run::default();
+            // No holding, so no count (`tally.rs`): the entry is gone
+            // already unless a credit left it empty.
+            g.tallies.forget(pos.local() as u32);
             g.free.push(pos.local() as u32);
         }
     }

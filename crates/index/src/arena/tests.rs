@@ -124,6 +124,14 @@ enum Op {
         c: u8,
         d: usize,
     },
+    /// Delivered hits over chain `c`'s first `len` blocks: (replica,
+    /// leading blocks) each.
+    Credit {
+        part: u32,
+        c: u8,
+        len: usize,
+        hits: Vec<(u32, u32)>,
+    },
     /// A TTL sweep (`cutoff`) or, with `replica`, that replica's removal.
     Sweep {
         cutoff: i64,
@@ -149,6 +157,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(part, c, len, cutoff, count)| Op::Lookup { part, c, len, cutoff, count }),
         1 => (0u32..2, 0u8..6, 0usize..20).prop_map(|(part, c, d)| Op::Holders { part, c, d }),
         1 => (0i64..4, proptest::option::of(0u32..10)).prop_map(|(cutoff, replica)| Op::Sweep { cutoff, replica }),
+        2 => (0u32..2, 0u8..6, 1usize..22, proptest::collection::vec((0u32..10, 0u32..24), 0..4))
+            .prop_map(|(part, c, len, hits)| Op::Credit { part, c, len, hits }),
     ]
 }
 
@@ -158,6 +168,9 @@ proptest! {
     fn the_arena_walks_like_a_map(ops in proptest::collection::vec(op(), 1..120)) {
         let a = ChainArena::new();
         let mut m: Model = HashMap::new();
+        // The LFU counts by (part, hash, replica): a holding's count, 0
+        // when it has none; a removed holding's goes with it.
+        let mut acc: HashMap<(u32, u64, u32), u32> = HashMap::new();
         let mut got = Vec::new();
         let mut held = Vec::new();
         let mut each = Vec::new();
@@ -207,23 +220,26 @@ proptest! {
                 }
                 Op::Remove { part, replica, c, d } => {
                     let h = block(c, d);
+                    let access = acc.remove(&(part, h, replica)).unwrap_or(0);
                     let held = m.get_mut(&(part, h)).and_then(|hs| hs.remove(&replica))
-                        .map(|(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier });
+                        .map(|(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier, access });
                     prop_assert_eq!(a.remove(part, h, replica), held);
                 }
                 Op::Take { part, replica, c, d, ok } => {
                     let h = block(c, d);
                     let hs = m.entry((part, h)).or_default();
                     let mut seen = None;
-                    let mut rest = vec![Holding { replica: 99, tokens: 0, last_seen: 0, tier: Tier::T1 }];
+                    let mut rest = vec![Holding { replica: 99, tokens: 0, last_seen: 0, tier: Tier::T1, access: 0 }];
                     let took = a.take(part, h, replica, |x| { seen = Some(*x); ok }, &mut rest);
                     let want = match hs.get(&replica) {
                         None => Take::Absent,
                         Some(&(last_seen, tier, tokens)) => {
-                            let x = Holding { replica, tokens, last_seen, tier };
+                            let access = acc.get(&(part, h, replica)).copied().unwrap_or(0);
+                            let x = Holding { replica, tokens, last_seen, tier, access };
                             prop_assert_eq!(seen, Some(x));
                             if ok {
                                 hs.remove(&replica);
+                                acc.remove(&(part, h, replica));
                                 Take::Removed(x)
                             } else {
                                 Take::Refused(x)
@@ -232,7 +248,7 @@ proptest! {
                     };
                     let want_rest: Vec<Holding> = match want {
                         Take::Removed(_) => hs.iter()
-                            .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                            .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier, access: acc.get(&(part, h, replica)).copied().unwrap_or(0) })
                             .collect(),
                         _ => Vec::new(),
                     };
@@ -243,16 +259,19 @@ proptest! {
                     let h = block(c, d);
                     let hs = m.entry((part, h)).or_default();
                     let all: Vec<Holding> = hs.iter()
-                        .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                        .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier, access: acc.get(&(part, h, replica)).copied().unwrap_or(0) })
                         .collect();
                     let mut seen = None;
-                    let mut out = vec![Holding { replica: 99, tokens: 0, last_seen: 0, tier: Tier::T1 }];
+                    let mut out = vec![Holding { replica: 99, tokens: 0, last_seen: 0, tier: Tier::T1, access: 0 }];
                     let took = a.take_block(part, h, |x| { seen = Some(x.to_vec()); ok }, &mut out);
                     // The check sees the holders only when there are some.
                     prop_assert_eq!(seen, (!all.is_empty()).then(|| all.clone()));
                     let gone = ok && !all.is_empty();
                     prop_assert_eq!(took, gone);
                     if gone {
+                        for r in hs.keys() {
+                            acc.remove(&(part, h, *r));
+                        }
                         hs.clear();
                         prop_assert_eq!(&out, &all);
                     } else {
@@ -262,7 +281,7 @@ proptest! {
                 Op::WithHolding { part, replica, c, d } => {
                     let h = block(c, d);
                     let want = m.get(&(part, h)).and_then(|hs| hs.get(&replica))
-                        .map(|&(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier });
+                        .map(|&(last_seen, tier, tokens)| Holding { replica, tokens, last_seen, tier, access: acc.get(&(part, h, replica)).copied().unwrap_or(0) });
                     prop_assert_eq!(a.with_holding(part, h, replica, |x| *x), want);
                 }
                 Op::EachBlock => {
@@ -272,7 +291,7 @@ proptest! {
                     let mut want: Vec<_> = m.iter()
                         .filter(|(_, hs)| !hs.is_empty())
                         .map(|(&(part, hash), hs)| (part, hash, hs.iter()
-                            .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                            .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier, access: acc.get(&(part, hash, replica)).copied().unwrap_or(0) })
                             .collect::<Vec<_>>()))
                         .collect();
                     want.sort_unstable_by_key(|(part, hash, _)| (*part, *hash));
@@ -288,9 +307,24 @@ proptest! {
                     let h = block(c, d);
                     a.holders(part, h, &mut held);
                     let want: Vec<Holding> = m.get(&(part, h)).into_iter().flatten()
-                        .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier })
+                        .map(|(&replica, &(last_seen, tier, tokens))| Holding { replica, tokens, last_seen, tier, access: acc.get(&(part, h, replica)).copied().unwrap_or(0) })
                         .collect();
                     prop_assert_eq!(&held, &want);
+                }
+                Op::Credit { part, c, len, hits } => {
+                    let hs = chain(c, 0, len);
+                    let credits: Vec<Credit> = hits.iter()
+                        .map(|&(replica, blocks)| Credit { replica, blocks })
+                        .collect();
+                    a.credit(part, hs.len(), |i| hs[i], &credits);
+                    // Key by key, as the index credited before runs did.
+                    for &(replica, blocks) in &hits {
+                        for h in hs.iter().take(blocks as usize) {
+                            if m.get(&(part, *h)).is_some_and(|x| x.contains_key(&replica)) {
+                                *acc.entry((part, *h, replica)).or_default() += 1;
+                            }
+                        }
+                    }
                 }
                 Op::Sweep { cutoff, replica } => {
                     let keep = |r: u32, ls: i64| match replica {
@@ -304,7 +338,8 @@ proptest! {
                         let at = want.len();
                         hs.retain(|&r, &mut (ls, tier, tokens)| {
                             if !keep(r, ls) {
-                                want.push((Swept { part, hash, holding: Holding { replica: r, tokens, last_seen: ls, tier } }, false));
+                                let access = acc.remove(&(part, hash, r)).unwrap_or(0);
+                                want.push((Swept { part, hash, holding: Holding { replica: r, tokens, last_seen: ls, tier, access } }, false));
                             }
                             keep(r, ls)
                         });

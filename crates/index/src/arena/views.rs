@@ -2,7 +2,8 @@
 //! lookup), every holding (exports), and a sweep that keeps holdings by
 //! replica, time and tier (TTL, a replica's removal).
 
-use super::{ChainArena, Run, RunPos};
+use super::tally::{self, Piece};
+use super::{ChainArena, Run, RunPos, Runs};
 use crate::sync::{read_spinning as read, write_spinning as write};
 use crate::types::Tier;
 
@@ -17,6 +18,8 @@ pub struct Holding {
     pub last_seen: i64,
     /// The holder's tier for the block.
     pub tier: Tier,
+    /// Delivered hits credited to the holding (the LFU count, `tally.rs`).
+    pub access: u32,
 }
 
 /// A holding a sweep removed.
@@ -31,24 +34,39 @@ pub struct Swept {
 }
 
 impl Run {
-    pub(super) fn holding(&self, s: &super::Span, off: u32) -> Holding {
+    /// Span `s`'s holding of block `off`, its LFU count read in `counts`
+    /// (the run's pieces, `tally.rs`).
+    pub(super) fn holding(&self, s: &super::Span, off: u32, counts: &[Piece]) -> Holding {
         Holding {
             replica: s.replica(),
             tokens: self.toks.get(off as usize).wrapping_add(s.delta),
             last_seen: s.last_seen,
             tier: s.tier(),
+            access: if counts.is_empty() {
+                0
+            } else {
+                tally::count(counts, s.replica(), off)
+            },
         }
     }
 
     /// The holders of block `off` in replica order (the spans' order),
     /// appended to `out`.
-    pub(super) fn holders_at(&self, off: u32, out: &mut Vec<Holding>) {
+    pub(super) fn holders_at(&self, off: u32, counts: &[Piece], out: &mut Vec<Holding>) {
         out.extend(
             self.spans
                 .iter()
                 .filter(|s| s.from <= off && off < s.to)
-                .map(|s| self.holding(s, off)),
+                .map(|s| self.holding(s, off, counts)),
         );
+    }
+}
+
+impl Runs {
+    /// Copies the count pieces of run `local` into `out` (cleared first).
+    pub(super) fn copy_counts(&self, local: u32, out: &mut Vec<Piece>) {
+        out.clear();
+        self.tallies.with(local, |c| out.extend_from_slice(c));
     }
 }
 
@@ -61,7 +79,8 @@ impl ChainArena {
             return;
         };
         if let Some(run) = g.get(pos) {
-            run.holders_at(pos.off, out);
+            g.tallies
+                .with(pos.local() as u32, |c| run.holders_at(pos.off, c, out));
         }
     }
 
@@ -79,7 +98,10 @@ impl ChainArena {
         let (pos, g) = self.locate(part, hash)?;
         let run = g.get(pos)?;
         let i = run.covering(replica, pos.off)?;
-        Some(f(&run.holding(&run.spans[i], pos.off)))
+        let held = g.tallies.with(pos.local() as u32, |c| {
+            run.holding(&run.spans[i], pos.off, c)
+        });
+        Some(f(&held))
     }
 
     /// Every block some replica holds as `f(partition, hash, holders)`,
@@ -107,9 +129,13 @@ impl ChainArena {
         let mut order: Vec<usize> = Vec::new();
         let mut active: Vec<usize> = Vec::new();
         let mut buf: Vec<Holding> = Vec::new();
+        // The run's LFU counts, copied out so that `f` runs without the
+        // tally lock.
+        let mut counts: Vec<Piece> = Vec::new();
         for shard in self.shards.iter() {
             let g = read(&shard.runs.0);
-            for run in &g.runs {
+            for (local, run) in g.runs.iter().enumerate() {
+                g.copy_counts(local as u32, &mut counts);
                 let spans = &run.spans;
                 order.clear();
                 order.extend(0..spans.len());
@@ -138,7 +164,7 @@ impl ChainArena {
                         next += 1;
                     }
                     buf.clear();
-                    buf.extend(active.iter().map(|&i| run.holding(&spans[i], off)));
+                    buf.extend(active.iter().map(|&i| run.holding(&spans[i], off, &counts)));
                     if let (Some(&h), false) = (run.hashes().get(off as usize), buf.is_empty()) {
                         f(run.part, h, &buf);
                     }
@@ -151,13 +177,15 @@ impl ChainArena {
     /// Every holding as `f(partition, hash, holding)`, shard by shard and
     /// run by run (each shard under its read lock).
     pub fn for_each(&self, mut f: impl FnMut(u32, u64, Holding)) {
+        let mut counts: Vec<Piece> = Vec::new();
         for shard in self.shards.iter() {
             let g = read(&shard.runs.0);
-            for run in &g.runs {
+            for (local, run) in g.runs.iter().enumerate() {
+                g.copy_counts(local as u32, &mut counts);
                 for s in &run.spans {
                     for off in s.from..s.to {
                         if let Some(&h) = run.hashes().get(off as usize) {
-                            f(run.part, h, run.holding(s, off));
+                            f(run.part, h, run.holding(s, off, &counts));
                         }
                     }
                 }
@@ -191,7 +219,8 @@ impl ChainArena {
         for (si, shard) in self.shards.iter().enumerate() {
             let mut g = write(&shard.runs.0);
             let mut edited = Vec::new();
-            for (local, run) in g.runs.iter_mut().enumerate() {
+            let Runs { runs, tallies, .. } = &mut *g;
+            for (local, run) in runs.iter_mut().enumerate() {
                 dropped.clear();
                 let part = run.part;
                 run.spans.retain(|s| {
@@ -219,6 +248,7 @@ impl ChainArena {
                     }
                 }
                 cover.truncate(n);
+                let counts = tallies.of_mut(local as u32);
                 for s in &dropped {
                     let mut c = cover.partition_point(|&(_, to)| to <= s.from);
                     for off in s.from..s.to {
@@ -230,12 +260,16 @@ impl ChainArena {
                             Swept {
                                 part,
                                 hash: run.hashes().get(off as usize).copied().unwrap_or(0),
-                                holding: run.holding(s, off),
+                                holding: run.holding(s, off, counts),
                             },
                             !held,
                         );
                         removed += 1;
                     }
+                }
+                // The dropped holdings' counts go with them.
+                for s in &dropped {
+                    tallies.clear(local as u32, s.replica(), s.from, s.to);
                 }
                 edited.push(RunPos {
                     run: ((local as u32) << super::SHARD_BITS) | si as u32,

@@ -4,7 +4,7 @@
 //! ```text
 //!   8-byte keys (chain blocks, 8-byte legacy keys) ──► ChainArena  runs + spans (arena/)
 //!   every other length (rare on the wire)          ──► OddKeys     a sharded map (odd.rs)
-//!   LFU counts: arena ── Credits side table (credits.rs); odd keys ── beside their holders
+//!   LFU counts: arena ── per run, counted stretches (arena/tally.rs); odd keys ── beside their holders
 //! ```
 //!
 //! A key has one length, so it lives in exactly one store; every reader
@@ -12,15 +12,12 @@
 //! Both stores hand out holders as copies ([`Holder`], 16 bytes) with what
 //! reading their LFU counts needs ([`Held`]).
 
-mod credits;
 pub(crate) mod holder;
 pub(crate) mod odd;
 
-pub(crate) use credits::Credits;
-
 use crate::endpoints::Endpoints;
 
-use crate::arena::{ChainArena, Holding, Take};
+use crate::arena::{ChainArena, Credit, Holding, Take};
 use crate::key::KeyRef;
 use holder::Holder;
 use odd::OddKeys;
@@ -32,14 +29,12 @@ pub(crate) struct Entries {
     /// Keys that are not 8 bytes long.
     pub(crate) odd: OddKeys,
     arena: ChainArena,
-    /// LFU counts of arena holdings.
-    pub(crate) credits: Credits,
     /// Arena holdings that are not a valid match end (hybrid models).
     pub(crate) endpoints: Endpoints,
 }
 
 /// The holders of one key with what reading their LFU counts needs: the
-/// counts beside an odd key's holders or the arena's side table.
+/// counts beside an odd key's holders, or the arena's as read with them.
 pub(crate) struct Held<'a> {
     counts: Counts<'a>,
     holders: &'a [Holder],
@@ -47,22 +42,15 @@ pub(crate) struct Held<'a> {
 
 enum Counts<'a> {
     Odd(&'a [AtomicU32]),
-    Arena {
-        credits: &'a Credits,
-        part: u32,
-        hash: u64,
-    },
+    /// One count per holder, same order.
+    Arena(&'a [u32]),
 }
 
 impl<'a> Held<'a> {
-    /// The holders of arena block (`part`, `hash`), counted in `credits`.
-    pub(crate) fn arena(holders: &'a [Holder], credits: &'a Credits, part: u32, hash: u64) -> Self {
+    /// An arena block's holders with their counts (same order).
+    pub(crate) fn arena(holders: &'a [Holder], counts: &'a [u32]) -> Self {
         Self {
-            counts: Counts::Arena {
-                credits,
-                part,
-                hash,
-            },
+            counts: Counts::Arena(counts),
             holders,
         }
     }
@@ -77,16 +65,12 @@ impl<'a> Held<'a> {
 
     /// The LFU count of `h`, one of these holders.
     pub(crate) fn access(&self, h: &Holder) -> u64 {
+        let i = holder::position(self.holders, h.replica()).ok();
         match self.counts {
-            Counts::Odd(counts) => holder::position(self.holders, h.replica())
-                .ok()
+            Counts::Odd(counts) => i
                 .and_then(|i| counts.get(i))
                 .map_or(0, |n| u64::from(n.load(Ordering::Relaxed))),
-            Counts::Arena {
-                credits,
-                part,
-                hash,
-            } => credits.get(part, hash, h.replica()),
+            Counts::Arena(counts) => i.and_then(|i| counts.get(i)).map_or(0, |&n| u64::from(n)),
         }
     }
 }
@@ -105,9 +89,11 @@ pub(crate) fn holder_of(h: &Holding) -> Holder {
     Holder::new(h.replica, h.tokens, h.tier, h.last_seen)
 }
 
+/// Holdings of one arena block as read, and as holders with their counts.
+type Buf = (Vec<Holding>, Vec<Holder>, Vec<u32>);
+
 thread_local! {
-    /// Holdings of one arena block as read, and as holders.
-    static BUF: RefCell<(Vec<Holding>, Vec<Holder>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static BUF: RefCell<Buf> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// One holding an arena sweep removed.
@@ -144,7 +130,6 @@ impl Entries {
         Self {
             odd: OddKeys::new(),
             arena: ChainArena::new(),
-            credits: Credits::default(),
             endpoints: Endpoints::default(),
         }
     }
@@ -170,14 +155,16 @@ impl Entries {
             let shard = self.odd.read(OddKeys::shard(k));
             return shard.held(k).map(|held| f(&held));
         };
-        crate::scratch::with(&BUF, |(hs, out)| {
+        crate::scratch::with(&BUF, |(hs, out, counts)| {
             a.holders(k.part, h, hs);
             if hs.is_empty() {
                 return None;
             }
             out.clear();
             out.extend(hs.iter().map(holder_of));
-            Some(f(&Held::arena(out, &self.credits, k.part, h)))
+            counts.clear();
+            counts.extend(hs.iter().map(|h| h.access));
+            Some(f(&Held::arena(out, counts)))
         })
     }
 
@@ -217,10 +204,8 @@ impl Entries {
             None => self.odd.read(OddKeys::shard(k)).credit(k, replica),
             Some((a, h)) => {
                 // Under the run's read lock: a removal (write lock) clears
-                // the count after, never before, this bump.
-                a.with_holding(k.part, h, replica, |_| {
-                    self.credits.bump(k.part, h, replica)
-                });
+                // the count after, never before, this credit.
+                a.credit(k.part, 1, |_| h, &[Credit { replica, blocks: 1 }]);
             }
         }
     }
@@ -258,17 +243,17 @@ impl Entries {
         };
         let part = k.part;
         let mut refused = None;
-        crate::scratch::with(&BUF, |(rest, out)| {
+        crate::scratch::with(&BUF, |(rest, out, _)| {
             let taken = a.take(
                 part,
                 hash,
                 replica,
                 |held| {
-                    let access = self.credits.get(part, hash, replica);
+                    let access = u64::from(held.access);
                     let ok = check(&holder_of(held), access);
                     if ok {
-                        // Under the run's write lock, with the removal.
-                        self.credits.clear(part, hash, replica);
+                        // Under the run's write lock, with the removal
+                        // (the arena drops the count with the holding).
                         self.endpoints.clear(part, hash, replica);
                     } else {
                         refused = Some((access, held.last_seen));
@@ -324,7 +309,6 @@ impl Entries {
                 ok = check(&hs);
                 if ok {
                     for h in held {
-                        self.credits.clear(part, hash, h.replica);
                         self.endpoints.clear(part, hash, h.replica);
                     }
                 }
@@ -351,7 +335,6 @@ impl Entries {
             |part, replica, last_seen, _| !drop(part, replica, last_seen),
             |s, last| {
                 // Under the run's write lock, with the removal.
-                self.credits.clear(s.part, s.hash, s.holding.replica);
                 self.endpoints.clear(s.part, s.hash, s.holding.replica);
                 removed.push(ArenaRemoval {
                     part: s.part,
@@ -386,15 +369,14 @@ impl Entries {
             }
         }
         let mut hs: Vec<Holder> = Vec::new();
+        let mut counts: Vec<u32> = Vec::new();
         self.arena
             .for_each_block_where(span_ok, |part, hash, held| {
                 hs.clear();
                 hs.extend(held.iter().map(holder_of));
-                visit(
-                    part,
-                    &hash.to_le_bytes(),
-                    &Held::arena(&hs, &self.credits, part, hash),
-                );
+                counts.clear();
+                counts.extend(held.iter().map(|h| h.access));
+                visit(part, &hash.to_le_bytes(), &Held::arena(&hs, &counts));
             });
     }
 }

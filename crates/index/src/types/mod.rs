@@ -8,7 +8,7 @@ mod report;
 mod state;
 mod tier;
 
-pub(crate) use lookup::HitRun;
+pub(crate) use lookup::{HitKeys, HitRun};
 pub use lookup::{LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, ReplicaScore, Strategy};
 pub use outcome::{EventOutcome, EvictionCounts, IngestOutcome, SweepOutcome};
 pub use report::{CacheEvent, CacheUpdate, EngineLoad, EventKind, PrefixEntry, ReplicaStatsReport};

@@ -47,6 +47,8 @@ pub struct LookupPipeline {
     tokenize_budget: crate::tokenize_budget::TokenizeBudget,
     /// Delivered hints to share with the other server replicas (bus mode).
     deliveries: crate::delivery_log::DeliveryLog,
+    /// Claims shortened by what hinted requests will evict (ttft ranking).
+    foresight: Arc<crate::foresight::Foresight>,
 }
 
 impl std::fmt::Debug for LookupPipeline {
@@ -95,7 +97,15 @@ impl LookupPipeline {
             ),
             metrics,
             deliveries: crate::delivery_log::DeliveryLog::default(),
+            foresight: Arc::new(crate::foresight::Foresight::new(false)),
         }
+    }
+
+    /// The eviction foresight claims are checked against (off until set).
+    #[must_use]
+    pub fn with_foresight(mut self, foresight: Arc<crate::foresight::Foresight>) -> Self {
+        self.foresight = foresight;
+        self
     }
 
     /// The delivered hints bus mode shares with the other server replicas

@@ -45,6 +45,7 @@ impl LookupPipeline {
         deadline: Option<Instant>,
     ) -> RouteOutcome {
         let seed = affinity_seed(&resolved);
+        let prompt_tokens = prompt_tokens(req, &resolved);
         let decision = match &resolved.chain {
             ChainHashes::Request(h) => self.decide(
                 req,
@@ -53,6 +54,7 @@ impl LookupPipeline {
                 &seed,
                 below_min_prefix,
                 deadline,
+                prompt_tokens,
             ),
             ChainHashes::Computed(h) => self.decide(
                 req,
@@ -61,6 +63,7 @@ impl LookupPipeline {
                 &seed,
                 below_min_prefix,
                 deadline,
+                prompt_tokens,
             ),
         };
         match decision {
@@ -71,6 +74,7 @@ impl LookupPipeline {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn decide<H: AsRef<[u8]>>(
         &self,
         req: &RouteRequest<'_>,
@@ -79,6 +83,7 @@ impl LookupPipeline {
         seed: &[u8],
         below_min_prefix: bool,
         deadline: Option<Instant>,
+        prompt_tokens: u64,
     ) -> Decision {
         let params = RouteParams {
             weights: policy.ttft,
@@ -88,7 +93,7 @@ impl LookupPipeline {
         };
         let lookup_start = Instant::now();
         let TtftRoute {
-            result,
+            mut result,
             pick,
             delivery,
             ..
@@ -100,8 +105,9 @@ impl LookupPipeline {
             return Decision::Timeout;
         }
         if result.strategy == Strategy::PrefixMatch {
+            self.foresee(&ireq, &mut result.scores);
             if let Some(d) = &delivery {
-                self.deliver(&ireq, d, policy);
+                self.deliver(&ireq, d, policy, prompt_tokens);
             }
             if !result.hits.is_empty() {
                 self.index.credit(&result.hits);
@@ -113,7 +119,7 @@ impl LookupPipeline {
         }
         if let Some(pick) = pick.filter(|_| affinity_allowed(req, policy)) {
             if let Some(d) = &delivery {
-                self.deliver(&ireq, d, policy);
+                self.deliver(&ireq, d, policy, prompt_tokens);
             }
             return Decision::Answer {
                 reason: Reason::AffinityHint,
@@ -126,12 +132,38 @@ impl LookupPipeline {
         }
     }
 
+    /// Shortens each candidate's claim to what its engine will still hold
+    /// behind the requests hinted to it before ([`crate::foresight`]).
+    fn foresee<H: AsRef<[u8]>>(&self, ireq: &LookupRequest<'_, H>, scores: &mut [ReplicaScore]) {
+        if !self.foresight.enabled() {
+            return;
+        }
+        for s in scores {
+            s.matched_tokens = self.foresight.claimable(
+                ireq.tenant,
+                ireq.model,
+                &s.replica_id,
+                ireq.block_hashes,
+                ireq.block_token_counts,
+                s.matched_tokens,
+            );
+        }
+    }
+
     fn deliver<H: AsRef<[u8]>>(
         &self,
         ireq: &LookupRequest<'_, H>,
         delivery: &Delivery,
         policy: &TenantPolicy,
+        prompt_tokens: u64,
     ) {
+        self.foresight.delivered(
+            ireq.tenant,
+            ireq.model,
+            &delivery.replica_id,
+            ireq.block_hashes,
+            prompt_tokens,
+        );
         let out = self
             .index
             .record_delivery(ireq, delivery, policy.ttft.tentative_ttl);
@@ -144,6 +176,23 @@ impl LookupPipeline {
         m.tentative("stored", out.tentative_stored);
         m.tentative("dropped", out.tentative_dropped);
     }
+}
+
+/// The request's prompt length in tokens: its `token_ids`, the tokenized
+/// `prompt_text`, else its chain's tokens (whole blocks only: a caller that
+/// sends hashes does not say how many tokens follow them).
+fn prompt_tokens(req: &RouteRequest<'_>, r: &Resolved<'_>) -> u64 {
+    if !req.token_ids.is_empty() {
+        return req.token_ids.len() as u64;
+    }
+    if !r.echo_tokens.is_empty() {
+        return r.echo_tokens.len() as u64;
+    }
+    r.counts
+        .as_slice()
+        .iter()
+        .map(|&c| u64::try_from(c).unwrap_or(0))
+        .sum()
 }
 
 /// Wall-clock now, Unix ns (the index's `SystemClock` reads the same clock).

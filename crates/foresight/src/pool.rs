@@ -1,5 +1,5 @@
-//! A model of one vLLM engine's KV block pool, driven by the requests the
-//! gateway sends it.
+//! A model of one vLLM engine's KV block pool, driven by the requests sent
+//! to it (the gateway's model: it sees every request it routes start and end).
 //!
 //! vLLM 0.32's `BlockPool` (`vllm/v1/core/block_pool.py`,
 //! `kv_cache_manager.py`, `single_type_kv_cache_manager.py`), as far as it
@@ -20,11 +20,12 @@
 //!   evicts its own hit. A new full block gets its hash at once, even when
 //!   another copy holds the same hash (both stay cached).
 //!
-//! Blocks are modelled by the gateway's own block chain hashes
-//! ([`crate::pending::chain`]): the model never needs the engine's. Blank
+//! Blocks are modelled by the router's own block chain hashes (the
+//! fingerprint's `chain`, as u64): the model never needs the engine's. Blank
 //! free blocks are a count; only blocks with a hash, or in use, exist
 //! individually, so memory follows what is cached, not the capacity.
 
+use crate::dry_run::FreeQueue;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// A modelled physical block.
@@ -43,7 +44,7 @@ const GONE_MEMORY: usize = 1 << 16;
 
 /// One engine's block pool.
 #[derive(Debug)]
-pub(crate) struct Pool {
+pub struct Pool {
     block_size: u32,
     /// Usable blocks.
     capacity: usize,
@@ -62,21 +63,21 @@ pub(crate) struct Pool {
     gone: HashSet<u64>,
     gone_order: VecDeque<u64>,
     /// Allocations that found fewer free blocks than they needed (the
-    /// model and the engine disagree: traffic the gateway did not route,
-    /// a capacity read wrong).
-    pub(crate) shortfalls: u64,
+    /// model and the engine disagree: traffic the router did not route, a
+    /// capacity read wrong).
+    pub shortfalls: u64,
 }
 
 /// What a request got when it was scheduled.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Allocation {
+pub struct Allocation {
     /// Its blocks in allocation order (hits first).
-    pub(crate) blocks: Vec<u32>,
+    pub blocks: Vec<u32>,
 }
 
 /// The leading blocks of `chain` a `prompt_tokens`-token prompt may reuse:
 /// vLLM matches at most `prompt_tokens - 1` tokens.
-pub(crate) fn hit_cap(prompt_tokens: u64, block_size: u32, chain_len: usize) -> usize {
+pub fn hit_cap(prompt_tokens: u64, block_size: u32, chain_len: usize) -> usize {
     let cap = prompt_tokens.saturating_sub(1) / u64::from(block_size.max(1));
     chain_len.min(usize::try_from(cap).unwrap_or(usize::MAX))
 }
@@ -84,7 +85,7 @@ pub(crate) fn hit_cap(prompt_tokens: u64, block_size: u32, chain_len: usize) -> 
 /// Blocks a `prompt_tokens`-token request holds once scheduled: the prompt
 /// and the slot of the first generated token (its KV is written at the
 /// first decode step). Later decode blocks are not modelled.
-pub(crate) fn blocks_needed(prompt_tokens: u64, block_size: u32) -> usize {
+pub fn blocks_needed(prompt_tokens: u64, block_size: u32) -> usize {
     let n = prompt_tokens / u64::from(block_size.max(1)) + 1;
     usize::try_from(n).unwrap_or(usize::MAX)
 }
@@ -92,7 +93,7 @@ pub(crate) fn blocks_needed(prompt_tokens: u64, block_size: u32) -> usize {
 impl Pool {
     /// An engine with `capacity` usable blocks (vLLM's `num_gpu_blocks`
     /// less its null block), all blank.
-    pub(crate) fn new(capacity: usize, block_size: u32) -> Self {
+    pub fn new(capacity: usize, block_size: u32) -> Self {
         Self {
             block_size: block_size.max(1),
             capacity,
@@ -108,49 +109,49 @@ impl Pool {
         }
     }
 
-    pub(crate) fn block_size(&self) -> u32 {
+    /// Tokens per block.
+    pub fn block_size(&self) -> u32 {
         self.block_size
     }
 
-    pub(crate) fn capacity(&self) -> usize {
+    /// Usable blocks.
+    pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Free blocks (blank and cached).
-    #[cfg(test)]
-    pub(crate) fn free(&self) -> usize {
+    pub fn free(&self) -> usize {
         self.blank_free + self.lru.len()
     }
 
     /// Whether the model holds `hash` cached (free or in use).
-    #[cfg(test)]
-    pub(crate) fn cached(&self, hash: u64) -> bool {
+    pub fn cached(&self, hash: u64) -> bool {
         self.by_hash.get(&hash).is_some_and(|v| !v.is_empty())
     }
 
     /// Whether the model saw `hash`'s last copy evicted (and not stored
     /// since).
-    pub(crate) fn gone(&self, hash: u64) -> bool {
+    pub fn gone(&self, hash: u64) -> bool {
         self.gone.contains(&hash)
     }
 
     /// Copies of `hash`, oldest first.
-    pub(crate) fn copies(&self, hash: u64) -> &[u32] {
+    pub fn copies(&self, hash: u64) -> &[u32] {
         self.by_hash.get(&hash).map_or(&[], Vec::as_slice)
     }
 
     /// Whether block `id` is free (in the free queue).
-    pub(crate) fn is_free(&self, id: u32) -> bool {
+    pub fn is_free(&self, id: u32) -> bool {
         self.blocks.get(id as usize).is_some_and(|b| b.refs == 0)
     }
 
     /// Blank free blocks, then the free cached blocks in eviction order.
-    pub(crate) fn blank_free(&self) -> usize {
+    pub fn blank_free(&self) -> usize {
         self.blank_free
     }
 
     /// The free cached blocks in eviction order: (block id, hash).
-    pub(crate) fn eviction_order(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
+    pub fn eviction_order(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
         self.lru
             .values()
             .map(|&id| (id, self.blocks[id as usize].hash))
@@ -158,7 +159,7 @@ impl Pool {
 
     /// Schedules a request: touches its cached prefix, then allocates the
     /// rest (evicting from the free queue's front).
-    pub(crate) fn schedule(&mut self, chain: &[u64], prompt_tokens: u64) -> Allocation {
+    pub fn schedule(&mut self, chain: &[u64], prompt_tokens: u64) -> Allocation {
         let cap = hit_cap(prompt_tokens, self.block_size, chain.len());
         let mut out = Allocation::default();
         for &h in &chain[..cap] {
@@ -199,7 +200,7 @@ impl Pool {
     }
 
     /// Frees a finished request's blocks, tail first.
-    pub(crate) fn release(&mut self, a: &Allocation) {
+    pub fn release(&mut self, a: &Allocation) {
         for &id in a.blocks.iter().rev() {
             let Some(b) = self.blocks.get_mut(id as usize) else {
                 continue;
@@ -258,6 +259,30 @@ impl Pool {
         }
         self.blocks.push(Block::default());
         u32::try_from(self.blocks.len() - 1).unwrap_or(u32::MAX)
+    }
+}
+
+impl FreeQueue for Pool {
+    type Block = u32;
+
+    fn blank_free(&self) -> usize {
+        self.blank_free
+    }
+
+    fn eviction_order(&self) -> impl Iterator<Item = u32> + '_ {
+        self.lru.values().copied()
+    }
+
+    fn copies(&self, hash: u64) -> &[u32] {
+        Pool::copies(self, hash)
+    }
+
+    fn is_free(&self, block: u32) -> bool {
+        Pool::is_free(self, block)
+    }
+
+    fn gone(&self, hash: u64) -> bool {
+        Pool::gone(self, hash)
     }
 }
 

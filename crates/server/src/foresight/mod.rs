@@ -1,0 +1,375 @@
+//! Eviction foresight in the server: a hint does not claim blocks that the
+//! requests already hinted to the same replica will evict before its engine
+//! gets to this one (issue 33's "after the hint" over-claims, for callers
+//! that only call LookupRoute).
+//!
+//! The index is right about the moment of a lookup; the engine schedules
+//! the request later, behind the requests sent to it before, and each of
+//! those takes blocks from the front of vLLM's free queue: blank blocks,
+//! then the least recently freed prefixes, tail first. The gateway models
+//! this from the requests it routes (it sees them start and end); the
+//! server sees neither, so each replica's model ([`replica`]) is built from
+//! what the server does see, and the check is the same dry run
+//! ([`inferencecache_foresight::claimable`]):
+//!
+//! - **the engine's blocks, in its own order**: the producer's stored and
+//!   removed reports, applied here in each replica's ingest-lane order
+//!   right after the index applies them. A block's place in the eviction
+//!   order is when the last request using it started (its blocks are freed
+//!   tail first when it ends, and short requests end in the order they
+//!   start), tail first;
+//! - **the requests on their way**: a delivered hint (PREFIX_MATCH, or an
+//!   AFFINITY_HINT pick) names the replica a request is about to reach and
+//!   its prompt's blocks. The top-ranked replica is taken as the
+//!   destination, as the SDK's example and `bench/real-vllm`'s Python
+//!   gateway do; a caller that sends elsewhere leaves a request here that
+//!   never starts, which ages out;
+//! - **a start**: the first of its new blocks reported stored (and, first
+//!   come first served, every request hinted to that replica before it);
+//! - **an end or a start that stores nothing** (a full hit): not seen. The
+//!   load report (`EngineLoad` running + waiting, scraped every second by
+//!   the sidecar) bounds how many hinted requests can still be ahead, and
+//!   a request not seen to start within 30 s is forgotten;
+//! - **the pool size**: `EngineLoad.kv_cache_capacity_tokens` over the
+//!   block size the producer reports. Until a replica reports it, its
+//!   claims are the index's.
+//!
+//! Cost on the lookup path: one atomic load per candidate replica while its
+//! model says no pressure (the requests waiting need fewer blocks than are
+//! blank); under pressure a lock and the dry run over the waiting requests.
+//! No lock is held across an await. Contract ranking never calls it.
+//! Memory: two map entries per block a replica holds (bounded by its
+//! capacity) and the chains of the requests waiting (at most 256 each).
+//!
+//! Not modelled: which blocks running requests use (every held block
+//! counts as free), decode blocks past the first token, requests that reach
+//! an engine without a hint from this server, a peer's deliveries in bus
+//! mode, and hybrid models' per-group pools. Each makes a claim the
+//! index's (today's behaviour) or, rarely, a block shorter than the engine
+//! reuses.
+
+mod replica;
+
+use inferencecache_index::{CacheEvent, CacheUpdate, EventKind};
+use replica::Model;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+/// Most replicas modelled (past this new ones keep the index's claims).
+const MAX_REPLICAS: usize = 65_536;
+
+/// The server's eviction foresight: one model per (tenant, model, replica).
+#[derive(Debug, Default)]
+pub struct Foresight {
+    enabled: bool,
+    replicas: RwLock<HashMap<Box<str>, Vec<Arc<Replica>>>>,
+}
+
+#[derive(Debug)]
+struct Replica {
+    tenant: Box<str>,
+    model: Box<str>,
+    /// The model's last word on whether a claim may be shortened.
+    pressure: AtomicBool,
+    state: Mutex<Model>,
+}
+
+impl Replica {
+    fn with<T>(&self, f: impl FnOnce(&mut Model) -> T) -> Option<T> {
+        let mut m = self.state.lock().ok()?;
+        let out = f(&mut m);
+        self.pressure.store(m.pressure(), Ordering::Release);
+        Some(out)
+    }
+}
+
+/// A block hash as the model keys it: the 8-byte wire hash as is, longer
+/// (or shorter) ones folded.
+fn key(hash: &[u8]) -> u64 {
+    match <[u8; 8]>::try_from(hash) {
+        Ok(b) => u64::from_be_bytes(b),
+        Err(_) => xxhash_rust::xxh3::xxh3_64(hash),
+    }
+}
+
+impl Foresight {
+    /// Foresight on (`true`) or off (every claim is the index's).
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            replicas: RwLock::default(),
+        }
+    }
+
+    /// Whether it is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn find(&self, tenant: &str, model: &str, replica: &str) -> Option<Arc<Replica>> {
+        let map = self.replicas.read().ok()?;
+        map.get(replica)?
+            .iter()
+            .find(|r| &*r.tenant == tenant && &*r.model == model)
+            .cloned()
+    }
+
+    fn find_or_add(&self, tenant: &str, model: &str, replica: &str) -> Option<Arc<Replica>> {
+        if let Some(r) = self.find(tenant, model, replica) {
+            return Some(r);
+        }
+        let mut map = self.replicas.write().ok()?;
+        if map.len() >= MAX_REPLICAS && !map.contains_key(replica) {
+            return None;
+        }
+        let list = map.entry(replica.into()).or_default();
+        if let Some(r) = list
+            .iter()
+            .find(|r| &*r.tenant == tenant && &*r.model == model)
+        {
+            return Some(Arc::clone(r));
+        }
+        let r = Arc::new(Replica {
+            tenant: tenant.into(),
+            model: model.into(),
+            pressure: AtomicBool::new(false),
+            state: Mutex::new(Model::default()),
+        });
+        list.push(Arc::clone(&r));
+        Some(r)
+    }
+
+    /// An update the index just applied: stored blocks in report order,
+    /// the engine's load and pool. `block_size` is the scope's (what its
+    /// producers report).
+    pub fn ingest(&self, u: &CacheUpdate, block_size: u32) {
+        if !self.enabled {
+            return;
+        }
+        let load = u.stats.as_ref().and_then(|s| s.load);
+        let pool = load.filter(|l| l.kv_cache_capacity_tokens > 0);
+        let r = if pool.is_some() {
+            self.find_or_add(&u.tenant_id, &u.model_id, &u.replica_id)
+        } else {
+            self.find(&u.tenant_id, &u.model_id, &u.replica_id)
+        };
+        let Some(r) = r else { return };
+        let bs = u64::from(block_size.max(1));
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        if !u.hash_scheme.is_empty() {
+            for p in &u.prefixes {
+                if p.block_hashes.is_empty() {
+                    if !p.prefix_hash.is_empty() {
+                        let depth = u64::try_from(p.token_count.max(1) - 1).unwrap_or(0) / bs;
+                        blocks.push((key(&p.prefix_hash), depth));
+                    }
+                } else {
+                    blocks.extend(
+                        p.block_hashes
+                            .iter()
+                            .enumerate()
+                            .map(|(i, h)| (key(h), i as u64)),
+                    );
+                }
+            }
+        }
+        let now = Instant::now();
+        let started = r.with(|m| {
+            let started = pool.is_some_and(|l| m.set_pool(l.kv_cache_capacity_tokens, block_size));
+            m.stored(&blocks);
+            if let Some(l) = load {
+                m.load(l.running_requests, l.waiting_requests, now);
+            }
+            started
+        });
+        if started == Some(true) {
+            tracing::info!(
+                tenant = %u.tenant_id, model = %u.model_id, replica = %u.replica_id,
+                capacity_tokens = pool.map_or(0, |l| l.kv_cache_capacity_tokens), block_size,
+                "eviction foresight on for this replica"
+            );
+        }
+    }
+
+    /// An event the index just applied (a removal or a clear).
+    pub fn event(&self, e: &CacheEvent) {
+        if !self.enabled {
+            return;
+        }
+        let Some(r) = self.find(&e.tenant_id, &e.model_id, &e.replica_id) else {
+            return;
+        };
+        match e.kind {
+            EventKind::PrefixEvicted if !e.prefix_hash.is_empty() => {
+                let h = key(&e.prefix_hash);
+                r.with(|m| m.removed(h));
+            }
+            EventKind::AllCleared => {
+                r.with(Model::cleared);
+            }
+            _ => {}
+        }
+    }
+
+    /// A hint named `replica` for a request whose prompt is `prompt_tokens`
+    /// long with whole blocks `chain`: it is on its way there.
+    pub fn delivered<H: AsRef<[u8]>>(
+        &self,
+        tenant: &str,
+        model: &str,
+        replica: &str,
+        chain: &[H],
+        prompt_tokens: u64,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        let Some(r) = self.find(tenant, model, replica) else {
+            return;
+        };
+        let chain: Vec<u64> = chain.iter().map(|h| key(h.as_ref())).collect();
+        r.with(|m| m.delivered(chain, prompt_tokens, Instant::now()));
+    }
+
+    /// Of `matched_tokens` the index claims `replica` holds of `chain`
+    /// (whose blocks hold `counts` tokens each), how many it will still
+    /// hold when it schedules a request sent now.
+    pub fn claimable<H: AsRef<[u8]>>(
+        &self,
+        tenant: &str,
+        model: &str,
+        replica: &str,
+        chain: &[H],
+        counts: &[i32],
+        matched_tokens: i32,
+    ) -> i32 {
+        if !self.enabled || matched_tokens <= 0 || chain.is_empty() {
+            return matched_tokens;
+        }
+        let Some(r) = self.find(tenant, model, replica) else {
+            return matched_tokens;
+        };
+        if !r.pressure.load(Ordering::Acquire) {
+            return matched_tokens;
+        }
+        // The claim in whole blocks of the chain.
+        let mut blocks = 0;
+        let mut tokens = 0i32;
+        for &c in counts.iter().take(chain.len()) {
+            if tokens.saturating_add(c) > matched_tokens {
+                break;
+            }
+            tokens = tokens.saturating_add(c);
+            blocks += 1;
+        }
+        if blocks == 0 {
+            return matched_tokens;
+        }
+        let claim: Vec<u64> = chain[..blocks].iter().map(|h| key(h.as_ref())).collect();
+        let Ok(m) = r.state.lock() else {
+            return matched_tokens;
+        };
+        let kept = m.claimable(&claim);
+        drop(m);
+        if kept >= blocks {
+            return matched_tokens;
+        }
+        counts[..kept]
+            .iter()
+            .fold(0i32, |a, &c| a.saturating_add(c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inferencecache_index::{EngineLoad, PrefixEntry, ReplicaStatsReport};
+
+    const BS: u32 = 4;
+
+    fn wire(h: u64) -> Vec<u8> {
+        h.to_be_bytes().to_vec()
+    }
+
+    /// `r0` stores `hashes` (legacy entries, one per block, as the sidecar
+    /// reports them), with its load.
+    fn update(hashes: std::ops::Range<u64>, load: Option<EngineLoad>) -> CacheUpdate {
+        CacheUpdate {
+            replica_id: "r0".into(),
+            model_id: "m".into(),
+            tenant_id: "t".into(),
+            hash_scheme: "vllm".into(),
+            timestamp_us: 0,
+            prefixes: hashes
+                .clone()
+                .enumerate()
+                .map(|(i, h)| PrefixEntry {
+                    prefix_hash: wire(h),
+                    token_count: (i as i32 + 1) * BS as i32,
+                    ..PrefixEntry::default()
+                })
+                .collect(),
+            stats: load.map(|l| ReplicaStatsReport {
+                load: Some(l),
+                ..ReplicaStatsReport::default()
+            }),
+            adapter_id: String::new(),
+        }
+    }
+
+    fn pool(blocks: u64) -> Option<EngineLoad> {
+        Some(EngineLoad {
+            kv_cache_capacity_tokens: (blocks + 1) * u64::from(BS),
+            ..EngineLoad::default()
+        })
+    }
+
+    fn chain(from: u64, n: u64) -> Vec<Vec<u8>> {
+        (from..from + n).map(wire).collect()
+    }
+
+    #[test]
+    fn a_claim_stops_where_a_request_hinted_before_it_will_evict() {
+        let f = Foresight::new(true);
+        f.ingest(&update(1..10, pool(12)), BS);
+        let counts = vec![BS as i32; 8];
+        let sys = chain(1, 8);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 32);
+        // A fresh 5-block prompt hinted to r0 first takes 3 blank blocks,
+        // then 9, 8 and 7.
+        f.delivered("t", "m", "r0", &chain(200, 5), 21);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 24);
+        // Another replica, tenant or a foresight turned off: the index's.
+        assert_eq!(f.claimable("t", "m", "r1", &sys, &counts, 32), 32);
+        assert_eq!(f.claimable("u", "m", "r0", &sys, &counts, 32), 32);
+        let off = Foresight::new(false);
+        off.ingest(&update(1..10, pool(12)), BS);
+        off.delivered("t", "m", "r0", &chain(200, 5), 21);
+        assert_eq!(off.claimable("t", "m", "r0", &sys, &counts, 32), 32);
+        // It started (stored) and the engine removed 9, 8, 7.
+        for h in [9u64, 8, 7] {
+            f.event(&CacheEvent {
+                kind: EventKind::PrefixEvicted,
+                replica_id: "r0".into(),
+                model_id: "m".into(),
+                tenant_id: "t".into(),
+                prefix_hash: wire(h),
+                timestamp_us: 0,
+                adapter_id: String::new(),
+            });
+        }
+        f.ingest(&update(200..205, None), BS);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 24), 24);
+    }
+
+    #[test]
+    fn a_replica_without_a_pool_keeps_the_index_claims() {
+        let f = Foresight::new(true);
+        f.ingest(&update(1..10, None), BS);
+        f.delivered("t", "m", "r0", &chain(200, 5), 21);
+        let counts = vec![BS as i32; 8];
+        assert_eq!(f.claimable("t", "m", "r0", &chain(1, 8), &counts, 32), 32);
+    }
+}
