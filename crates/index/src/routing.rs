@@ -318,15 +318,20 @@ impl Index {
         }
         let now = self.now();
         let ttl = self.request_ttl_ns(req);
-        let (tm, scope, part) = {
-            let c = read(&self.store.catalog);
-            (
-                c.find_tm(req.tenant, req.model),
-                c.find_scope(req.tenant, req.model, req.hash_scheme),
-                c.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter)
-                    .cloned(),
-            )
-        };
+        // A partition names its (tenant, model) and scope: from the thread's
+        // partition cache, no catalog lock and no string-keyed finds.
+        let (tm, scope, part) =
+            match self.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter) {
+                Some(p) => (Some(p.tm_id), Some(p.scope_id), Some(p)),
+                None => {
+                    let c = read(&self.store.catalog);
+                    (
+                        c.find_tm(req.tenant, req.model),
+                        c.find_scope(req.tenant, req.model, req.hash_scheme),
+                        None,
+                    )
+                }
+            };
         let Some(tm) = tm else {
             out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
             return out;
