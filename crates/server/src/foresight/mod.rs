@@ -35,9 +35,11 @@
 //!   block size the producer reports. Until a replica reports it, its
 //!   claims are the index's.
 //!
-//! Cost on the lookup path: one atomic load per candidate replica while its
-//! model says no pressure (the requests waiting need fewer blocks than are
-//! blank); under pressure a lock and the dry run over the waiting requests.
+//! Cost on the lookup path: one atomic load per candidate while no replica's
+//! model says pressure (the requests waiting need fewer blocks than are
+//! blank), and a delivery records nothing while no replica's pool is known
+//! (fleet-wide counts); otherwise a find per candidate, and under pressure
+//! a lock and the dry run over the waiting requests.
 //! No lock is held across an await. Contract ranking never calls it.
 //! Memory: two map entries per block a replica holds (bounded by its
 //! capacity) and the chains of the requests waiting (at most 256 each).
@@ -54,7 +56,7 @@ mod replica;
 use inferencecache_index::{CacheEvent, CacheUpdate, EventKind};
 use replica::Model;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -66,6 +68,18 @@ const MAX_REPLICAS: usize = 65_536;
 pub struct Foresight {
     enabled: bool,
     replicas: RwLock<HashMap<Box<str>, Vec<Arc<Replica>>>>,
+    counts: Counts,
+}
+
+/// Fleet-wide counts that let a lookup skip the per-replica finds: with no
+/// pool known anywhere a delivery records nothing, and with no replica
+/// under pressure a claim is the index's, for one atomic load per lookup.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Replicas whose model knows its pool.
+    pools: AtomicUsize,
+    /// Replicas whose model says a claim may be shortened.
+    pressured: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -78,10 +92,29 @@ struct Replica {
 }
 
 impl Replica {
-    fn with<T>(&self, f: impl FnOnce(&mut Model) -> T) -> Option<T> {
+    /// `f` on the model; the fleet counts follow its transitions (made
+    /// under the model's lock, so each replica counts once).
+    fn with<T>(&self, counts: &Counts, f: impl FnOnce(&mut Model) -> T) -> Option<T> {
         let mut m = self.state.lock().ok()?;
+        let had_pool = m.active();
         let out = f(&mut m);
-        self.pressure.store(m.pressure(), Ordering::Release);
+        match (had_pool, m.active()) {
+            (false, true) => {
+                counts.pools.fetch_add(1, Ordering::Release);
+            }
+            (true, false) => {
+                counts.pools.fetch_sub(1, Ordering::Release);
+            }
+            _ => {}
+        }
+        let pressure = m.pressure();
+        if self.pressure.swap(pressure, Ordering::AcqRel) != pressure {
+            if pressure {
+                counts.pressured.fetch_add(1, Ordering::Release);
+            } else {
+                counts.pressured.fetch_sub(1, Ordering::Release);
+            }
+        }
         Some(out)
     }
 }
@@ -101,6 +134,7 @@ impl Foresight {
         Self {
             enabled,
             replicas: RwLock::default(),
+            counts: Counts::default(),
         }
     }
 
@@ -177,7 +211,7 @@ impl Foresight {
             }
         }
         let now = Instant::now();
-        let started = r.with(|m| {
+        let started = r.with(&self.counts, |m| {
             let started = pool.is_some_and(|l| m.set_pool(l.kv_cache_capacity_tokens, block_size));
             m.stored(&blocks);
             if let Some(l) = load {
@@ -205,10 +239,10 @@ impl Foresight {
         match e.kind {
             EventKind::PrefixEvicted if !e.prefix_hash.is_empty() => {
                 let h = key(&e.prefix_hash);
-                r.with(|m| m.removed(h));
+                r.with(&self.counts, |m| m.removed(h));
             }
             EventKind::AllCleared => {
-                r.with(Model::cleared);
+                r.with(&self.counts, Model::cleared);
             }
             _ => {}
         }
@@ -224,14 +258,16 @@ impl Foresight {
         chain: &[H],
         prompt_tokens: u64,
     ) {
-        if !self.enabled {
+        if !self.enabled || self.counts.pools.load(Ordering::Acquire) == 0 {
             return;
         }
         let Some(r) = self.find(tenant, model, replica) else {
             return;
         };
         let chain: Vec<u64> = chain.iter().map(|h| key(h.as_ref())).collect();
-        r.with(|m| m.delivered(chain, prompt_tokens, Instant::now()));
+        r.with(&self.counts, |m| {
+            m.delivered(chain, prompt_tokens, Instant::now())
+        });
     }
 
     /// Of `matched_tokens` the index claims `replica` holds of `chain`
@@ -246,7 +282,11 @@ impl Foresight {
         counts: &[i32],
         matched_tokens: i32,
     ) -> i32 {
-        if !self.enabled || matched_tokens <= 0 || chain.is_empty() {
+        if !self.enabled
+            || matched_tokens <= 0
+            || chain.is_empty()
+            || self.counts.pressured.load(Ordering::Acquire) == 0
+        {
             return matched_tokens;
         }
         let Some(r) = self.find(tenant, model, replica) else {
