@@ -115,7 +115,7 @@ mod tests {
     /// allocations up to 1,032 bytes: getting under it is open (issue 36);
     /// this bound keeps the cold paths from coming back inline.
     #[test]
-    fn the_lookup_handlers_future_fits_the_allocators_thread_cache() {
+    fn the_lookup_handlers_future_keeps_its_cold_paths_boxed() {
         let core = Core::new(
             IndexSettings::default(),
             16,
