@@ -38,15 +38,7 @@ impl ChainArena {
                 pos += 1;
                 continue;
             };
-            // The chain and the run agree on `m` blocks from here: each
-            // such block of the chain is the run's (a block has one place).
-            let stored = run.hashes().get(at.off as usize..).unwrap_or(&[]);
-            let m = stored
-                .iter()
-                .zip(pos..depth)
-                .take_while(|&(&a, i)| a == key(i))
-                .count()
-                .max(1);
+            let m = run.agreeing(at.off as usize, pos, depth, &key);
             g.tallies.edit(at.local() as u32, |pieces| {
                 for h in hits.iter().filter(|h| h.blocks as usize > pos) {
                     let k = (h.blocks as usize - pos).min(m) as u32;

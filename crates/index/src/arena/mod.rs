@@ -300,6 +300,22 @@ impl Run {
         self.room.get(..self.n as usize).unwrap_or(&[])
     }
 
+    /// How many blocks, from the run's block `off` and the chain's block
+    /// `pos` on (up to `n`), the run and the chain `key` agree on; at least
+    /// 1 (the probe found the chain's block `pos` at `off`). Each agreeing
+    /// block of the chain is the run's: a block has one place.
+    #[inline]
+    fn agreeing(&self, off: usize, pos: usize, n: usize, key: impl Fn(usize) -> u64) -> usize {
+        self.hashes()
+            .get(off..)
+            .unwrap_or(&[])
+            .iter()
+            .zip(pos..n)
+            .take_while(|&(&a, i)| a == key(i))
+            .count()
+            .max(1)
+    }
+
     /// Appends block `h`, with room for `more` blocks at least (this one
     /// included) when the run has to grow: a store's new blocks after this
     /// one are almost always appended too ([`grow`], at least 4).

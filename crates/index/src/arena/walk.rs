@@ -112,13 +112,7 @@ impl ChainArena {
                 self.touch(part, key(pos + 1));
             }
             // The request and the run agree on `m` blocks from here.
-            let stored = run.hashes().get(off..).unwrap_or(&[]);
-            let m = stored
-                .iter()
-                .zip(pos..n)
-                .take_while(|&(&a, i)| a == key(i))
-                .count()
-                .max(1);
+            let m = run.agreeing(off, pos, n, key);
             let seg = &counts[pos..pos + m.min(n - pos)];
             let mut total = sums.last().copied().unwrap_or(0);
             sums.extend(seg.iter().map(|&c| {
