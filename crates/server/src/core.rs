@@ -91,6 +91,19 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
+    /// A core on the embedded defaults (block size 16, no tenant
+    /// policies, metrics of its own, no tokenizer): what tests, benches and
+    /// in-process tools start from.
+    pub fn with_defaults() -> Self {
+        Self::new(
+            IndexSettings::default(),
+            16,
+            PolicyStore::new(),
+            Arc::new(Metrics::new()),
+            crate::tokenize::Tokenizers::none(),
+        )
+    }
+
     /// Builds the index wired to the policy store, the event hub and the
     /// system clock.
     pub fn new(

@@ -104,10 +104,7 @@ impl tonic::server::UnaryService<WireLookup> for Lookup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Core, IndexSettings};
-    use crate::metrics::Metrics;
-    use crate::policy::PolicyStore;
-    use crate::tokenize::Tokenizers;
+    use crate::core::Core;
 
     /// The handler's future is boxed once per lookup. With the consumer-auth
     /// review and the tokenizer's wait inline it grew by their whole state;
@@ -116,13 +113,7 @@ mod tests {
     /// this bound keeps the cold paths from coming back inline.
     #[test]
     fn the_lookup_handlers_future_keeps_its_cold_paths_boxed() {
-        let core = Core::new(
-            IndexSettings::default(),
-            16,
-            PolicyStore::new(),
-            Arc::new(Metrics::new()),
-            Tokenizers::none(),
-        );
+        let core = Core::with_defaults();
         let service = InferenceCacheService::new(
             core,
             tokio_util::sync::CancellationToken::new(),

@@ -3,9 +3,7 @@
 
 use inferencecache_proto::v1alpha1::*;
 use inferencecache_server::convert::update_from_proto;
-use inferencecache_server::core::{Core, IndexSettings};
-use inferencecache_server::metrics::Metrics;
-use inferencecache_server::policy::PolicyStore;
+use inferencecache_server::core::Core;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing::span::{Attributes, Id, Record};
@@ -33,13 +31,7 @@ impl Subscriber for Counter {
 #[test]
 fn lookup_route_emits_no_logs_on_any_branch() {
     let count = Arc::new(AtomicUsize::new(0));
-    let core = Core::new(
-        IndexSettings::default(),
-        16,
-        PolicyStore::new(),
-        Arc::new(Metrics::new()),
-        inferencecache_server::tokenize::Tokenizers::none(),
-    );
+    let core = Core::with_defaults();
     core.ingest(&update_from_proto(CacheStateUpdate {
         replica_id: "r".into(),
         model_id: "m".into(),

@@ -18,11 +18,8 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use inferencecache_bus::{Bus, BusConfig, DeliveryBatch};
 use inferencecache_proto::v1alpha1 as pb;
-use inferencecache_server::core::{Core, IndexSettings};
-use inferencecache_server::metrics::Metrics;
-use inferencecache_server::policy::PolicyStore;
+use inferencecache_server::core::Core;
 use inferencecache_server::replicate::load_share::{self, LoadShareMetrics, ReportTimes};
-use inferencecache_server::tokenize::Tokenizers;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -50,13 +47,7 @@ pub(super) struct LoadArgs {
 }
 
 fn core(replicas: usize) -> Core {
-    let core = Core::new(
-        IndexSettings::default(),
-        16,
-        PolicyStore::new(),
-        Arc::new(Metrics::new()),
-        Tokenizers::none(),
-    );
+    let core = Core::with_defaults();
     for r in 0..replicas {
         core.ingest(&inferencecache_server::convert::update_from_proto(
             pb::CacheStateUpdate {

@@ -362,20 +362,10 @@ fn unix_now_ns() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::IndexSettings;
-    use crate::metrics::Metrics;
-    use crate::policy::PolicyStore;
-    use crate::tokenize::Tokenizers;
     use inferencecache_index::{CacheUpdate, PrefixEntry};
 
     fn core_with(replica: &str) -> Core {
-        let core = Core::new(
-            IndexSettings::default(),
-            16,
-            PolicyStore::new(),
-            Arc::new(Metrics::new()),
-            Tokenizers::none(),
-        );
+        let core = Core::with_defaults();
         core.ingest(&CacheUpdate {
             replica_id: replica.into(),
             tenant_id: "t".into(),
