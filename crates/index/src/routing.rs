@@ -296,8 +296,9 @@ pub(crate) struct Matches {
 pub(crate) struct Probe {
     /// The request's keys in the partition.
     keys: Vec<u64>,
-    /// Real runs' ends by replica id.
-    starts: Vec<(u32, usize)>,
+    /// By replica id: 1 + the end of its real run; 0: none (cleared after
+    /// each lookup).
+    start_at: Vec<u32>,
     /// The overlay's runs: (replica, start, blocks).
     found: Vec<(u32, usize, usize)>,
 }
@@ -750,25 +751,45 @@ impl Index {
         out: &mut Vec<(u32, i32)>,
     ) {
         out.clear();
-        m.keys.clear();
-        m.keys
-            .extend(req.block_hashes.iter().map(|h| key_hash(part, h.as_ref())));
-        // Real runs, by replica id (the walk's raws may come in any order).
-        m.starts.clear();
-        m.starts
-            .extend(raws.iter().map(|x| (x.replica, x.blocks as usize)));
-        m.starts.sort_unstable();
-        m.starts.dedup_by_key(|x| x.0);
-        let starts = &m.starts;
-        let deepest = starts.iter().map(|x| x.1).max().unwrap_or(0);
+        // Real runs' ends by replica id, in the thread's table (the walk's
+        // raws may come in any order; a replica's shortest run counts).
+        for x in raws {
+            let i = x.replica as usize;
+            if m.start_at.len() <= i {
+                m.start_at.resize((i + 1).next_power_of_two(), 0);
+            }
+            let s = &mut m.start_at[i];
+            if *s == 0 || *s > x.blocks + 1 {
+                *s = x.blocks + 1;
+            }
+        }
+        let start_at = &m.start_at;
         let start_of = |r: u32| {
-            starts
-                .binary_search_by_key(&r, |x| x.0)
-                .map_or(0, |i| starts[i].1)
+            start_at
+                .get(r as usize)
+                .map_or(0, |&s| s.saturating_sub(1) as usize)
         };
-        self.routing
-            .tentative
-            .runs(part, &m.keys, deepest, start_of, now, &mut m.found);
+        let deepest = raws
+            .iter()
+            .map(|x| start_of(x.replica))
+            .max()
+            .unwrap_or(0);
+        let hashes = req.block_hashes;
+        self.routing.tentative.runs(
+            part,
+            hashes.len(),
+            &mut m.keys,
+            |i| key_hash(part, hashes[i].as_ref()),
+            deepest,
+            start_of,
+            now,
+            &mut m.found,
+        );
+        for x in raws {
+            if let Some(s) = m.start_at.get_mut(x.replica as usize) {
+                *s = 0;
+            }
+        }
         out.extend(m.found.iter().filter_map(|&(r, start, n)| {
             let tokens: i32 = req
                 .block_token_counts
@@ -797,7 +818,11 @@ impl Index {
         let now = self.now();
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).
-        let Some((replica, _)) = self.intern_replica(&delivery.replica_id) else {
+        let found = read(&self.store.catalog).find_replica(&delivery.replica_id);
+        let Some(replica) = found.or_else(|| {
+            self.intern_replica(&delivery.replica_id)
+                .map(|(id, _)| id)
+        }) else {
             return DeliveryOutcome::default();
         };
         self.routing.load.add(replica, delivery.work_us, now);
@@ -807,7 +832,11 @@ impl Index {
         if tentative_ttl.is_zero() || !chain_ok || req.hash_scheme.is_empty() {
             return out;
         }
-        let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
+        // The partition's id from the thread's cache (the route resolved it).
+        let (t, m, s, a) = (req.tenant, req.model, req.hash_scheme, req.adapter);
+        let part = self
+            .with_partition(t, m, s, a, |p| p.id)
+            .unwrap_or_else(|| self.intern_partition(t, m, s, a).id);
         // One record: the chain past the real run, up to a block without a
         // hash (none of its blocks is a holding).
         let past = req.block_hashes.get(delivery.real_blocks..).unwrap_or(&[]);
@@ -826,10 +855,10 @@ impl Index {
                 past.iter()
                     .map(AsRef::as_ref)
                     .take_while(|h| !h.is_empty())
-                    .map(|h| key_hash(part.id, h)),
+                    .map(|h| key_hash(part, h)),
             );
             self.routing.tentative.insert(
-                part.id,
+                part,
                 replica,
                 delivery.real_blocks as u32,
                 keys,

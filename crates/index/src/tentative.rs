@@ -176,7 +176,10 @@ impl Record {
     }
 
     fn filter_bit(&self, key: u64) -> (usize, u64) {
-        let bit = (key >> 11) % (self.filter().len() as u64 * 64);
+        // The key is a hash already: its high bits scaled to the filter
+        // (a multiply, where a modulo was a division per key).
+        let bits = self.filter().len() as u64 * 64;
+        let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
         ((bit / 64) as usize, 1 << (bit % 64))
     }
 
@@ -565,32 +568,46 @@ impl Tentative {
         (kept as u64, dropped)
     }
 
-    /// Each replica's tentative run over the request's chain `keys` (the
-    /// partition's key hashes) from `start_of(replica)`, the end of its real
-    /// run: calls `each(replica, start, blocks)` once per replica with a
-    /// run. Positions `0..=deepest` are probed (`deepest`: the deepest real
-    /// run).
+    /// Each replica's tentative run over the request's chain of `blocks`
+    /// blocks from `start_of(replica)`, the end of its real run: one
+    /// `(replica, start, blocks)` in `found` per replica with a run.
+    /// Positions `0..=deepest` are probed (`deepest`: the deepest real run).
+    /// `keys` holds the chain's keys (the partition's key hashes) as far as
+    /// they were needed; `key_at(i)` makes the one at position `i` (most
+    /// lookups need the first few only).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn runs(
         &self,
         part: u32,
-        keys: &[u64],
+        blocks: usize,
+        keys: &mut Vec<u64>,
+        key_at: impl Fn(usize) -> u64,
         deepest: usize,
         start_of: impl Fn(u32) -> usize,
         now: i64,
         found: &mut Vec<(u32, usize, usize)>,
     ) {
         found.clear();
+        keys.clear();
         let o = read(&self.overlay);
-        if o.by_head.is_empty() || keys.is_empty() {
+        if o.by_head.is_empty() || blocks == 0 {
             return;
         }
+        let fill = |keys: &mut Vec<u64>, upto: usize| {
+            let upto = upto.min(blocks);
+            while keys.len() < upto {
+                keys.push(key_at(keys.len()));
+            }
+        };
         let publishers = read(&self.publishers);
         crate::scratch::with(&FOUND_AT, |at: &mut Vec<u32>| {
-            for (p, key) in keys.iter().enumerate().take(deepest.saturating_add(1)) {
-                if o.heads[head_slot(part, *key)] == 0 {
+            for p in 0..blocks.min(deepest.saturating_add(1)) {
+                fill(keys, p + 1);
+                let key = keys[p];
+                if o.heads[head_slot(part, key)] == 0 {
                     continue;
                 }
-                for id in o.head_list(part, *key) {
+                for id in o.head_list(part, key) {
                     let Some(r) = o.record(id) else {
                         continue;
                     };
@@ -605,6 +622,7 @@ impl Tentative {
                     // The record agrees with the request for `eq` keys from
                     // the replica's real run on; of those, the leading held.
                     let j0 = s - p;
+                    fill(keys, p + r.keys().len());
                     let eq = r.keys()[j0..]
                         .iter()
                         .zip(&keys[s..])
@@ -772,7 +790,9 @@ mod tests {
         let mut found = Vec::new();
         t.runs(
             1,
-            keys,
+            keys.len(),
+            &mut Vec::new(),
+            |i| keys[i],
             start,
             |r| if r == replica { start } else { usize::MAX },
             now,
