@@ -769,11 +769,7 @@ impl Index {
                 .get(r as usize)
                 .map_or(0, |&s| s.saturating_sub(1) as usize)
         };
-        let deepest = raws
-            .iter()
-            .map(|x| start_of(x.replica))
-            .max()
-            .unwrap_or(0);
+        let deepest = raws.iter().map(|x| start_of(x.replica)).max().unwrap_or(0);
         let hashes = req.block_hashes;
         self.routing.tentative.runs(
             part,
@@ -819,10 +815,9 @@ impl Index {
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).
         let found = read(&self.store.catalog).find_replica(&delivery.replica_id);
-        let Some(replica) = found.or_else(|| {
-            self.intern_replica(&delivery.replica_id)
-                .map(|(id, _)| id)
-        }) else {
+        let Some(replica) =
+            found.or_else(|| self.intern_replica(&delivery.replica_id).map(|(id, _)| id))
+        else {
             return DeliveryOutcome::default();
         };
         self.routing.load.add(replica, delivery.work_us, now);
@@ -857,13 +852,9 @@ impl Index {
                     .take_while(|h| !h.is_empty())
                     .map(|h| key_hash(part, h)),
             );
-            self.routing.tentative.insert(
-                part,
-                replica,
-                delivery.real_blocks as u32,
-                keys,
-                expires,
-            )
+            self.routing
+                .tentative
+                .insert(part, replica, delivery.real_blocks as u32, keys, expires)
         });
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;

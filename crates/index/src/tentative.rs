@@ -128,10 +128,13 @@ impl Record {
     ) -> Self {
         let n = keys.len();
         let gone_words = n.div_ceil(64);
+        let len = n + gone_words + (n * 16).div_ceil(64).max(1);
         buf.clear();
-        buf.reserve_exact(n + gone_words + (n * 16).div_ceil(64).max(1));
+        // Recycled buffers come in every size: rounded up, most fit the
+        // next record without a reallocation.
+        buf.reserve(len.next_power_of_two().max(64));
         buf.extend_from_slice(keys);
-        buf.resize(n + gone_words + (n * 16).div_ceil(64).max(1), 0);
+        buf.resize(len, 0);
         let mut r = Self {
             part,
             replica,
