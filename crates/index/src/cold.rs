@@ -486,7 +486,7 @@ impl Index {
         let k = if p.seed.is_empty() || total == 1 {
             0
         } else {
-            crate::affinity::affinity_index(p.seed, total)
+            crate::affinity::tie_index(p.seed, total)
         };
         let xo = under_any.then_some(b.xo.as_slice());
         let picked: (u32, Option<usize>) = match b.tied_classes.as_slice() {

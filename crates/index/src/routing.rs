@@ -46,10 +46,11 @@
 //! holding the prefixes everybody shares finish their requests fastest and
 //! would otherwise keep attracting more of them (1.29× the mean request count
 //! at 16 replicas on the synthetic trace, BENCHMARKS.md). Among the rest, the
-//! replicas with the lowest estimate tie, and the tie goes to the
-//! AFFINITY_HINT seed rule (SHA-256 of the chain seed mod the byte-sorted
-//! tied set), so identical prompts still co-locate and an idle fleet is
-//! spread by the prompt's hash. Where replicas report their KV cache usage
+//! replicas with the lowest estimate tie, and the tie goes by the seed
+//! (XXH3-64 of the chain seed mod the name-sorted tied set, `affinity.rs`
+//! `tie_index`: the AFFINITY_HINT rule's shape with a cheaper hash), so
+//! identical prompts still co-locate and an idle fleet is spread by the
+//! prompt's hash. Where replicas report their KV cache usage
 //! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %
 //! steps): a new prefix goes where it does not evict others. If the pick holds a match of at least
 //! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
@@ -91,7 +92,7 @@
 /// prediction on the other engine, which then won every tie.
 pub(crate) const TENTATIVE_CREDIT: f64 = 0.9;
 
-use crate::affinity::affinity_index;
+use crate::affinity::tie_index;
 pub(crate) use crate::fleet::room_bucket;
 use crate::fleet::{Cand, Fleet};
 use crate::index::Index;
@@ -595,7 +596,7 @@ impl Index {
         let k = if p.seed.is_empty() {
             0
         } else {
-            affinity_index(p.seed, tied.len())
+            tie_index(p.seed, tied.len())
         };
         let (_, _, pick) = *tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
         self.answer(
