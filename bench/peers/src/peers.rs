@@ -187,14 +187,14 @@ pub static DEFAULT_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::At
 fn note_answer(route: &ic::TtftRoute) {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    format!("{:?}", route.result.strategy).hash(&mut h);
+    std::mem::discriminant(&route.result.strategy).hash(&mut h);
     route.pick.as_deref().hash(&mut h);
     if let Some(d) = &route.delivery {
         (&*d.replica_id, d.work_us.to_bits(), d.real_blocks).hash(&mut h);
     }
     for s in &route.result.scores {
         (&*s.replica_id, s.score.to_bits(), s.matched_tokens).hash(&mut h);
-        (s.estimated_cache_hit_prob.to_bits(), format!("{:?}", s.tier)).hash(&mut h);
+        (s.estimated_cache_hit_prob.to_bits(), s.tier).hash(&mut h);
     }
     DEFAULT_ANSWERS.fetch_add(h.finish(), std::sync::atomic::Ordering::Relaxed);
 }
