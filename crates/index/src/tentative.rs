@@ -41,8 +41,12 @@
 //! bytes); a collision would only make an approximate holding slightly more
 //! approximate), the position of its first key, the replica and both
 //! expiries. It is filed under its first key and its (partition, replica):
-//! two map writes per delivery, whatever the chain's length. The same chain
-//! delivered again to the same replica renews (or extends) its record.
+//! two map writes per delivery, whatever the chain's length. Each file is a
+//! list threaded through the records (the map holds the newest), so filing
+//! and dropping allocate nothing, and a record's keys and bits are one
+//! buffer that dropped records hand on to new ones. The same chain
+//! delivered again to the same replica renews (or extends) its record; it
+//! is found in the list of its first key.
 //!
 //! A lookup reads the records as it goes down the request's chain: one probe
 //! per position up to the deepest real run, each finding the records that
