@@ -144,6 +144,10 @@ pub struct GatewayConfig {
     /// Percent of a prefix's tokens the pick charges for caching a second
     /// copy of it on another engine ([`crate::pick`]).
     pub duplicate_weight_pct: u64,
+    /// Percent of a prompt's uncached tokens charged per token an engine's
+    /// cache has taken in beyond the least-filled engine's, up to the
+    /// prompt's own uncached tokens ([`crate::pick`]; 0: a tie-break only).
+    pub intake_weight_pct: u64,
     /// Count prefixes routed moments ago, before the index hears of them
     /// ([`crate::pending`]).
     pub pending_prefixes: bool,
@@ -177,6 +181,7 @@ impl GatewayConfig {
             engine_idle_timeout: DEFAULT_ENGINE_IDLE_TIMEOUT,
             decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
             duplicate_weight_pct: DEFAULT_DUPLICATE_WEIGHT_PCT,
+            intake_weight_pct: DEFAULT_INTAKE_WEIGHT_PCT,
             pending_prefixes: true,
             eviction_foresight: true,
             engine_admin: false,
@@ -229,6 +234,10 @@ pub const DEFAULT_DECODE_WEIGHT_TOKENS: u64 = 64;
 /// wait as prefilling it elsewhere) rather than evicting other prompts from
 /// a second cache, and moves once the twin's engine is a copy's worth busier.
 pub const DEFAULT_DUPLICATE_WEIGHT_PCT: u64 = 50;
+
+/// Default `--intake-weight-pct`: a new prefix waits behind up to about two
+/// of its own prefills rather than fill the fuller cache ([`crate::pick`]).
+pub const DEFAULT_INTAKE_WEIGHT_PCT: u64 = 200;
 
 #[cfg(test)]
 mod tests {

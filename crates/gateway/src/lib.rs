@@ -43,7 +43,7 @@ pub mod usage;
 
 pub use config::{
     DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_ENGINE_IDLE_TIMEOUT,
-    DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig, HintMode,
+    DEFAULT_INTAKE_WEIGHT_PCT, DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig, HintMode,
 };
 pub use error::GatewayError;
 
@@ -216,6 +216,7 @@ impl Gateway {
                 block_size,
                 decode_weight: config.decode_weight_tokens,
                 duplicate_weight_pct: config.duplicate_weight_pct,
+                intake_weight_pct: config.intake_weight_pct,
                 pending_prefixes: config.pending_prefixes,
             },
             pending_prefixes: config.pending_prefixes,
