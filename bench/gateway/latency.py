@@ -209,9 +209,10 @@ def main():
     ap.add_argument("--max-num-seqs", type=int, default=256, help="the engine's batch limit")
     ap.add_argument("--bin", default=str(ROOT / "target/release/inferencecache"))
     ap.add_argument("--out", default=None, help="write the report as JSON here")
-    ap.add_argument("--engine-busy-wait", type=float, default=None, metavar="S",
+    ap.add_argument("--engine-busy-wait", type=rv.busy_wait_arg, default=0.0, metavar="S|vllm",
                     help="a bench setting, never a product one: vLLM's shm readers busy-wait S s"
-                         " after each read (vLLM: 1; see bench/real-vllm/engine_busy_wait)")
+                         " after each read; default 0 as in run.py, 'vllm' for vLLM's own 1 s"
+                         " (see bench/real-vllm/engine_busy_wait)")
     a = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="ic-gw-latency-"))

@@ -119,6 +119,21 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DUPLICATE_WEIGHT_PCT)]
     pub duplicate_weight_pct: u64,
 
+    /// How long the in-process KV-event subscribers batch an engine's block
+    /// stores before the index sees them (removals go at once). What the
+    /// gateway routed counts from dispatch anyway; shorter windows wake
+    /// the gateway more often while idle.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub events_window: Duration,
+
+    /// Percent of a prompt's uncached tokens the pick charges, per token an
+    /// engine's cache has taken in beyond the least-filled engine's (capped
+    /// at the prompt's own): new prefixes go where there is room unless
+    /// that engine's queue is longer by about two of their prefills (0:
+    /// room is only a tie-break, as before).
+    #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_INTAKE_WEIGHT_PCT)]
+    pub intake_weight_pct: u64,
+
     /// Serve POST /inferencecache/engines ({"engine": "<an --engine value>"})
     /// and DELETE /inferencecache/engines/ID: add and remove engines while
     /// the gateway runs. Off by default (whoever reaches the gateway could
@@ -214,6 +229,11 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.startup_timeout = a.startup_timeout;
     c.decode_weight_tokens = a.decode_weight_tokens;
     c.duplicate_weight_pct = a.duplicate_weight_pct;
+    c.intake_weight_pct = a.intake_weight_pct;
+    if a.events_window.is_zero() {
+        return Err(usage("--events-window must be positive, e.g. 100ms"));
+    }
+    c.events_window = a.events_window;
     c.pending_prefixes = !a.no_pending_prefixes;
     c.eviction_foresight = !a.no_eviction_foresight;
     c.engine_admin = a.engine_admin;

@@ -23,6 +23,8 @@ pub(crate) struct Attach {
     pub(crate) index_grpc: Option<SocketAddr>,
     /// Model each engine's block pool ([`crate::foresight`]).
     pub(crate) eviction_foresight: bool,
+    /// The subscribers' report window.
+    pub(crate) events_window: Duration,
 }
 
 impl std::fmt::Debug for Attach {
@@ -74,10 +76,17 @@ impl Attach {
         }
         for (m, dir) in roots {
             if !self.tokenizers.has(&m) {
-                match self.tokenizers.load(&m, &dir) {
-                    Ok(()) => {
+                // Parsing a tokenizer is seconds of CPU on a loaded host:
+                // off the runtime's workers, and once per model.
+                let (t, dir2, m2) = (Arc::clone(&self.tokenizers), dir.clone(), m.clone());
+                let loaded = tokio::task::spawn_blocking(move || t.load_once(&m2, &dir2))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("loader panicked: {e}")));
+                match loaded {
+                    Ok(true) => {
                         tracing::info!(model = %m, dir = %dir.display(), "tokenizer loaded from the engine's model directory")
                     }
+                    Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(model = %m, error = %e, "tokenizer not loaded; this model is routed without hints")
                     }
@@ -103,6 +112,7 @@ impl Attach {
             &self.tenant,
             &self.hash_scheme,
             grpc,
+            self.events_window,
             &mut set,
             cancel,
         )

@@ -144,6 +144,13 @@ pub struct GatewayConfig {
     /// Percent of a prefix's tokens the pick charges for caching a second
     /// copy of it on another engine ([`crate::pick`]).
     pub duplicate_weight_pct: u64,
+    /// Percent of a prompt's uncached tokens charged per token an engine's
+    /// cache has taken in beyond the least-filled engine's, up to the
+    /// prompt's own uncached tokens ([`crate::pick`]; 0: a tie-break only).
+    pub intake_weight_pct: u64,
+    /// How long the embedded subscribers batch an engine's block stores
+    /// before reporting them to the index (removals go at once).
+    pub events_window: Duration,
     /// Count prefixes routed moments ago, before the index hears of them
     /// ([`crate::pending`]).
     pub pending_prefixes: bool,
@@ -177,6 +184,8 @@ impl GatewayConfig {
             engine_idle_timeout: DEFAULT_ENGINE_IDLE_TIMEOUT,
             decode_weight_tokens: DEFAULT_DECODE_WEIGHT_TOKENS,
             duplicate_weight_pct: DEFAULT_DUPLICATE_WEIGHT_PCT,
+            intake_weight_pct: DEFAULT_INTAKE_WEIGHT_PCT,
+            events_window: DEFAULT_EVENTS_WINDOW,
             pending_prefixes: true,
             eviction_foresight: true,
             engine_admin: false,
@@ -229,6 +238,17 @@ pub const DEFAULT_DECODE_WEIGHT_TOKENS: u64 = 64;
 /// wait as prefilling it elsewhere) rather than evicting other prompts from
 /// a second cache, and moves once the twin's engine is a copy's worth busier.
 pub const DEFAULT_DUPLICATE_WEIGHT_PCT: u64 = 50;
+
+/// Default `--events-window`: the sidecar's own. The gateway counts what it
+/// routed from dispatch ([`crate::pending`]), so a store reaching the index
+/// 100 ms later costs no hint, and an idle subscriber wakes 10 times a
+/// second rather than 100 (at 10 ms the two subscribers' ticks were most of
+/// the idle gateway's 1 % of a core). Removals are flushed as they arrive.
+pub const DEFAULT_EVENTS_WINDOW: Duration = Duration::from_millis(100);
+
+/// Default `--intake-weight-pct`: a new prefix waits behind up to about two
+/// of its own prefills rather than fill the fuller cache ([`crate::pick`]).
+pub const DEFAULT_INTAKE_WEIGHT_PCT: u64 = 200;
 
 #[cfg(test)]
 mod tests {

@@ -87,6 +87,7 @@ pub async fn start_subscriber(
     tenant: &str,
     hash_scheme: &str,
     grpc_addr: SocketAddr,
+    window: Duration,
     tasks: &mut JoinSet<Result<(), GatewayError>>,
     cancel: &CancellationToken,
 ) -> Result<(), GatewayError> {
@@ -115,9 +116,10 @@ pub async fn start_subscriber(
                 tenant_id: tenant.to_owned(),
                 hash_scheme: hash_scheme.to_owned(),
             },
-            // Loopback and in-process: report fast, so a follow-up request
-            // a few ms later already finds its prefix.
-            window: Duration::from_millis(10),
+            // Stores wait up to the window (the gateway counts what it
+            // routed before the index hears of it: `pending`); removals
+            // are flushed as they arrive.
+            window,
             ..ForwardConfig::default()
         },
         stats: None,

@@ -353,6 +353,11 @@ impl Dispatch {
         }
     }
 
+    /// Whether [`Dispatch::prefilled`] was called.
+    pub fn is_prefilled(&self) -> bool {
+        self.prefilled
+    }
+
     fn release_prefill(&mut self) {
         let n = std::mem::take(&mut self.pending);
         if n > 0 {

@@ -43,7 +43,8 @@ pub mod usage;
 
 pub use config::{
     DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_ENGINE_IDLE_TIMEOUT,
-    DEFAULT_TENANT, EmbeddedIndex, EngineSpec, GatewayConfig, HintMode,
+    DEFAULT_EVENTS_WINDOW, DEFAULT_INTAKE_WEIGHT_PCT, DEFAULT_TENANT, EmbeddedIndex, EngineSpec,
+    GatewayConfig, HintMode,
 };
 pub use error::GatewayError;
 
@@ -157,6 +158,7 @@ impl Gateway {
             hash_scheme: config.hash_scheme.clone(),
             index_grpc: index.map(|i| i.grpc),
             eviction_foresight: config.eviction_foresight,
+            events_window: config.events_window,
         };
         let mut pending = JoinSet::new();
         for e in &engines {
@@ -216,6 +218,7 @@ impl Gateway {
                 block_size,
                 decode_weight: config.decode_weight_tokens,
                 duplicate_weight_pct: config.duplicate_weight_pct,
+                intake_weight_pct: config.intake_weight_pct,
                 pending_prefixes: config.pending_prefixes,
             },
             pending_prefixes: config.pending_prefixes,

@@ -65,6 +65,11 @@ pub struct Prompt {
 #[derive(Debug, Default)]
 pub struct Tokenizers {
     by_model: RwLock<HashMap<String, Arc<ChatTokenizer>>>,
+    /// Held while an engine's attach loads a model's tokenizer: engines of
+    /// one model attach at once, and each loading it (a second or more of
+    /// CPU for a 150 K-token vocabulary, then dropping all but one) took
+    /// the cores the engines were starting on.
+    loading: std::sync::Mutex<()>,
 }
 
 impl Tokenizers {
@@ -79,6 +84,19 @@ impl Tokenizers {
             m.insert(model.to_owned(), Arc::new(t));
         }
         Ok(())
+    }
+
+    /// Loads `dir` for `model` unless it has a tokenizer already (then
+    /// `Ok(false)`); concurrent callers load it once.
+    pub fn load_once(&self, model: &str, dir: &Path) -> Result<bool, String> {
+        let _one = self
+            .loading
+            .lock()
+            .map_err(|_| "tokenizer loader poisoned")?;
+        if self.has(model) {
+            return Ok(false);
+        }
+        self.load(model, dir).map(|()| true)
     }
 
     /// Whether `model` has a tokenizer.
