@@ -410,7 +410,11 @@ impl Index {
                 && set
                     .classes
                     .first()
-                    .is_none_or(|c| !(c.pressure < maxp) || class_est(c) > best)
+                    // Not under the maximum (NaN included): not ok.
+                    .is_none_or(|c| {
+                        c.pressure.partial_cmp(&maxp).is_none_or(|o| o.is_ge())
+                            || class_est(c) > best
+                    })
         };
         if !matches_win {
             let from = b.e.len();
