@@ -25,7 +25,10 @@
 //! busy, over the bound); the tie among equal cold replicas is the k-th
 //! eligible member of its class in name order, found by skipping the
 //! excluded positions. The cost is O(matched + busy + over the bound +
-//! classes skipped + log fleet), where the one-pass ranking's is O(fleet).
+//! classes skipped + log fleet), where the one-pass ranking's is O(fleet);
+//! and O(matched) when an eligible match beats every cold class, since no
+//! busy or cold member can then be best or tie (their estimates are at
+//! least their class's), so neither list is walked.
 //! Same answers: the property test in `routing_scan.rs` holds the pick, the
 //! delivery and the scores to the straightforward scan's.
 
