@@ -169,8 +169,19 @@ async fn a_request_sent_elsewhere_leaves_no_phantom_on_the_hinted_replica() {
     // P: B's first 8 blocks + 30 fresh ones (+1 token): hinted to replica
     // 0, which holds its head; there its 31 new blocks would take the
     // system prompt's blocks 39..=11. The caller fails open and sends it to
-    // replica 1, which stores all 38.
+    // replica 1, which stores all 38 (30 prefixes the server did not hold).
     let p = cat(&fresh[..8 * BLOCK], &tokens(3, 30 * BLOCK + 1));
+    // Replica 0's model needs its pool (its sidecar's first load report,
+    // one interval after start) to expect P at all.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while chain
+        .load(0)
+        .await
+        .is_none_or(|l| l.kv_cache_capacity_tokens == 0)
+    {
+        assert!(Instant::now() < deadline, "no load report from replica 0");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let hint = chain.lookup(chain.request(0, &p, "")).await;
     assert_eq!(
         hint.replica_scores.first().map(|s| s.replica_id.as_str()),
@@ -180,7 +191,7 @@ async fn a_request_sent_elsewhere_leaves_no_phantom_on_the_hinted_replica() {
     let delivered = Instant::now();
     let (_, p_cached) = chain.complete(1, &p, json!({})).await;
     assert_eq!(p_cached, 0);
-    wait_prefixes(&chain, 41 + 117 + 38).await;
+    wait_prefixes(&chain, 41 + 117 + 30).await;
 
     // D repeats the system prompt on replica 0, which has run nothing since.
     let d = ask(200);

@@ -90,9 +90,9 @@ pub struct Foresight {
     retired: AtomicU64,
 }
 
-/// The replicas requests ending in one block were hinted to, each with its
-/// delivery's sequence number.
-type Hinted = Vec<(u64, Weak<Replica>)>;
+/// The requests delivered with one last block: (sequence, the replica
+/// hinted), oldest first.
+type Enders = Vec<(u64, Weak<Replica>)>;
 
 /// The requests delivered and maybe still waiting, by the last block of
 /// their chain: how a store on replica B finds a request hinted to replica
@@ -101,7 +101,7 @@ type Hinted = Vec<(u64, Weak<Replica>)>;
 /// holds them (found on a match), or by age.
 #[derive(Debug, Default)]
 struct Ends {
-    by_last: HashMap<u64, Hinted>,
+    by_last: HashMap<u64, Enders>,
     /// (last block, sequence, delivered at), oldest first.
     order: VecDeque<(u64, u64, Instant)>,
     seq: u64,
@@ -329,7 +329,7 @@ impl Foresight {
     /// never start) and counts here as started. Locks one model at a time.
     fn arrived_elsewhere(&self, here: &Arc<Replica>, stored: &[u64]) -> u64 {
         // One lock for the report: the blocks that end a delivered chain.
-        let found: Vec<(u64, Hinted)> = match self.ends.lock() {
+        let found: Vec<(u64, Enders)> = match self.ends.lock() {
             Ok(mut e) => stored
                 .iter()
                 .filter_map(|h| e.by_last.remove(h).map(|c| (*h, c)))
@@ -345,12 +345,7 @@ impl Foresight {
     /// Of `candidates` (delivered requests ending with `last`, oldest
     /// first), the first still waiting on another replica of `here`'s scope
     /// moves here.
-    fn move_one(
-        &self,
-        here: &Arc<Replica>,
-        last: u64,
-        candidates: Vec<(u64, Weak<Replica>)>,
-    ) -> bool {
+    fn move_one(&self, here: &Arc<Replica>, last: u64, candidates: Enders) -> bool {
         let mut keep = Vec::new();
         let mut found = None;
         for (seq, w) in candidates {
