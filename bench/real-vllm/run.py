@@ -17,7 +17,8 @@ Policies:
                  `inferencecache subscribe` per engine, all on default flags:
                  LookupRoute(token_ids) per request, the top replica, else the
                  engine with fewest requests in flight; hints+--flag runs
-                 its own serve (and sidecars) with that flag
+                 its own serve (and sidecars) with that flag; base-hints[+flag]
+                 the same with --base-bin (a baseline build in the same run)
   gateway        `inferencecache gateway --engine A --engine B` (issue 34);
                  gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
@@ -435,6 +436,46 @@ def bucket_quantile(before, after, q):
     return int(total), None
 
 
+def serve_lookups(url):
+    """A serve's LookupRoute counters: calls by reason, hints delivered,
+    and its handler-latency histogram (cumulative buckets, seconds)."""
+    out = {"calls": {}, "delivered": 0.0, "buckets": {}}
+    if not url:
+        return out
+    body = httpx.get(f"{url}/metrics", timeout=10).text
+    for line in body.splitlines():
+        if line.startswith("inferencecache_lookup_route_calls_total{"):
+            reason = line.split('reason_code="')[1].split('"')[0]
+            out["calls"][reason] = out["calls"].get(reason, 0.0) + float(line.split()[-1])
+        elif line.startswith("inferencecache_delivered_hints_total"):
+            out["delivered"] = float(line.split()[-1])
+        elif line.startswith("inferencecache_foresight_moved_total"):
+            out["moved"] = float(line.split()[-1])
+        elif line.startswith("inferencecache_lookup_route_latency_seconds_bucket{"):
+            le = line.split('le="')[1].split('"')[0]
+            out["buckets"][le] = out["buckets"].get(le, 0.0) + float(line.split()[-1])
+    return out
+
+
+def serve_lookup_delta(before, after):
+    """What a serve counted over one policy: calls by reason, hints
+    delivered, and its handler latency's p99 / max bucket bounds."""
+    calls = {k: int(v - before["calls"].get(k, 0)) for k, v in after["calls"].items()
+             if v - before["calls"].get(k, 0) > 0}
+    d = {k: after["buckets"][k] - before["buckets"].get(k, 0) for k in after["buckets"]}
+    les = sorted(d, key=lambda k: float("inf") if k == "+Inf" else float(k))
+    n = d.get("+Inf", 0)
+    p99 = mx = None
+    for le in les:
+        if p99 is None and n and d[le] >= 0.99 * n:
+            p99 = le
+        if mx is None and n and d[le] >= n:
+            mx = le
+    return {"server_calls": calls, "server_delivered": int(after["delivered"] - before["delivered"]),
+            "foresight_moved": int(after.get("moved", 0) - before.get("moved", 0)),
+            "server_latency_p99_le_s": p99, "server_latency_max_le_s": mx}
+
+
 def workload(tok, n_sys, n_req, sys_tokens, seed):
     rng = random.Random(seed)
     vocab = [t for t in range(1000, 30000)]
@@ -507,7 +548,7 @@ def send(url, prompt, extra_headers=None, meta=None):
 class HintClient:
     """The Python gateway: LookupRoute(token_ids) then forward."""
 
-    def __init__(self, grpc_addr, engines, tok, work):
+    def __init__(self, grpc_addr, engines, tok, work, deadline=1.0):
         import grpc
         from grpc_tools import protoc
 
@@ -522,7 +563,13 @@ class HintClient:
         from inferencecache.v1alpha1 import inferencecache_pb2_grpc as pbg
 
         self.pb = pb
-        self.stub = pbg.InferenceCacheStub(grpc.insecure_channel(grpc_addr))
+        # One persistent channel, connected before the first request (as a
+        # gateway connects at startup): the first lookup must not pay the
+        # TCP + HTTP/2 handshake inside its deadline.
+        self.channel = grpc.insecure_channel(grpc_addr)
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+        self.stub = pbg.InferenceCacheStub(self.channel)
+        self.deadline = deadline
         self.engines = engines
         self.ids = {f"r{i}": e for i, e in enumerate(engines)}
         self.tok = tok
@@ -531,26 +578,31 @@ class HintClient:
         self.rr = 0
 
     def pick(self, prompt):
+        """(engine, hinted tokens, lookup seconds, what the lookup said)."""
         ids = self.tok.encode(prompt)
         t0 = time.perf_counter()
         hinted, engine = 0, None
+        info = {"failed_open": None, "server_us": None, "reason": None}
         try:
             resp = self.stub.LookupRoute(
                 self.pb.LookupRouteRequest(model_id="m", tenant_id="bench", hash_scheme="vllm",
-                                           token_ids=ids), timeout=0.05)
+                                           token_ids=ids), timeout=self.deadline)
+            info["server_us"] = resp.lookup_latency_us
+            info["reason"] = resp.reason_code
             if resp.replica_scores and resp.reason_code == "PREFIX_MATCH":
                 engine = self.ids.get(resp.replica_scores[0].replica_id)
                 hinted = resp.replica_scores[0].matched_tokens
             elif resp.replica_scores:
                 engine = self.ids.get(resp.replica_scores[0].replica_id)
-        except Exception:  # fail open
-            pass
+        except Exception as ex:  # fail open
+            code = getattr(ex, "code", None)
+            info["failed_open"] = code().name if callable(code) else type(ex).__name__
         cost = time.perf_counter() - t0
         with self.lock:
             if engine is None:
                 engine = min(self.engines, key=lambda e: self.inflight[e.url])
             self.inflight[engine.url] += 1
-        return engine, hinted, cost
+        return engine, hinted, cost, info
 
     def done(self, engine):
         with self.lock:
@@ -606,12 +658,12 @@ def run_policy(name, engines, reqs, conc, ctx):
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
-        elif name.split("+")[0] == "hints":
+        elif name.removeprefix("base-").split("+")[0] == "hints":
             hc = ctx["hints"][name]
 
         def one(i_req):
             i, (s, prompt) = i_req
-            hinted, cost = None, None
+            hinted, cost, lk = None, None, {}
             t_lookup = time.time()
             if name in ("e0", "e1"):
                 # One engine takes everything, no router: what a router
@@ -624,7 +676,7 @@ def run_policy(name, engines, reqs, conc, ctx):
                     rr[0] += 1
                 target, eng = e.url, e.url
             elif hc is not None:
-                e, hinted, cost = hc.pick(prompt)
+                e, hinted, cost, lk = hc.pick(prompt)
                 target, eng = e.url, e.url
             else:
                 target, eng = url, None
@@ -641,7 +693,7 @@ def run_policy(name, engines, reqs, conc, ctx):
                 hinted = int(meta["x-inferencecache-reusable-tokens"])
                 eng = meta.get("x-inferencecache-engine")
             res.add(i=i, sys=s, ttft=ttft, prompt=pt, cached=ct, hinted=hinted, engine=eng,
-                    lookup=cost, route=meta.get("x-inferencecache-route"),
+                    lookup=cost, route=meta.get("x-inferencecache-route"), **lk,
                     t_lookup=t_lookup, t_done=time.time())
 
         idle = ctx.get("idle_probe", 0)
@@ -681,9 +733,21 @@ def summarize(name, rows, sys_tokens):
     prompt = sum(r["prompt"] for r in rows)
     cached = sum(r["cached"] for r in rows)
     full_miss = sum(1 for r in rows if r["cached"] < sys_tokens // 2)
+    # Each full miss past the first of its system prompt (the workload's
+    # minimum), with what the lookup said: where the extra ones come from.
+    # sys_served_on: the engines that served that system prompt before
+    # (the miss's engine among them: evicted there; not: placed away).
+    seen, extra = {}, []
+    for r in sorted(rows, key=lambda r: r["t_lookup"]):
+        if r["cached"] < sys_tokens // 2 and r["sys"] in seen:
+            extra.append({k: r.get(k) for k in ("i", "sys", "engine", "reason", "hinted",
+                                                "failed_open", "lookup")}
+                         | {"sys_served_on": sorted(seen[r["sys"]])})
+        seen.setdefault(r["sys"], set()).add(r.get("engine"))
     out = {"policy": name, "n": len(rows), "ttft_mean": statistics.mean(ttfts),
            "ttft_p50": statistics.median(ttfts), "ttft_p90": q[8],
-           "hit_rate": cached / prompt if prompt else 0.0, "full_misses": full_miss}
+           "hit_rate": cached / prompt if prompt else 0.0, "full_misses": full_miss,
+           "extra_full_misses": extra}
     hinted = [r for r in rows if r.get("hinted")]
     if hinted:
         exact = sum(1 for r in hinted if r["hinted"] == r["cached"])
@@ -702,9 +766,19 @@ def summarize(name, rows, sys_tokens):
         for c in ("stale", "after", "unseen"):
             out[f"over_{c}"] = sum(1 for x in causes if x[0] == c)
         out["over_lags_ms"] = [round(x[1] * 1000, 1) for x in causes if x[1] is not None]
-    lk = [r["lookup"] * 1000 for r in rows if r.get("lookup") is not None]
+    lk = sorted(r["lookup"] * 1000 for r in rows if r.get("lookup") is not None)
     if lk:
         out["lookup_ms_p50"] = statistics.median(lk)
+        out["lookup_ms_p99"] = lk[min(len(lk) - 1, int(len(lk) * 0.99))]
+        out["lookup_ms_max"] = lk[-1]
+        failed = [r for r in rows if r.get("failed_open")]
+        out["lookups_failed_open"] = len(failed)
+        out["lookups_past_50ms"] = sum(1 for x in lk if x > 50)
+        out["failed_open_client_ms"] = [round(r["lookup"] * 1000, 1) for r in failed]
+        srv = sorted(r["server_us"] for r in rows if r.get("server_us") is not None)
+        if srv:
+            out["server_lookup_us_p50"] = srv[len(srv) // 2]
+            out["server_lookup_us_max"] = srv[-1]
     return out
 
 
@@ -727,6 +801,8 @@ def main():
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--system-tokens", type=int, default=1536)
     ap.add_argument("--bin", default=str(ROOT / "target/release/inferencecache"))
+    ap.add_argument("--base-bin", default=None,
+                    help="the binary of base-hints[+flags] policies (the build before a change)")
     ap.add_argument("--out", default=None, help="write every row and summary as JSON here")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--worker-offset", type=int, default=0,
@@ -739,6 +815,12 @@ def main():
                          " the client and routers share; a real deployment gives each engine its own"
                          " cores); an idle reader then rechecks every 10 ms instead of 5 s."
                          " 'vllm' runs vLLM's own default (1 s)")
+    ap.add_argument("--hint-deadline-ms", type=float, default=1000, metavar="MS",
+                    help="the Python gateway's LookupRoute deadline; past it the lookup fails"
+                         " open (the request goes to the engine with fewest in flight). 1 s: on"
+                         " this 2-core host the client itself is descheduled for 50-400 ms while"
+                         " the server's handler takes < 0.3 ms (docs/decisions.md, issue 33,"
+                         " session 42); 50 reproduces runs N1/N2, the SDK's default is 20")
     ap.add_argument("--idle-probe", type=float, default=0, metavar="S",
                     help="per policy, with its router up and no request running, measure the"
                          " engines' and the router's CPU over S s (what its polling costs)")
@@ -766,20 +848,27 @@ def main():
             ctx = {"work": work, "bin": Path(a.bin), "models_dir": models_dir,
                    "worker_offset": a.worker_offset, "idle_probe": a.idle_probe}
             # hints+--flag+...: another serve (and sidecars) with those flags.
-            for hname in [p for p in a.policies if p.split("+")[0] == "hints"]:
+            for hname in [p for p in a.policies
+                          if p.removeprefix("base-").split("+")[0] == "hints"]:
                 g, h = free_port(), free_port()
                 tag = str(len(ctx.get("hints", {})))
-                side.append(Proc([a.bin, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
+                # base-hints...: the same with --base-bin's serve and sidecars
+                # (the build before a change, in the same run).
+                bin_ = a.base_bin if hname.startswith("base-") else a.bin
+                if not bin_:
+                    sys.exit(f"{hname} needs --base-bin")
+                side.append(Proc([bin_, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
                                   "--http-bind-address", f"127.0.0.1:{h}",
                                   "--snapshot-bind-address", f"127.0.0.1:{free_port()}",
                                   *[f for f in hname.split("+")[1:] if f]],
                                  work / f"serve{tag}.log"))
                 wait_http(f"http://127.0.0.1:{h}/readyz", 60, side[-1].p, side[-1].log)
+                ctx.setdefault("serve_http", {})[hname] = f"http://127.0.0.1:{h}"
                 for i, e in enumerate(engines):
                     sc_http = free_port()
                     ctx.setdefault("sidecars", {}).setdefault(hname, []).append(
                         f"http://127.0.0.1:{sc_http}")
-                    side.append(Proc([a.bin, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
+                    side.append(Proc([bin_, "subscribe", "--replica-id", f"r{i}", "--model-id", "m",
                                       "--tenant-id", "bench",
                                       "--engine-endpoint", f"tcp://127.0.0.1:{e.ev}",
                                       "--replay-endpoint", f"tcp://127.0.0.1:{e.replay}",
@@ -787,13 +876,15 @@ def main():
                                       "--server", f"127.0.0.1:{g}",
                                       "--http-bind-address", f"127.0.0.1:{sc_http}"],
                                      work / f"subscribe{tag}-{i}.log"))
-                ctx.setdefault("hints", {})[hname] = HintClient(f"127.0.0.1:{g}", engines, tok, work)
+                ctx.setdefault("hints", {})[hname] = HintClient(
+                    f"127.0.0.1:{g}", engines, tok, work, deadline=a.hint_deadline_ms / 1000)
             for conc in a.concurrency:
                 for name in a.policies:
                     for e in engines:
                         e.reset()
                     time.sleep(0.5)  # let the clear reach the index before the first lookup
                     ev0 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
+                    sl0 = serve_lookups(ctx.get("serve_http", {}).get(name))
                     es0 = [engine_sums(e.url) for e in engines]
                     rows = run_policy(name, engines, reqs, conc, ctx)
                     es1 = [engine_sums(e.url) for e in engines]
@@ -826,11 +917,12 @@ def main():
                     s["engine_busy_wait_s"] = a.engine_busy_wait
                     if ctx.get("router_cpu_s") is not None:
                         s["router_cpu_ms"] = round(ctx.pop("router_cpu_s") * 1000)
-                    if name.split("+")[0] == "hints":
+                    if name.removeprefix("base-").split("+")[0] == "hints":
                         n, p50 = bucket_quantile(ev0, ev1, 0.5)
                         _, p99 = bucket_quantile(ev0, ev1, 0.99)
                         s.update(evictions=n, eviction_visible_p50_le_s=p50,
                                  eviction_visible_p99_le_s=p99)
+                        s.update(serve_lookup_delta(sl0, serve_lookups(ctx["serve_http"][name])))
                     report["runs"].append({"summary": s, "rows": rows})
                     print(json.dumps(s), flush=True)
         finally:
@@ -840,8 +932,9 @@ def main():
                 p.stop()
             for e in engines:
                 e.proc.stop()
-    print("\n| cache | clients | policy | TTFT mean ms | p50 | p90 | hit rate | full misses | hints exact / over |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| cache | clients | policy | TTFT mean ms | p50 | p90 | hit rate | full misses | hints exact / over |"
+          " lookups failed open | lookup ms p50 / p99 / max (client) | server µs max (handler) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["runs"]:
         s = r["summary"]
         h = f"{s['hints_exact']}/{s['hints']} exact, {s['hints_over']} over" if "hints" in s else ""
@@ -849,7 +942,10 @@ def main():
             h += (f" (stale {s.get('over_stale', 0)}, after the hint {s.get('over_after', 0)},"
                   f" unseen {s.get('over_unseen', 0)})")
         print(f"| {s['cache']} | {s['concurrency']} | {s['policy']} | {s['ttft_mean']:.0f} | "
-              f"{s['ttft_p50']:.0f} | {s['ttft_p90']:.0f} | {s['hit_rate']:.1%} | {s['full_misses']} | {h} |")
+              f"{s['ttft_p50']:.0f} | {s['ttft_p90']:.0f} | {s['hit_rate']:.1%} | {s['full_misses']} | {h} | "
+              + (f"{s['lookups_failed_open']} ({s['lookups_past_50ms']} past 50 ms) | {s['lookup_ms_p50']:.1f} / {s['lookup_ms_p99']:.1f} / "
+                 f"{s['lookup_ms_max']:.1f} | {s.get('server_lookup_us_max', '')} |"
+                 if "lookups_failed_open" in s else "| | |"))
     # Evictions reach lookups (the sidecars' eviction_visible_seconds: engine
     # batch at the sidecar -> the server's ack), per run with sidecars.
     for r in report["runs"]:

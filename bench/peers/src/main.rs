@@ -497,6 +497,10 @@ fn main() {
     }
     print_table(&rows);
     print_default_ratios(&rows);
+    let digest = peers::DEFAULT_ANSWERS.load(std::sync::atomic::Ordering::Relaxed);
+    if digest != 0 {
+        println!("default path answers digest: {digest:016x}");
+    }
 }
 
 /// The default path against the contract lookup and kv-index, per mode:

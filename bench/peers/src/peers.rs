@@ -178,6 +178,27 @@ fn ours_apply(idx: &ic::Index, up: Option<&ic::CacheUpdate>, evs: &[ic::CacheEve
     );
 }
 
+/// A digest of every default-path answer (pick, delivery, scores), summed
+/// over the run: two builds that answer alike print the same digest
+/// (`main.rs`), which is how a change to the path is checked to keep its
+/// answers (the path's picks have no ground truth to compare with).
+pub static DEFAULT_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn note_answer(route: &ic::TtftRoute) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::mem::discriminant(&route.result.strategy).hash(&mut h);
+    route.pick.as_deref().hash(&mut h);
+    if let Some(d) = &route.delivery {
+        (&*d.replica_id, d.work_us.to_bits(), d.real_blocks).hash(&mut h);
+    }
+    for s in &route.result.scores {
+        (&*s.replica_id, s.score.to_bits(), s.matched_tokens).hash(&mut h);
+        (s.estimated_cache_hit_prob.to_bits(), s.tier).hash(&mut h);
+    }
+    DEFAULT_ANSWERS.fetch_add(h.finish(), std::sync::atomic::Ordering::Relaxed);
+}
+
 fn ours_lookup(
     idx: &ic::Index,
     path: Path,
@@ -202,7 +223,13 @@ fn ours_lookup(
             if let Some(d) = &route.delivery {
                 idx.record_delivery(&req, d, params.weights.tentative_ttl);
             }
-            route.result
+            let ns = t.elapsed().as_nanos() as u64;
+            note_answer(&route);
+            for s in &route.result.scores {
+                let r: u32 = s.replica_id[1..].parse().expect("replica name");
+                out.push((r, (s.matched_tokens as u64 / BLOCK_TOKENS) as u32));
+            }
+            return ns;
         }
     };
     let ns = t.elapsed().as_nanos() as u64;

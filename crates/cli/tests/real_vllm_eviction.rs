@@ -133,3 +133,82 @@ async fn no_hint_claims_blocks_a_request_hinted_earlier_evicts() {
     let again = chain.judge("again", &ask(300), "", 0).await;
     assert_eq!(u64::try_from(again.hinted).unwrap(), again.reused);
 }
+
+/// A gateway fails a lookup open (its deadline passed) and sends the
+/// request to the other engine: the server's model of the replica it named
+/// must not keep a request there that never starts. Here that request, P,
+/// would evict the tail of a system prompt replica 0 holds, so while the
+/// model thinks it waits, a repeat of the system prompt (D) is claimed
+/// short of what the engine reuses. P's blocks stored on replica 1 take it
+/// back from replica 0's model (and count it on replica 1), so D's claim
+/// is exact. The sidecars report load every 10 s (the reference's scrape
+/// interval), so a load report does not prune P first, as it would within
+/// 1-2 s at the default 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_elsewhere_leaves_no_phantom_on_the_hinted_replica() {
+    let Some(chain) = qwen_chain(2, &[], &["--stats-interval", "10s"], |c| {
+        c.num_blocks = Some(BLOCKS)
+    })
+    .await
+    else {
+        return;
+    };
+    let system: Vec<u32> = tokens(1, 40 * BLOCK);
+    let ask = |seed: u64| cat(&system, &tokens(seed, BLOCK + 1));
+    let fresh = tokens(2, 117 * BLOCK + 1);
+
+    // Replica 0 as in the test above: the system prompt's tail at the front
+    // of its free queue, behind 2 blank blocks.
+    let a = chain.complete(0, &ask(100), json!({})).await;
+    assert_eq!(a.1, 0);
+    wait_prefixes(&chain, 41).await;
+    let b = chain.complete(0, &fresh, json!({})).await;
+    assert_eq!(b.1, 0);
+    wait_prefixes(&chain, 41 + 117).await;
+
+    // P: B's first 8 blocks + 30 fresh ones (+1 token): hinted to replica
+    // 0, which holds its head; there its 31 new blocks would take the
+    // system prompt's blocks 39..=11. The caller fails open and sends it to
+    // replica 1, which stores all 38.
+    let p = cat(&fresh[..8 * BLOCK], &tokens(3, 30 * BLOCK + 1));
+    let hint = chain.lookup(chain.request(0, &p, "")).await;
+    assert_eq!(
+        hint.replica_scores.first().map(|s| s.replica_id.as_str()),
+        Some("r0"),
+        "{hint:?}"
+    );
+    let delivered = Instant::now();
+    let (_, p_cached) = chain.complete(1, &p, json!({})).await;
+    assert_eq!(p_cached, 0);
+    wait_prefixes(&chain, 41 + 117 + 38).await;
+
+    // D repeats the system prompt on replica 0, which has run nothing since.
+    let d = ask(200);
+    let answer = chain.lookup(chain.request(0, &d, "")).await;
+    let since = delivered.elapsed();
+    let (reason, d_claim) = hint_for(&answer, &replica(0));
+    let (_, d_cached) = chain.complete(0, &d, json!({})).await;
+    eprintln!(
+        "D ({since:?} after P's hint): {reason} claimed {d_claim}, the engine reused {d_cached}"
+    );
+    assert_eq!(
+        d_cached,
+        40 * BLOCK as u64,
+        "replica 0 kept the system prompt"
+    );
+    assert_eq!(
+        u64::try_from(d_claim).unwrap(),
+        d_cached,
+        "the server claimed {d_claim} tokens ({reason}), the engine reused {d_cached}"
+    );
+    let retired = chain
+        .server_metrics()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("inferencecache_foresight_moved_total ")?
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(0.0);
+    assert_eq!(retired, 1.0, "the move is counted");
+}

@@ -32,6 +32,21 @@ pub fn affinity_index(seed: &[u8], n: usize) -> usize {
     (affinity_seed_value(seed) % n as u64) as usize
 }
 
+/// The default ranking's tie (`routing.rs`, `cold.rs`): the k-th of `n`
+/// tied replicas in name order, k = XXH3-64(seed) mod `n` (`n > 0`). Not
+/// the AFFINITY_HINT rule's SHA-256: that rule is the reference's and
+/// stays exact in [`Index::affinity_hint`]; the default ranking is ours,
+/// and a SHA-256 of the chain seed (12 bytes a block) was 7 % of its
+/// lookup (docs/decisions.md, issue 36, session 42). The pick stays a
+/// function of the seed bytes alone (identical prompts co-locate, an idle
+/// fleet is spread by the prompt).
+pub(crate) fn tie_index(seed: &[u8], n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    (xxhash_rust::xxh3::xxh3_64(seed) % n as u64) as usize
+}
+
 impl Index {
     /// Deterministic pick among the replicas serving (tenant, model, scheme),
     /// sorted byte-wise: `SHA-256(seed)[0..8]` (BE u64) mod count. `None` if

@@ -25,7 +25,10 @@
 //! busy, over the bound); the tie among equal cold replicas is the k-th
 //! eligible member of its class in name order, found by skipping the
 //! excluded positions. The cost is O(matched + busy + over the bound +
-//! classes skipped + log fleet), where the one-pass ranking's is O(fleet).
+//! classes skipped + log fleet), where the one-pass ranking's is O(fleet);
+//! and O(matched) when an eligible match beats every cold class, since no
+//! busy or cold member can then be best or tie (their estimates are at
+//! least their class's), so neither list is walked.
 //! Same answers: the property test in `routing_scan.rs` holds the pick, the
 //! delivery and the scores to the straightforward scan's.
 
@@ -332,13 +335,6 @@ impl Index {
                 }
             }
         }
-        for r in load.busy() {
-            if set.has(r) && pos(&b.at, r) == 0 {
-                mark(&mut b.at, r, b.e.len());
-                b.e.push(blank(r, None));
-                b.matched.push(false);
-            }
-        }
         // Their estimates, as the one-pass ranking computes them.
         let pw = w.pressure_us.max(0.0);
         let mut n = set.n;
@@ -348,7 +344,12 @@ impl Index {
             b.xe.resize(words, 0);
             b.xo.resize(words, 0);
         }
-        for (c, &matched) in b.e.iter_mut().zip(&b.matched) {
+        let estimate = |c: &mut Cand,
+                        matched: bool,
+                        xe: &mut [u64],
+                        set_ranks: &mut Vec<u32>,
+                        n: &mut usize,
+                        sum: &mut u128| {
             let r = c.replica;
             if set.has(r) {
                 let pm = set.pressure[r as usize];
@@ -359,11 +360,11 @@ impl Index {
                 };
                 c.usage = set.usage[r as usize];
                 let x = set.rank_of[r as usize];
-                b.xe[x as usize / 64] |= 1 << (x % 64);
-                b.set_ranks.push(x);
+                xe[x as usize / 64] |= 1 << (x % 64);
+                set_ranks.push(x);
             } else {
-                n += 1;
-                sum += u128::from(load.raw_recent(r));
+                *n += 1;
+                *sum += u128::from(load.raw_recent(r));
             }
             let (real, fresh, tier) = c.raw.map_or((0, 1.0, Tier::T1), |i| {
                 (raws[i].tokens.max(0), raws[i].fresh, raws[i].tier)
@@ -377,16 +378,65 @@ impl Index {
             c.recent_raw = load.raw_recent(r);
             c.recent = load.recent_of(c.recent_raw);
             c.est = c.queued + c.work + pw * f64::from(c.pressure.max(0.0));
+        };
+        for (c, &matched) in b.e.iter_mut().zip(&b.matched) {
+            estimate(c, matched, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+        }
+        let floor = p.min_matched_tokens.max(1);
+        let is_match = |c: &Cand| c.matched >= floor;
+        let maxp = w.affinity_max_pressure;
+        let pressure_ok = |c: &Cand| is_match(c) || c.pressure < maxp;
+        // The bounded-load limit: busy members do not move it (the sum
+        // over the set counts every member).
+        let bound = w.load_bound;
+        let limit = if bound.is_nan() || bound <= 0.0 {
+            f64::INFINITY
+        } else {
+            bound * load.mean_recent(sum, n) + 1.0
+        };
+        let cold_work = w.work_us(prompt);
+        let class_est = |c: &Class| 0.0 + cold_work + pw * f64::from(c.pressure.max(0.0));
+        // When a match is eligible and beats every cold class, no busy or
+        // cold member can be best or tie (each estimates at least its
+        // class's cold estimate, the first class's the least): the busy
+        // and over-bound members are then not enumerated. The rules below
+        // answer as if they were (a match makes `any_ok`, an eligible one
+        // `under_any`, and no class enters the tie).
+        let matches_win = b.e.iter().any(is_match) && {
+            let under = |c: &Cand| !limit.is_finite() || c.recent <= limit;
+            let best =
+                b.e.iter()
+                    .filter(|c| pressure_ok(c) && under(c))
+                    .map(|c| c.est)
+                    .fold(f64::INFINITY, f64::min);
+            best.is_finite()
+                && set
+                    .classes
+                    .first()
+                    // Not under the maximum (NaN included): not ok.
+                    .is_none_or(|c| {
+                        c.pressure.partial_cmp(&maxp).is_none_or(|o| o.is_ge())
+                            || class_est(c) > best
+                    })
+        };
+        if !matches_win {
+            let from = b.e.len();
+            for r in load.busy() {
+                if set.has(r) && pos(&b.at, r) == 0 {
+                    mark(&mut b.at, r, b.e.len());
+                    b.e.push(blank(r, None));
+                    b.matched.push(false);
+                }
+            }
+            for (c, &matched) in b.e[from..].iter_mut().zip(&b.matched[from..]) {
+                estimate(c, matched, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+            }
         }
         let classes = &set.classes;
         let ex = |xs: &[u64], c: usize| {
             let (lo, hi) = classes[c].ranks();
             count(xs, lo, hi)
         };
-        let floor = p.min_matched_tokens.max(1);
-        let is_match = |c: &Cand| c.matched >= floor;
-        let maxp = w.affinity_max_pressure;
-        let pressure_ok = |c: &Cand| is_match(c) || c.pressure < maxp;
         // Busy replicas without a match are skipped, unless that leaves
         // nobody. Classes are in pressure order: the ones under the maximum
         // come first.
@@ -399,13 +449,7 @@ impl Index {
         let ok = |c: &Cand| !any_ok || pressure_ok(c);
         let ok_class = |c: &Class| !any_ok || c.pressure < maxp;
         // The bounded-load rule, unless it leaves nobody.
-        let bound = w.load_bound;
-        let limit = if bound.is_nan() || bound <= 0.0 {
-            f64::INFINITY
-        } else {
-            bound * load.mean_recent(sum, n) + 1.0
-        };
-        if limit.is_finite() {
+        if limit.is_finite() && !matches_win {
             for r in load.over(limit) {
                 if set.has(r) && pos(&b.at, r) == 0 {
                     let x = set.rank_of[r as usize];
@@ -430,8 +474,6 @@ impl Index {
             let out = if under_any { ex(&b.xo, i) } else { 0 };
             c.members.len() - ex(&b.xe, i) - out
         };
-        let cold_work = w.work_us(prompt);
-        let class_est = |c: &Class| 0.0 + cold_work + pw * f64::from(c.pressure.max(0.0));
         let first = (0..classes.len())
             .take_while(|&i| ok_class(&classes[i]))
             .find(|&i| elig(i) > 0);
@@ -486,7 +528,7 @@ impl Index {
         let k = if p.seed.is_empty() || total == 1 {
             0
         } else {
-            crate::affinity::affinity_index(p.seed, total)
+            crate::affinity::tie_index(p.seed, total)
         };
         let xo = under_any.then_some(b.xo.as_slice());
         let picked: (u32, Option<usize>) = match b.tied_classes.as_slice() {

@@ -295,6 +295,7 @@ impl Index {
 
     /// Every replica's leading run over the request's chain (weakest-link
     /// freshness), in replica-id order, keeping the runs `keep` accepts.
+    #[cfg(test)]
     pub(crate) fn chain_raws<H: AsRef<[u8]>>(
         &self,
         part: u32,
@@ -304,6 +305,21 @@ impl Index {
         keep: impl Fn(&Run) -> bool,
     ) -> Vec<Raw> {
         let mut raws = Vec::new();
+        self.chain_raws_into(part, req, now, ttl, keep, &mut raws);
+        raws
+    }
+
+    /// [`Index::chain_raws`] into `raws` (cleared first).
+    pub(crate) fn chain_raws_into<H: AsRef<[u8]>>(
+        &self,
+        part: u32,
+        req: &LookupRequest<'_, H>,
+        now: i64,
+        ttl: i64,
+        keep: impl Fn(&Run) -> bool,
+        raws: &mut Vec<Raw>,
+    ) {
+        raws.clear();
         walk(
             &self.store.entries,
             part,
@@ -311,9 +327,8 @@ impl Index {
             req.block_token_counts,
             now,
             ttl,
-            |runs: &[Run]| fresh_raws(runs, now, ttl, keep, &mut raws),
+            |runs: &[Run]| fresh_raws(runs, now, ttl, keep, raws),
         );
-        raws
     }
 
     /// Rank `raws`: stats pressure (gated by stats freshness under the

@@ -46,10 +46,11 @@
 //! holding the prefixes everybody shares finish their requests fastest and
 //! would otherwise keep attracting more of them (1.29× the mean request count
 //! at 16 replicas on the synthetic trace, BENCHMARKS.md). Among the rest, the
-//! replicas with the lowest estimate tie, and the tie goes to the
-//! AFFINITY_HINT seed rule (SHA-256 of the chain seed mod the byte-sorted
-//! tied set), so identical prompts still co-locate and an idle fleet is
-//! spread by the prompt's hash. Where replicas report their KV cache usage
+//! replicas with the lowest estimate tie, and the tie goes by the seed
+//! (XXH3-64 of the chain seed mod the name-sorted tied set, `affinity.rs`
+//! `tie_index`: the AFFINITY_HINT rule's shape with a cheaper hash), so
+//! identical prompts still co-locate and an idle fleet is spread by the
+//! prompt's hash. Where replicas report their KV cache usage
 //! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %
 //! steps): a new prefix goes where it does not evict others. If the pick holds a match of at least
 //! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
@@ -91,7 +92,7 @@
 /// prediction on the other engine, which then won every tie.
 pub(crate) const TENTATIVE_CREDIT: f64 = 0.9;
 
-use crate::affinity::affinity_index;
+use crate::affinity::tie_index;
 pub(crate) use crate::fleet::room_bucket;
 use crate::fleet::{Cand, Fleet};
 use crate::index::Index;
@@ -274,6 +275,33 @@ pub(crate) fn score_of(est_us: f64) -> f32 {
 
 thread_local! {
     static FLEET: std::cell::RefCell<Fleet> = std::cell::RefCell::default();
+    static MATCHES: std::cell::RefCell<Matches> = std::cell::RefCell::default();
+    static ORDER: std::cell::RefCell<Vec<u128>> = const { std::cell::RefCell::new(Vec::new()) };
+    static KEYS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Per-thread buffers of one default-ranking lookup's matches: a lookup
+/// takes them and puts them back, so none of its lists is allocated anew.
+#[derive(Default)]
+pub(crate) struct Matches {
+    /// Real runs.
+    pub(crate) raws: Vec<Raw>,
+    /// Tentative extensions: (replica, tokens).
+    pub(crate) tentative: Vec<(u32, i32)>,
+    /// Buffers of [`Index::tentative_runs_into`].
+    probe: Probe,
+}
+
+/// Buffers of [`Index::tentative_runs_into`].
+#[derive(Default)]
+pub(crate) struct Probe {
+    /// The request's keys in the partition.
+    keys: Vec<u64>,
+    /// By replica id: 1 + the end of its real run; 0: none (cleared after
+    /// each lookup).
+    start_at: Vec<u32>,
+    /// The overlay's runs: (replica, start, blocks).
+    found: Vec<(u32, usize, usize)>,
 }
 
 impl Index {
@@ -337,19 +365,50 @@ impl Index {
             return out;
         };
 
-        // Matches: real runs, then tentative extensions.
-        let mut raws: Vec<Raw> = Vec::new();
-        let mut tentative: Vec<(u32, i32)> = Vec::new();
+        // Matches: real runs, then tentative extensions, into the thread's
+        // buffers (taken, not borrowed: nothing below can find them in use).
+        let mut m = MATCHES.with(|m| std::mem::take(&mut *m.borrow_mut()));
+        m.raws.clear();
+        m.tentative.clear();
         if let (Some(pt), false) = (&part, p.ignore_matches) {
             if chain {
-                raws = self.chain_raws(pt.id, req, now, ttl, |_| true);
+                self.chain_raws_into(pt.id, req, now, ttl, |_| true, &mut m.raws);
             } else {
-                self.exact_raws(pt.id, req.prefix_hash, now, ttl, &mut raws);
+                self.exact_raws(pt.id, req.prefix_hash, now, ttl, &mut m.raws);
             }
             if chain && self.routing.tentative.active() {
-                tentative = self.tentative_runs(pt.id, req, &raws, now);
+                self.tentative_runs_into(pt.id, req, &m.raws, now, &mut m.probe, &mut m.tentative);
             }
         }
+        self.route_matched(
+            req,
+            p,
+            chain,
+            (tm, scope, part.as_ref().map(|pt| pt.id)),
+            (ttl, now),
+            &m.raws,
+            &m.tentative,
+            explain,
+            &mut out,
+        );
+        MATCHES.with(|c| *c.borrow_mut() = m);
+        out
+    }
+
+    /// [`Index::route_ttft_with`] once the matches are known.
+    #[allow(clippy::too_many_arguments)]
+    fn route_matched<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+        chain: bool,
+        (tm, scope, part): (u32, Option<u32>, Option<u32>),
+        (ttl, now): (i64, i64),
+        raws: &[Raw],
+        tentative: &[(u32, i32)],
+        explain: bool,
+        out: &mut TtftRoute,
+    ) {
         let prompt: f64 = if chain {
             req.block_token_counts
                 .iter()
@@ -367,20 +426,20 @@ impl Index {
                 req,
                 p,
                 chain,
-                part.as_ref().map(|pt| pt.id),
+                part,
                 (tm, scope, ttl, now),
-                &raws,
-                &tentative,
+                raws,
+                tentative,
                 prompt,
-                &mut out,
+                out,
             )
         {
-            return out;
+            return;
         }
         crate::scratch::with(&FLEET, |f: &mut Fleet| {
             // The fleet: fresh stats ∪ serving scope ∪ anyone matched.
             self.gather_live(f, tm, scope, now, ttl, |_, _| {});
-            f.note_matches(raws.iter().map(|x| x.replica), &tentative);
+            f.note_matches(raws.iter().map(|x| x.replica), tentative);
 
             let w = &p.weights;
             let mut cands = std::mem::take(&mut f.cands);
@@ -427,18 +486,17 @@ impl Index {
                     req,
                     p,
                     chain,
-                    part.as_ref().map(|pt| pt.id),
-                    &raws,
+                    part,
+                    raws,
                     &cands,
                     mean,
                     &mut f.tied,
                     explain,
-                    &mut out,
+                    out,
                 );
             }
             f.cands = cands;
         });
-        out
     }
 
     /// The live fleet of `tm` into `f`, as every ranking gathers it:
@@ -538,7 +596,7 @@ impl Index {
         let k = if p.seed.is_empty() {
             0
         } else {
-            affinity_index(p.seed, tied.len())
+            tie_index(p.seed, tied.len())
         };
         let (_, _, pick) = *tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
         self.answer(
@@ -611,18 +669,32 @@ impl Index {
             let b = e.to_bits() as i64;
             (b ^ ((((b >> 63) as u64) >> 1) as i64)) as u64 ^ (1 << 63)
         };
-        let mut matched: Vec<(bool, u64, u32, u32)> = cands
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| is_match(c))
-            .map(|(i, c)| (i != pick, est_key(c.est), c.replica, i as u32))
-            .collect();
-        matched.sort_unstable();
-        let matched: Vec<usize> = matched.iter().map(|m| m.3 as usize).collect();
-        out.result.scores = matched
-            .iter()
-            .map(|&i| {
-                let c = &cands[i];
+        // The pick, then the other matches by (estimate, replica id), each
+        // packed in one integer (keys are distinct: the replica decides
+        // last), in the thread's buffer.
+        crate::scratch::with(&ORDER, |order: &mut Vec<u128>| {
+            order.clear();
+            order.extend(
+                cands
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, c)| i != pick && is_match(c))
+                    .map(|(i, c)| {
+                        u128::from(est_key(c.est)) << 64 | u128::from(c.replica) << 32 | i as u128
+                    }),
+            );
+            order.sort_unstable();
+            let at = |k: usize| {
+                if k == 0 {
+                    pick
+                } else {
+                    (order[k - 1] & u128::from(u32::MAX)) as usize
+                }
+            };
+            let n = order.len() + 1;
+            let mut scores = Vec::with_capacity(n);
+            scores.extend((0..n).map(|k| {
+                let c = &cands[at(k)];
                 let raw = c.raw.map(|j| &raws[j]);
                 ReplicaScore {
                     replica_id: catalog.replica_name(c.replica),
@@ -631,18 +703,31 @@ impl Index {
                     estimated_cache_hit_prob: raw.map_or(1.0, |r| r.fresh),
                     tier: raw.map_or(Tier::T1, |r| r.tier),
                 }
-            })
-            .collect();
-        out.result.strategy = Strategy::PrefixMatch;
-        // Hits are captured for every tenant: `hot_prefixes` counts delivered
-        // hits for LRU tenants too; only LFU eviction reads the counters.
-        if let Some(part) = part {
-            let runs: Vec<Option<usize>> = matched.iter().map(|&i| cands[i].raw).collect();
-            out.result.hits = lfu_hits(part, req, raws, &runs, &out.result.scores);
-        }
+            }));
+            out.result.scores = scores;
+            out.result.strategy = Strategy::PrefixMatch;
+            // Hits are captured for every tenant: `hot_prefixes` counts
+            // delivered hits for LRU tenants too; only LFU eviction reads
+            // the counters. Real runs only (a tentative holding has no
+            // entry to credit).
+            if let Some(part) = part {
+                let mut runs = Vec::with_capacity(n);
+                runs.extend((0..n).filter_map(|k| {
+                    let c = &cands[at(k)];
+                    let r = &raws[c.raw?];
+                    (r.tokens > 0).then_some(HitRun {
+                        replica: r.replica,
+                        blocks: r.blocks,
+                        matched_tokens: c.matched,
+                    })
+                }));
+                out.result.hits = LfuHits::capture(part, req, runs);
+            }
+        });
     }
 
     /// Each replica's tentative extension of its real run: (replica, tokens).
+    #[cfg(test)]
     pub(crate) fn tentative_runs<H: AsRef<[u8]>>(
         &self,
         part: u32,
@@ -650,40 +735,67 @@ impl Index {
         raws: &[Raw],
         now: i64,
     ) -> Vec<(u32, i32)> {
-        let keys: Vec<u64> = req
-            .block_hashes
-            .iter()
-            .map(|h| key_hash(part, h.as_ref()))
-            .collect();
-        // Real runs, by replica id (the walk's raws may come in any order).
-        let mut starts: Vec<(u32, usize)> = raws
-            .iter()
-            .map(|x| (x.replica, x.blocks as usize))
-            .collect();
-        starts.sort_unstable();
-        starts.dedup_by_key(|x| x.0);
-        let deepest = starts.iter().map(|x| x.1).max().unwrap_or(0);
+        let mut out = Vec::new();
+        self.tentative_runs_into(part, req, raws, now, &mut Probe::default(), &mut out);
+        out
+    }
+
+    /// Each replica's tentative extension of its real run (`raws`), into
+    /// `out`: (replica, tokens).
+    pub(crate) fn tentative_runs_into<H: AsRef<[u8]>>(
+        &self,
+        part: u32,
+        req: &LookupRequest<'_, H>,
+        raws: &[Raw],
+        now: i64,
+        m: &mut Probe,
+        out: &mut Vec<(u32, i32)>,
+    ) {
+        out.clear();
+        // Real runs' ends by replica id, in the thread's table (the walk's
+        // raws may come in any order; a replica's shortest run counts).
+        for x in raws {
+            let i = x.replica as usize;
+            if m.start_at.len() <= i {
+                m.start_at.resize((i + 1).next_power_of_two(), 0);
+            }
+            let s = &mut m.start_at[i];
+            if *s == 0 || *s > x.blocks + 1 {
+                *s = x.blocks + 1;
+            }
+        }
+        let start_at = &m.start_at;
         let start_of = |r: u32| {
-            starts
-                .binary_search_by_key(&r, |x| x.0)
-                .map_or(0, |i| starts[i].1)
+            start_at
+                .get(r as usize)
+                .map_or(0, |&s| s.saturating_sub(1) as usize)
         };
-        let mut found = Vec::new();
-        self.routing
-            .tentative
-            .runs(part, &keys, deepest, start_of, now, &mut found);
-        found
-            .into_iter()
-            .filter_map(|(r, start, n)| {
-                let tokens: i32 = req
-                    .block_token_counts
-                    .iter()
-                    .skip(start)
-                    .take(n)
-                    .fold(0i32, |a, &c| a.saturating_add(c.max(0)));
-                (tokens > 0).then_some((r, tokens))
-            })
-            .collect()
+        let deepest = raws.iter().map(|x| start_of(x.replica)).max().unwrap_or(0);
+        let hashes = req.block_hashes;
+        self.routing.tentative.runs(
+            part,
+            hashes.len(),
+            &mut m.keys,
+            |i| key_hash(part, hashes[i].as_ref()),
+            deepest,
+            start_of,
+            now,
+            &mut m.found,
+        );
+        for x in raws {
+            if let Some(s) = m.start_at.get_mut(x.replica as usize) {
+                *s = 0;
+            }
+        }
+        out.extend(m.found.iter().filter_map(|&(r, start, n)| {
+            let tokens: i32 = req
+                .block_token_counts
+                .iter()
+                .skip(start)
+                .take(n)
+                .fold(0i32, |a, &c| a.saturating_add(c.max(0)));
+            (tokens > 0).then_some((r, tokens))
+        }));
     }
 
     /// Reports a delivered hint: the pick's prefill work joins its queue
@@ -703,7 +815,10 @@ impl Index {
         let now = self.now();
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).
-        let Some((replica, _)) = self.intern_replica(&delivery.replica_id) else {
+        let found = read(&self.store.catalog).find_replica(&delivery.replica_id);
+        let Some(replica) =
+            found.or_else(|| self.intern_replica(&delivery.replica_id).map(|(id, _)| id))
+        else {
             return DeliveryOutcome::default();
         };
         self.routing.load.add(replica, delivery.work_us, now);
@@ -713,22 +828,14 @@ impl Index {
         if tentative_ttl.is_zero() || !chain_ok || req.hash_scheme.is_empty() {
             return out;
         }
-        let part = self.intern_partition(req.tenant, req.model, req.hash_scheme, req.adapter);
+        // The partition's id from the thread's cache (the route resolved it).
+        let (t, m, s, a) = (req.tenant, req.model, req.hash_scheme, req.adapter);
+        let part = self
+            .with_partition(t, m, s, a, |p| p.id)
+            .unwrap_or_else(|| self.intern_partition(t, m, s, a).id);
         // One record: the chain past the real run, up to a block without a
         // hash (none of its blocks is a holding).
         let past = req.block_hashes.get(delivery.real_blocks..).unwrap_or(&[]);
-        // Sized once: `take_while` hides the length from `collect`, which
-        // then grew the list by doubling.
-        let mut keys: Vec<u64> = Vec::with_capacity(past.len());
-        keys.extend(
-            past.iter()
-                .map(AsRef::as_ref)
-                .take_while(|h| !h.is_empty())
-                .map(|h| key_hash(part.id, h)),
-        );
-        if keys.is_empty() {
-            return out;
-        }
         let short = crate::clock::duration_ns(tentative_ttl);
         let expires = crate::tentative::Expiry {
             publishing: now.saturating_add(short),
@@ -736,13 +843,20 @@ impl Index {
             // cache: they live as long as a real entry would.
             silent: now.saturating_add(short.max(self.request_ttl_ns(req))),
         };
-        let (stored, dropped) = self.routing.tentative.insert(
-            part.id,
-            replica,
-            delivery.real_blocks as u32,
-            keys,
-            expires,
-        );
+        // The keys in the thread's buffer (the record copies them into a
+        // recycled one).
+        let (stored, dropped) = crate::scratch::with(&KEYS, |keys: &mut Vec<u64>| {
+            keys.clear();
+            keys.extend(
+                past.iter()
+                    .map(AsRef::as_ref)
+                    .take_while(|h| !h.is_empty())
+                    .map(|h| key_hash(part, h)),
+            );
+            self.routing
+                .tentative
+                .insert(part, replica, delivery.real_blocks as u32, keys, expires)
+        });
         out.tentative_stored = stored;
         out.tentative_dropped = dropped;
         out
@@ -763,6 +877,7 @@ impl Index {
 
 /// LFU hits of the delivered matches: their real runs only (a tentative
 /// holding has no entry to credit). `runs[i]` is the raw of `scores[i]`.
+#[cfg(test)]
 pub(crate) fn lfu_hits<H: AsRef<[u8]>>(
     part: u32,
     req: &LookupRequest<'_, H>,

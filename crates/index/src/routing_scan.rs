@@ -4,7 +4,7 @@
 //! (below): [`Index::route_ttft`] must give the same
 //! answers.
 
-use crate::affinity::affinity_index;
+use crate::affinity::tie_index;
 use crate::index::Index;
 use crate::load::LoadView;
 use crate::lookup::Raw;
@@ -214,7 +214,7 @@ impl Index {
         let k = if p.seed.is_empty() {
             0
         } else {
-            affinity_index(p.seed, tied.len())
+            tie_index(p.seed, tied.len())
         };
         let Some((pick_name, pick)) = tied.get(k).cloned() else {
             return out;

@@ -41,8 +41,12 @@
 //! bytes); a collision would only make an approximate holding slightly more
 //! approximate), the position of its first key, the replica and both
 //! expiries. It is filed under its first key and its (partition, replica):
-//! two map writes per delivery, whatever the chain's length. The same chain
-//! delivered again to the same replica renews (or extends) its record.
+//! two map writes per delivery, whatever the chain's length. Each file is a
+//! list threaded through the records (the map holds the newest), so filing
+//! and dropping allocate nothing, and a record's keys and bits are one
+//! buffer that dropped records hand on to new ones. The same chain
+//! delivered again to the same replica renews (or extends) its record; it
+//! is found in the list of its first key.
 //!
 //! A lookup reads the records as it goes down the request's chain: one probe
 //! per position up to the deepest real run, each finding the records that
@@ -85,62 +89,104 @@ impl Expiry {
     }
 }
 
+/// No record (the end of a list).
+const NONE: u32 = u32::MAX;
+
+/// Spare record buffers kept for reuse (a delivery then allocates nothing).
+const MAX_SPARES: usize = 4_096;
+
 /// One delivered chain on one replica.
 struct Record {
     part: u32,
     replica: u32,
-    /// Chain position of `keys[0]`.
+    /// Chain position of `keys()[0]`.
     from: u32,
-    keys: Box<[u64]>,
-    /// Two bit sets in one allocation: first (`gone_words` words) one bit
-    /// per key, no longer held (confirmed by a real report or removed);
-    /// then a one-hash bit filter of `keys` (16 bits per key): a removal
-    /// reads the keys of the records whose filter has its bit only.
-    bits: Box<[u64]>,
+    /// Keys in the record.
+    n: u32,
+    /// Words of gone bits.
     gone_words: u32,
     /// Keys still held.
     live: u32,
+    /// One buffer, recycled through [`Overlay::spare`]: the keys; then one
+    /// bit per key, no longer held (confirmed by a real report or
+    /// removed); then a one-hash bit filter of the keys (16 bits per key):
+    /// a removal reads the keys of the records whose filter has its bit
+    /// only.
+    buf: Vec<u64>,
     expires: Expiry,
+    /// Next record of the same head (partition, first key).
+    next_head: u32,
+    /// Neighbours among the records of the same (partition, replica).
+    prev_owner: u32,
+    next_owner: u32,
 }
 
 impl Record {
-    fn new(part: u32, replica: u32, from: u32, keys: Vec<u64>, expires: Expiry) -> Self {
+    fn new(
+        part: u32,
+        replica: u32,
+        from: u32,
+        keys: &[u64],
+        expires: Expiry,
+        mut buf: Vec<u64>,
+    ) -> Self {
         let n = keys.len();
+        let gone_words = n.div_ceil(64);
+        let len = n + gone_words + (n * 16).div_ceil(64).max(1);
+        buf.clear();
+        // Recycled buffers come in every size: rounded up, most fit the
+        // next record without a reallocation.
+        buf.reserve(len.next_power_of_two().max(64));
+        buf.extend_from_slice(keys);
+        buf.resize(len, 0);
         let mut r = Self {
             part,
             replica,
             from,
-            keys: keys.into_boxed_slice(),
-            bits: vec![0; n.div_ceil(64) + (n * 16).div_ceil(64).max(1)].into_boxed_slice(),
-            gone_words: n.div_ceil(64) as u32,
+            n: n as u32,
+            gone_words: gone_words as u32,
             live: n as u32,
+            buf,
             expires,
+            next_head: NONE,
+            prev_owner: NONE,
+            next_owner: NONE,
         };
         for i in 0..n {
-            let (w, b) = r.filter_bit(r.keys[i]);
+            let (w, b) = r.filter_bit(r.buf[i]);
             r.filter_mut()[w] |= b;
         }
         r
     }
 
+    fn keys(&self) -> &[u64] {
+        &self.buf[..self.n as usize]
+    }
+
     fn gone(&self) -> &[u64] {
-        &self.bits[..self.gone_words as usize]
+        let n = self.n as usize;
+        &self.buf[n..n + self.gone_words as usize]
     }
 
     fn gone_mut(&mut self) -> &mut [u64] {
-        &mut self.bits[..self.gone_words as usize]
+        let n = self.n as usize;
+        &mut self.buf[n..n + self.gone_words as usize]
     }
 
     fn filter(&self) -> &[u64] {
-        &self.bits[self.gone_words as usize..]
+        &self.buf[self.n as usize + self.gone_words as usize..]
     }
 
     fn filter_mut(&mut self) -> &mut [u64] {
-        &mut self.bits[self.gone_words as usize..]
+        let at = self.n as usize + self.gone_words as usize;
+        &mut self.buf[at..]
     }
 
     fn filter_bit(&self, key: u64) -> (usize, u64) {
-        let bit = (key >> 11) % (self.filter().len() as u64 * 64);
+        // The key is a hash already: its high bits scaled to the filter
+        // (a multiply, where a modulo was a division per key).
+        let bits = self.filter().len() as u64 * 64;
+        let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
         ((bit / 64) as usize, 1 << (bit % 64))
     }
 
@@ -174,8 +220,8 @@ impl Record {
             return 0;
         }
         let mut n = 0;
-        for i in 0..self.keys.len() {
-            if self.keys[i] == key && self.held(i) {
+        for i in 0..self.n as usize {
+            if self.buf[i] == key && self.held(i) {
                 self.gone_mut()[i / 64] |= 1 << (i % 64);
                 n += 1;
             }
@@ -199,7 +245,10 @@ fn head_slot(part: u32, key: u64) -> usize {
     ((key ^ u64::from(part).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 48) as usize
 }
 
-/// The records and their files.
+/// The records and their files. Lists are threaded through the records
+/// (`next_head`, `prev_owner` / `next_owner`), so filing a record is one
+/// map entry per file and no list of its own: a delivery writes two
+/// entries, and neither allocates once the maps have grown.
 #[derive(Default)]
 struct Overlay {
     /// Records whose head falls in each slot (saturating; a saturated
@@ -209,40 +258,91 @@ struct Overlay {
     heads: Vec<u8>,
     records: Vec<Option<Record>>,
     free: Vec<u32>,
-    /// (partition, first key) → records.
-    by_head: HashMap<(u32, u64), Vec<u32>, FoldBuild>,
-    /// (partition, replica) → records.
-    by_owner: HashMap<(u32, u32), Vec<u32>, FoldBuild>,
-    /// (partition, replica, start, first key) → records, in insertion
-    /// order: where a delivery looks for the record of its chain (same
-    /// start, one a prefix of the other, so the same first key) without
-    /// reading every record of the replica.
-    by_chain: HashMap<(u32, u32, u32, u64), Vec<u32>, FoldBuild>,
+    /// Buffers of dropped records, for the next ones.
+    spare: Vec<Vec<u64>>,
+    /// (partition, first key) → the newest record of that head; the list
+    /// goes on through `next_head`. A delivery finds the record of its
+    /// chain (same replica, same start, one a prefix of the other, so the
+    /// same first key) in this list.
+    by_head: HashMap<(u32, u64), u32, FoldBuild>,
+    /// (partition, replica) → its newest record; the list goes on through
+    /// `next_owner`.
+    by_owner: HashMap<(u32, u32), u32, FoldBuild>,
 }
 
 impl Overlay {
-    fn add(&mut self, r: Record) -> u32 {
-        let (head, owner) = ((r.part, r.keys[0]), (r.part, r.replica));
-        let chain = (r.part, r.replica, r.from, r.keys[0]);
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.records[id as usize] = Some(r);
-                id
-            }
-            None => {
-                self.records.push(Some(r));
-                (self.records.len() - 1) as u32
-            }
-        };
+    fn record(&self, id: u32) -> Option<&Record> {
+        self.records.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// The ids of a list, from `first` on through `next`.
+    fn list(&self, first: Option<u32>, next: fn(&Record) -> u32) -> impl Iterator<Item = u32> + '_ {
+        let mut id = first.unwrap_or(NONE);
+        std::iter::from_fn(move || {
+            let r = self.record(id)?;
+            let this = id;
+            id = next(r);
+            Some(this)
+        })
+    }
+
+    fn head_list(&self, part: u32, key: u64) -> impl Iterator<Item = u32> + '_ {
+        self.list(self.by_head.get(&(part, key)).copied(), |r| r.next_head)
+    }
+
+    fn owner_list(&self, part: u32, replica: u32) -> impl Iterator<Item = u32> + '_ {
+        self.list(self.by_owner.get(&(part, replica)).copied(), |r| {
+            r.next_owner
+        })
+    }
+
+    /// A spare buffer, or a new one.
+    fn buffer(&mut self) -> Vec<u64> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    fn add(&mut self, mut r: Record) -> u32 {
+        let (head, owner) = ((r.part, r.keys()[0]), (r.part, r.replica));
+        let id = self.free.pop().unwrap_or(self.records.len() as u32);
+        r.next_head = self.by_head.insert(head, id).unwrap_or(NONE);
+        r.next_owner = self.by_owner.insert(owner, id).unwrap_or(NONE);
+        r.prev_owner = NONE;
+        if let Some(next) = self
+            .records
+            .get_mut(r.next_owner as usize)
+            .and_then(Option::as_mut)
+        {
+            next.prev_owner = id;
+        }
+        if id as usize == self.records.len() {
+            self.records.push(Some(r));
+        } else {
+            self.records[id as usize] = Some(r);
+        }
         if self.heads.is_empty() {
             self.heads = vec![0; HEAD_SLOTS];
         }
         let slot = &mut self.heads[head_slot(head.0, head.1)];
         *slot = slot.saturating_add(1);
-        self.by_head.entry(head).or_default().push(id);
-        self.by_owner.entry(owner).or_default().push(id);
-        self.by_chain.entry(chain).or_default().push(id);
         id
+    }
+
+    /// Puts `r` in the place of record `id` (same head, same owner).
+    fn replace(&mut self, id: u32, mut r: Record) {
+        let Some(old) = self.records.get_mut(id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        r.next_head = old.next_head;
+        r.prev_owner = old.prev_owner;
+        r.next_owner = old.next_owner;
+        let old = std::mem::replace(old, r);
+        self.recycle(old.buf);
+    }
+
+    fn recycle(&mut self, buf: Vec<u64>) {
+        if self.spare.len() < MAX_SPARES {
+            self.spare.push(buf);
+        }
     }
 
     /// Drops record `id`; returns its held keys.
@@ -251,33 +351,56 @@ impl Overlay {
             return 0;
         };
         self.free.push(id);
-        let head = (r.part, r.keys[0]);
+        let head = (r.part, r.keys()[0]);
         if let Some(slot) = self.heads.get_mut(head_slot(head.0, head.1)) {
             if *slot != u8::MAX {
                 *slot = slot.saturating_sub(1);
             }
         }
-        if let Some(ids) = self.by_head.get_mut(&head) {
-            ids.retain(|&x| x != id);
-            if ids.is_empty() {
+        // Out of its head's list (short: the records that begin with one
+        // key in one partition).
+        if self.by_head.get(&head) == Some(&id) {
+            if r.next_head == NONE {
                 self.by_head.remove(&head);
+            } else {
+                self.by_head.insert(head, r.next_head);
+            }
+        } else {
+            let mut at = self.by_head.get(&head).copied().unwrap_or(NONE);
+            while let Some(x) = self.records.get_mut(at as usize).and_then(Option::as_mut) {
+                if x.next_head == id {
+                    x.next_head = r.next_head;
+                    break;
+                }
+                at = x.next_head;
             }
         }
+        // Out of its owner's list.
         let owner = (r.part, r.replica);
-        if let Some(ids) = self.by_owner.get_mut(&owner) {
-            ids.retain(|&x| x != id);
-            if ids.is_empty() {
-                self.by_owner.remove(&owner);
+        match self
+            .records
+            .get_mut(r.prev_owner as usize)
+            .and_then(Option::as_mut)
+        {
+            Some(prev) => prev.next_owner = r.next_owner,
+            None => {
+                if r.next_owner == NONE {
+                    self.by_owner.remove(&owner);
+                } else {
+                    self.by_owner.insert(owner, r.next_owner);
+                }
             }
         }
-        let chain = (r.part, r.replica, r.from, r.keys[0]);
-        if let Some(ids) = self.by_chain.get_mut(&chain) {
-            ids.retain(|&x| x != id);
-            if ids.is_empty() {
-                self.by_chain.remove(&chain);
-            }
+        if let Some(next) = self
+            .records
+            .get_mut(r.next_owner as usize)
+            .and_then(Option::as_mut)
+        {
+            next.prev_owner = r.prev_owner;
         }
-        u64::from(r.live)
+        let live = u64::from(r.live);
+        self.recycle(r.buf);
+        live
     }
 }
 
@@ -327,13 +450,17 @@ impl Tentative {
     pub(crate) fn forget_replica(&self, replica: u32) {
         write(&self.publishers).remove(&replica);
         let mut o = write(&self.overlay);
-        let ids: Vec<u32> = o
+        let parts: Vec<u32> = o
             .by_owner
-            .iter()
-            .filter(|((_, r), _)| *r == replica)
-            .flat_map(|(_, ids)| ids.iter().copied())
+            .keys()
+            .filter(|(_, r)| *r == replica)
+            .map(|(p, _)| *p)
             .collect();
-        let removed: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
+        let mut removed = 0;
+        for p in parts {
+            let ids: Vec<u32> = o.owner_list(p, replica).collect();
+            removed += ids.into_iter().map(|id| o.drop_record(id)).sum::<u64>();
+        }
         self.len.fetch_sub(removed as usize, Ordering::Relaxed);
     }
 
@@ -351,7 +478,7 @@ impl Tentative {
         part: u32,
         replica: u32,
         from: u32,
-        mut keys: Vec<u64>,
+        keys: &[u64],
         expires: Expiry,
     ) -> (u64, u64) {
         if keys.is_empty() {
@@ -359,28 +486,28 @@ impl Tentative {
         }
         let mut o = write(&self.overlay);
         let room = self.cap.saturating_sub(self.len());
-        // The same chain (same start, one a prefix of the other) again.
+        // The same chain (same replica and start, one a prefix of the
+        // other) again: the oldest such record (lists run newest first).
         let same = o
-            .by_chain
-            .get(&(part, replica, from, keys[0]))
-            .and_then(|ids| {
-                ids.iter().copied().find(|&id| {
-                    o.records[id as usize].as_ref().is_some_and(|r| {
-                        let n = r.keys.len().min(keys.len());
-                        r.from == from && r.keys[..n] == keys[..n]
-                    })
+            .head_list(part, keys[0])
+            .filter(|&id| {
+                o.record(id).is_some_and(|r| {
+                    let n = r.keys().len().min(keys.len());
+                    r.replica == replica && r.from == from && r.keys()[..n] == keys[..n]
                 })
-            });
+            })
+            .last();
         if let Some(id) = same {
+            let spare = o.buffer();
             let Some(r) = o.records[id as usize].as_mut() else {
                 return (0, 0);
             };
             let before = r.live as usize;
             // Held again: what the new delivery covers, plus the rest of the
             // record as it was.
-            let covered = keys.len().min(r.keys.len());
+            let covered = keys.len().min(r.keys().len());
             let regained = (0..covered).filter(|&i| !r.held(i)).count();
-            let grow = keys.len().saturating_sub(r.keys.len());
+            let grow = keys.len().saturating_sub(r.keys().len());
             let allowed = (regained + grow).min(room);
             let dropped = (regained + grow - allowed) as u64;
             let (mut regain_left, grow_kept) =
@@ -391,21 +518,36 @@ impl Tentative {
                     regain_left -= 1;
                 }
             }
+            let mut longer = None;
             if grow_kept > 0 {
-                keys.truncate(r.keys.len() + grow_kept);
-                let mut longer = Record::new(part, replica, from, keys, expires);
+                let old_n = r.keys().len();
+                let mut l = Record::new(
+                    part,
+                    replica,
+                    from,
+                    &keys[..old_n + grow_kept],
+                    expires,
+                    spare,
+                );
                 // Keep what is gone in the old part.
-                for i in 0..r.keys.len() {
+                for i in 0..old_n {
                     if !r.held(i) {
-                        longer.gone_mut()[i / 64] |= 1 << (i % 64);
-                        longer.live -= 1;
+                        l.gone_mut()[i / 64] |= 1 << (i % 64);
+                        l.live -= 1;
                     }
                 }
-                longer.expires = r.expires;
-                *r = longer;
+                l.expires = r.expires;
+                longer = Some(l);
             } else {
-                r.live = (0..r.keys.len()).filter(|&i| r.held(i)).count() as u32;
+                r.live = (0..r.keys().len()).filter(|&i| r.held(i)).count() as u32;
+                o.recycle(spare);
             }
+            if let Some(l) = longer {
+                o.replace(id, l);
+            }
+            let Some(r) = o.records[id as usize].as_mut() else {
+                return (0, 0);
+            };
             r.expires.publishing = r.expires.publishing.max(expires.publishing);
             r.expires.silent = r.expires.silent.max(expires.silent);
             let after = r.live as usize;
@@ -420,48 +562,66 @@ impl Tentative {
         if kept == 0 {
             return (0, dropped);
         }
-        keys.truncate(kept);
-        o.add(Record::new(part, replica, from, keys, expires));
+        let buf = o.buffer();
+        o.add(Record::new(
+            part,
+            replica,
+            from,
+            &keys[..kept],
+            expires,
+            buf,
+        ));
         self.len.fetch_add(kept, Ordering::Relaxed);
         (kept as u64, dropped)
     }
 
-    /// Each replica's tentative run over the request's chain `keys` (the
-    /// partition's key hashes) from `start_of(replica)`, the end of its real
-    /// run: calls `each(replica, start, blocks)` once per replica with a
-    /// run. Positions `0..=deepest` are probed (`deepest`: the deepest real
-    /// run).
+    /// Each replica's tentative run over the request's chain of `blocks`
+    /// blocks from `start_of(replica)`, the end of its real run: one
+    /// `(replica, start, blocks)` in `found` per replica with a run.
+    /// Positions `0..=deepest` are probed (`deepest`: the deepest real run).
+    /// `keys` holds the chain's keys (the partition's key hashes) as far as
+    /// they were needed; `key_at(i)` makes the one at position `i` (most
+    /// lookups need the first few only).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn runs(
         &self,
         part: u32,
-        keys: &[u64],
+        blocks: usize,
+        keys: &mut Vec<u64>,
+        key_at: impl Fn(usize) -> u64,
         deepest: usize,
         start_of: impl Fn(u32) -> usize,
         now: i64,
         found: &mut Vec<(u32, usize, usize)>,
     ) {
         found.clear();
+        keys.clear();
         let o = read(&self.overlay);
-        if o.by_head.is_empty() || keys.is_empty() {
+        if o.by_head.is_empty() || blocks == 0 {
             return;
         }
+        let fill = |keys: &mut Vec<u64>, upto: usize| {
+            let upto = upto.min(blocks);
+            while keys.len() < upto {
+                keys.push(key_at(keys.len()));
+            }
+        };
         let publishers = read(&self.publishers);
         crate::scratch::with(&FOUND_AT, |at: &mut Vec<u32>| {
-            for (p, key) in keys.iter().enumerate().take(deepest.saturating_add(1)) {
-                if o.heads[head_slot(part, *key)] == 0 {
+            for p in 0..blocks.min(deepest.saturating_add(1)) {
+                fill(keys, p + 1);
+                let key = keys[p];
+                if o.heads[head_slot(part, key)] == 0 {
                     continue;
                 }
-                let Some(ids) = o.by_head.get(&(part, *key)) else {
-                    continue;
-                };
-                for &id in ids {
-                    let Some(r) = o.records[id as usize].as_ref() else {
+                for id in o.head_list(part, key) {
+                    let Some(r) = o.record(id) else {
                         continue;
                     };
                     let s = start_of(r.replica);
                     if r.from as usize != p
                         || s < p
-                        || s >= p + r.keys.len()
+                        || s >= p + r.keys().len()
                         || r.expires.of(publishers.contains(&r.replica)) <= now
                     {
                         continue;
@@ -469,7 +629,8 @@ impl Tentative {
                     // The record agrees with the request for `eq` keys from
                     // the replica's real run on; of those, the leading held.
                     let j0 = s - p;
-                    let eq = r.keys[j0..]
+                    fill(keys, p + r.keys().len());
+                    let eq = r.keys()[j0..]
                         .iter()
                         .zip(&keys[s..])
                         .take_while(|(a, b)| a == b)
@@ -527,17 +688,13 @@ impl Tentative {
         let mut n = 0u64;
         let mut emptied: Vec<u32> = Vec::new();
         for &(part, key) in keys {
-            let Some(ids) = o.by_owner.get(&(part, replica)) else {
-                continue;
-            };
-            let ids = ids.clone();
-            for id in ids {
-                if let Some(r) = o.records[id as usize].as_mut() {
-                    n += u64::from(r.take(key));
-                    if r.live == 0 && !emptied.contains(&id) {
-                        emptied.push(id);
-                    }
+            let mut id = o.by_owner.get(&(part, replica)).copied().unwrap_or(NONE);
+            while let Some(r) = o.records.get_mut(id as usize).and_then(Option::as_mut) {
+                n += u64::from(r.take(key));
+                if r.live == 0 && !emptied.contains(&id) {
+                    emptied.push(id);
                 }
+                id = r.next_owner;
             }
         }
         for id in emptied {
@@ -552,9 +709,8 @@ impl Tentative {
         let mut o = write(&self.overlay);
         let mut n = 0;
         for p in parts_of {
-            if let Some(ids) = o.by_owner.get(&(*p, replica)).cloned() {
-                n += ids.into_iter().map(|id| o.drop_record(id)).sum::<u64>();
-            }
+            let ids: Vec<u32> = o.owner_list(*p, replica).collect();
+            n += ids.into_iter().map(|id| o.drop_record(id)).sum::<u64>();
         }
         self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
@@ -586,11 +742,11 @@ impl Tentative {
         let publishers = read(&self.publishers).clone();
         let o = read(&self.overlay);
         let mut out = Vec::new();
-        for (&(p, r), ids) in &o.by_owner {
+        for &(p, r) in o.by_owner.keys() {
             let publishes = publishers.contains(&r);
-            let n: u64 = ids
-                .iter()
-                .filter_map(|&id| o.records[id as usize].as_ref())
+            let n: u64 = o
+                .owner_list(p, r)
+                .filter_map(|id| o.record(id))
                 .filter(|x| x.expires.of(publishes) > now)
                 .map(|x| u64::from(x.live))
                 .sum();
@@ -608,7 +764,14 @@ mod tests {
 
     #[test]
     fn held_keys_are_counted_across_words_of_gone_bits() {
-        let mut r = Record::new(0, 1, 0, (0..150).collect(), both(10));
+        let mut r = Record::new(
+            0,
+            1,
+            0,
+            &(0..150).collect::<Vec<u64>>(),
+            both(10),
+            Vec::new(),
+        );
         assert_eq!(r.held_from(3, 140), 140);
         for gone in [70, 130] {
             r.gone_mut()[gone / 64] |= 1 << (gone % 64);
@@ -634,7 +797,9 @@ mod tests {
         let mut found = Vec::new();
         t.runs(
             1,
-            keys,
+            keys.len(),
+            &mut Vec::new(),
+            |i| keys[i],
             start,
             |r| if r == replica { start } else { usize::MAX },
             now,
@@ -646,10 +811,10 @@ mod tests {
     #[test]
     fn cap_drops_and_counts() {
         let t = Tentative::new(3);
-        assert_eq!(t.insert(1, 7, 0, vec![1, 2, 3, 4], both(100)), (3, 1));
+        assert_eq!(t.insert(1, 7, 0, &[1, 2, 3, 4], both(100)), (3, 1));
         assert_eq!(t.len(), 3);
         // Renewing the same chain is not growth.
-        assert_eq!(t.insert(1, 7, 0, vec![1], both(200)), (1, 0));
+        assert_eq!(t.insert(1, 7, 0, &[1], both(200)), (1, 0));
         assert_eq!(t.len(), 3);
         assert_eq!(run(&t, 7, &[1, 2, 3, 4], 0, 150), 3);
         assert_eq!(run(&t, 7, &[1, 2, 3, 4], 1, 150), 2);
@@ -665,8 +830,8 @@ mod tests {
     #[test]
     fn a_longer_delivery_of_the_same_chain_extends_its_record() {
         let t = Tentative::new(100);
-        assert_eq!(t.insert(1, 7, 2, vec![3, 4], both(100)), (2, 0));
-        assert_eq!(t.insert(1, 7, 2, vec![3, 4, 5], both(100)), (3, 0));
+        assert_eq!(t.insert(1, 7, 2, &[3, 4], both(100)), (2, 0));
+        assert_eq!(t.insert(1, 7, 2, &[3, 4, 5], both(100)), (3, 0));
         assert_eq!(t.len(), 3);
         assert_eq!(run(&t, 7, &[1, 2, 3, 4, 5, 6], 2, 50), 3);
         // Confirmed blocks are no longer tentative; the rest still count
@@ -684,8 +849,8 @@ mod tests {
             publishing: 100,
             silent: 1_000,
         };
-        t.insert(1, 7, 0, vec![1, 2], e);
-        t.insert(1, 8, 0, vec![1, 2], e);
+        t.insert(1, 7, 0, &[1, 2], e);
+        t.insert(1, 8, 0, &[1, 2], e);
         // Neither has published: both hold until the long expiry.
         assert_eq!(run(&t, 7, &[1, 2], 0, 500), 2);
         assert_eq!(t.counts(500).len(), 2);

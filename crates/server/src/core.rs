@@ -296,7 +296,10 @@ impl Core {
             let bs = self
                 .block_sizes
                 .for_scope(&update.tenant_id, &update.model_id);
-            self.foresight.ingest(update, bs);
+            let moved = self.foresight.ingest(update, bs);
+            if moved > 0 {
+                self.metrics.routing.foresight_moved.inc_by(moved);
+            }
         }
     }
 

@@ -33,6 +33,10 @@ pub struct RoutingMetrics {
     /// Hints delivered by the estimated-TTFT ranking (they feed the
     /// delivered-hint window).
     pub delivered_hints: Counter,
+    /// Delivered hints whose request another replica was seen to store
+    /// (its caller sent it elsewhere): the eviction foresight moved it
+    /// (`crate::foresight`).
+    pub foresight_moved: Counter,
     /// The series the lookup path counts on every call, resolved on first
     /// use: a `Family` lookup builds a `String` label and takes the
     /// family's lock, which a lookup should not pay (issue 36). Created on
@@ -68,6 +72,11 @@ impl RoutingMetrics {
             "inferencecache_delivered_hints",
             "Hints delivered by the estimated-TTFT ranking (the delivered-hint window's input)",
             m.delivered_hints.clone(),
+        );
+        registry.register(
+            "inferencecache_foresight_moved",
+            "Hinted requests another replica stored (sent elsewhere than hinted), moved there in the eviction foresight",
+            m.foresight_moved.clone(),
         );
         m
     }

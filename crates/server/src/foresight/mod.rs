@@ -22,8 +22,14 @@
 //!   AFFINITY_HINT pick) names the replica a request is about to reach and
 //!   its prompt's blocks. The top-ranked replica is taken as the
 //!   destination, as the SDK's example and `bench/real-vllm`'s Python
-//!   gateway do; a caller that sends elsewhere leaves a request here that
-//!   never starts, which ages out;
+//!   gateway do;
+//! - **a request sent elsewhere** (a caller whose lookup passed its
+//!   deadline fails open to another engine; a gateway's own choice): when
+//!   another replica of the scope reports storing the last block of its
+//!   chain and no request hinted *there* ends with that block, it leaves
+//!   the hinted replica's model and counts as started where it was stored
+//!   (`inferencecache_foresight_moved_total`). One that stores nothing
+//!   there (a full hit) is bounded as an end is, below;
 //! - **a start**: the first of its new blocks reported stored (and, first
 //!   come first served, every request hinted to that replica before it);
 //! - **an end or a start that stores nothing** (a full hit): not seen. The
@@ -42,7 +48,10 @@
 //! a lock and the dry run over the waiting requests.
 //! No lock is held across an await. Contract ranking never calls it.
 //! Memory: two map entries per block a replica holds (bounded by its
-//! capacity) and the chains of the requests waiting (at most 256 each).
+//! capacity) and the chains of the requests waiting (at most 256 each);
+//! fleet-wide, the last block of each request delivered in the last 30 s
+//! (at most 65,536), looked up (one lock per store report) only while some
+//! request waits.
 //!
 //! Not modelled: which blocks running requests use (every held block
 //! counts as free), decode blocks past the first token, requests that reach
@@ -55,13 +64,17 @@ mod replica;
 
 use inferencecache_index::{CacheEvent, CacheUpdate, EventKind};
 use replica::Model;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
 /// Most replicas modelled (past this new ones keep the index's claims).
 const MAX_REPLICAS: usize = 65_536;
+/// Most delivered requests remembered by their last block (past this the
+/// oldest cannot be found from another replica's stores; each is also in
+/// its replica's model, which holds at most 256).
+const MAX_ENDS: usize = 65_536;
 
 /// The server's eviction foresight: one model per (tenant, model, replica).
 #[derive(Debug, Default)]
@@ -69,6 +82,65 @@ pub struct Foresight {
     enabled: bool,
     replicas: RwLock<HashMap<Box<str>, Vec<Arc<Replica>>>>,
     counts: Counts,
+    ends: Mutex<Ends>,
+    /// Entries in `ends` (read without its lock: no delivery waiting, no
+    /// reconciling).
+    ends_len: AtomicUsize,
+    /// Delivered requests found stored on another replica than hinted.
+    retired: AtomicU64,
+}
+
+/// The replicas requests ending in one block were hinted to, each with its
+/// delivery's sequence number.
+type Hinted = Vec<(u64, Weak<Replica>)>;
+
+/// The requests delivered and maybe still waiting, by the last block of
+/// their chain: how a store on replica B finds a request hinted to replica
+/// A whose caller sent it to B (a failed-open lookup, a gateway's own
+/// choice). Entries go when matched, when their replica's model no longer
+/// holds them (found on a match), or by age.
+#[derive(Debug, Default)]
+struct Ends {
+    by_last: HashMap<u64, Hinted>,
+    /// (last block, sequence, delivered at), oldest first.
+    order: VecDeque<(u64, u64, Instant)>,
+    seq: u64,
+}
+
+impl Ends {
+    fn add(&mut self, last: u64, r: &Arc<Replica>, now: Instant) {
+        while self.order.len() >= MAX_ENDS
+            || self
+                .order
+                .front()
+                .is_some_and(|o| now.saturating_duration_since(o.2) > replica::MAX_QUEUED_AGE)
+        {
+            let Some((h, seq, _)) = self.order.pop_front() else {
+                break;
+            };
+            self.drop_through(h, seq);
+        }
+        self.seq += 1;
+        self.by_last
+            .entry(last)
+            .or_default()
+            .push((self.seq, Arc::downgrade(r)));
+        self.order.push_back((last, self.seq, now));
+    }
+
+    /// Drops `last`'s entries up to sequence `seq`.
+    fn drop_through(&mut self, last: u64, seq: u64) {
+        if let Some(v) = self.by_last.get_mut(&last) {
+            v.retain(|e| e.0 > seq);
+            if v.is_empty() {
+                self.by_last.remove(&last);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
 }
 
 /// Fleet-wide counts that let a lookup skip the per-replica finds: with no
@@ -84,6 +156,7 @@ struct Counts {
 
 #[derive(Debug)]
 struct Replica {
+    id: Box<str>,
     tenant: Box<str>,
     model: Box<str>,
     /// The model's last word on whether a claim may be shortened.
@@ -133,9 +206,14 @@ impl Foresight {
     pub fn new(enabled: bool) -> Self {
         Self {
             enabled,
-            replicas: RwLock::default(),
-            counts: Counts::default(),
+            ..Self::default()
         }
+    }
+
+    /// Delivered requests found stored on another replica than the one
+    /// hinted (their caller sent them elsewhere), since start.
+    pub fn retired(&self) -> u64 {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// Whether it is on.
@@ -167,6 +245,7 @@ impl Foresight {
             return Some(Arc::clone(r));
         }
         let r = Arc::new(Replica {
+            id: replica.into(),
             tenant: tenant.into(),
             model: model.into(),
             pressure: AtomicBool::new(false),
@@ -178,10 +257,11 @@ impl Foresight {
 
     /// An update the index just applied: stored blocks in report order,
     /// the engine's load and pool. `block_size` is the scope's (what its
-    /// producers report).
-    pub fn ingest(&self, u: &CacheUpdate, block_size: u32) {
+    /// producers report). Returns how many requests hinted to another
+    /// replica it showed arriving here instead (moved to this model).
+    pub fn ingest(&self, u: &CacheUpdate, block_size: u32) -> u64 {
         if !self.enabled {
-            return;
+            return 0;
         }
         let load = u.stats.as_ref().and_then(|s| s.load);
         let pool = load.filter(|l| l.kv_cache_capacity_tokens > 0);
@@ -189,7 +269,7 @@ impl Foresight {
         // says the pool (a sidecar's first stores may come before its first
         // scrape): a model that missed them would count them blank.
         let Some(r) = self.find_or_add(&u.tenant_id, &u.model_id, &u.replica_id) else {
-            return;
+            return 0;
         };
         let bs = u64::from(block_size.max(1));
         let mut blocks: Vec<(u64, u64)> = Vec::new();
@@ -211,21 +291,102 @@ impl Foresight {
             }
         }
         let now = Instant::now();
-        let started = r.with(&self.counts, |m| {
-            let started = pool.is_some_and(|l| m.set_pool(l.kv_cache_capacity_tokens, block_size));
-            m.stored(&blocks);
-            if let Some(l) = load {
-                m.load(l.running_requests, l.waiting_requests, now);
-            }
-            started
-        });
-        if started == Some(true) {
+        let reconcile = !blocks.is_empty() && self.ends_len.load(Ordering::Acquire) > 0;
+        let (started, unexplained) = r
+            .with(&self.counts, |m| {
+                let started =
+                    pool.is_some_and(|l| m.set_pool(l.kv_cache_capacity_tokens, block_size));
+                let unexplained = if reconcile {
+                    m.unexplained(&blocks)
+                } else {
+                    Vec::new()
+                };
+                m.stored(&blocks);
+                if let Some(l) = load {
+                    m.load(l.running_requests, l.waiting_requests, now);
+                }
+                (started, unexplained)
+            })
+            .unwrap_or_default();
+        let moved = if unexplained.is_empty() {
+            0
+        } else {
+            self.arrived_elsewhere(&r, &unexplained)
+        };
+        if started {
             tracing::info!(
                 tenant = %u.tenant_id, model = %u.model_id, replica = %u.replica_id,
                 capacity_tokens = pool.map_or(0, |l| l.kv_cache_capacity_tokens), block_size,
                 "eviction foresight on for this replica"
             );
         }
+        moved
+    }
+
+    /// `here` stored blocks that no request hinted to it ends with: a
+    /// request hinted to another replica of its scope that ends with one of
+    /// them went here instead. It leaves that replica's model (where it would
+    /// never start) and counts here as started. Locks one model at a time.
+    fn arrived_elsewhere(&self, here: &Arc<Replica>, stored: &[u64]) -> u64 {
+        // One lock for the report: the blocks that end a delivered chain.
+        let found: Vec<(u64, Hinted)> = match self.ends.lock() {
+            Ok(mut e) => stored
+                .iter()
+                .filter_map(|h| e.by_last.remove(h).map(|c| (*h, c)))
+                .collect(),
+            Err(_) => return 0,
+        };
+        found
+            .into_iter()
+            .map(|(last, candidates)| u64::from(self.move_one(here, last, candidates)))
+            .sum()
+    }
+
+    /// Of `candidates` (delivered requests ending with `last`, oldest
+    /// first), the first still waiting on another replica of `here`'s scope
+    /// moves here.
+    fn move_one(
+        &self,
+        here: &Arc<Replica>,
+        last: u64,
+        candidates: Vec<(u64, Weak<Replica>)>,
+    ) -> bool {
+        let mut keep = Vec::new();
+        let mut found = None;
+        for (seq, w) in candidates {
+            if found.is_some() {
+                keep.push((seq, w));
+                continue;
+            }
+            let Some(there) = w.upgrade() else { continue };
+            if Arc::ptr_eq(&there, here) || there.tenant != here.tenant || there.model != here.model
+            {
+                keep.push((seq, w));
+                continue;
+            }
+            // None: it started there, or a load report or its age took it.
+            if let Some(Some(chain)) = there.with(&self.counts, |m| m.retire(last)) {
+                found = Some((there, chain));
+            }
+        }
+        // Those not tried (or of another scope) stay findable.
+        if !keep.is_empty()
+            && let Ok(mut e) = self.ends.lock()
+        {
+            let v = e.by_last.entry(last).or_default();
+            keep.append(v);
+            *v = keep;
+        }
+        let Some((there, chain)) = found else {
+            return false;
+        };
+        here.with(&self.counts, |m| m.arrived(&chain));
+        self.retired.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            tenant = %here.tenant, model = %here.model, hinted = %there.id, stored = %here.id,
+            "a request hinted to one replica was stored on another"
+        );
+        true
     }
 
     /// An event the index just applied (a removal or a clear).
@@ -265,9 +426,17 @@ impl Foresight {
             return;
         };
         let chain: Vec<u64> = chain.iter().map(|h| key(h.as_ref())).collect();
-        r.with(&self.counts, |m| {
-            m.delivered(chain, prompt_tokens, Instant::now())
-        });
+        let last = chain.last().copied();
+        let now = Instant::now();
+        let waiting = r
+            .with(&self.counts, |m| m.delivered(chain, prompt_tokens, now))
+            .unwrap_or(false);
+        if let Some(last) = last.filter(|_| waiting)
+            && let Ok(mut e) = self.ends.lock()
+        {
+            e.add(last, &r, now);
+            self.ends_len.store(e.len(), Ordering::Release);
+        }
     }
 
     /// Of `matched_tokens` the index claims `replica` holds of `chain`
@@ -403,6 +572,39 @@ mod tests {
         }
         f.ingest(&update(200..205, None), BS);
         assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 24), 24);
+    }
+
+    /// `update` for another replica.
+    fn on(replica: &str, mut u: CacheUpdate) -> CacheUpdate {
+        u.replica_id = replica.into();
+        u
+    }
+
+    #[test]
+    fn a_request_sent_elsewhere_leaves_the_hinted_replica_at_once() {
+        let f = Foresight::new(true);
+        f.ingest(&update(1..10, pool(12)), BS);
+        f.ingest(&on("r1", update(50..51, pool(12))), BS);
+        let counts = vec![BS as i32; 8];
+        let sys = chain(1, 8);
+        // A fresh 5-block prompt hinted to r0 would evict r0's tail...
+        f.delivered("t", "m", "r0", &chain(200, 5), 21);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 24);
+        // ...but its caller failed open and sent it to r1, which stored it
+        // (r1's report says nothing of r0's blocks).
+        f.ingest(&on("r1", update(200..205, None)), BS);
+        assert_eq!(f.retired(), 1);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 32);
+        // Another tenant's stores of the same blocks retire nothing.
+        f.delivered("t", "m", "r0", &chain(300, 5), 21);
+        let mut other = on("r1", update(300..305, None));
+        other.tenant_id = "u".into();
+        f.ingest(&other, BS);
+        assert_eq!(f.retired(), 1);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 24);
+        // Stores r0 itself was hinted for are its own start, not a move.
+        f.ingest(&update(300..305, None), BS);
+        assert_eq!(f.retired(), 1);
     }
 
     #[test]

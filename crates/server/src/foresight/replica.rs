@@ -103,6 +103,38 @@ impl Model {
         self.bound();
     }
 
+    /// Of the blocks just `stored` (before [`Self::stored`] applies them),
+    /// those no hinted request waiting here ends with: stores this model
+    /// cannot explain, so possibly a request hinted to another replica
+    /// whose caller sent it here (a failed-open lookup).
+    pub(crate) fn unexplained(&self, blocks: &[(u64, u64)]) -> Vec<u64> {
+        blocks
+            .iter()
+            .map(|&(h, _)| h)
+            .filter(|h| !self.queued.iter().any(|q| q.chain.last() == Some(h)))
+            .collect()
+    }
+
+    /// Takes back the oldest hinted request still waiting here whose chain
+    /// ends with `last`: another replica stored that block, so its caller
+    /// sent it there (a phantom here otherwise: a request that never
+    /// starts, shortening claims until a load report or its age drops it).
+    pub(crate) fn retire(&mut self, last: u64) -> Option<Vec<u64>> {
+        let i = self
+            .queued
+            .iter()
+            .position(|q| q.chain.last() == Some(&last))?;
+        self.queued.remove(i).map(|q| q.chain)
+    }
+
+    /// A request this model was not hinted for started here (its blocks
+    /// were reported stored): what it hit moves to the back of the eviction
+    /// order with them, as for a hinted one.
+    pub(crate) fn arrived(&mut self, chain: &[u64]) {
+        self.started(chain);
+        self.bound();
+    }
+
     /// A request with `chain` started: what it holds of it moves to the
     /// back of the eviction order, tail first.
     fn started(&mut self, chain: &[u64]) {
@@ -150,10 +182,11 @@ impl Model {
     }
 
     /// A hint named this replica for a request with `chain` and
-    /// `prompt_tokens` (the caller sends it here next).
-    pub(crate) fn delivered(&mut self, chain: Vec<u64>, prompt_tokens: u64, now: Instant) {
+    /// `prompt_tokens` (the caller sends it here next). False when the
+    /// model is inert (nothing recorded).
+    pub(crate) fn delivered(&mut self, chain: Vec<u64>, prompt_tokens: u64, now: Instant) -> bool {
         if !self.active() {
-            return;
+            return false;
         }
         self.expire(now);
         if self.queued.len() >= MAX_QUEUED {
@@ -164,6 +197,7 @@ impl Model {
             prompt_tokens,
             at: now,
         });
+        true
     }
 
     /// The engine's load as scraped just before `now`: `running` and
@@ -408,6 +442,27 @@ mod tests {
         m.load(3, 0, Instant::now());
         m.delivered(chain(200, 5), 21, Instant::now());
         assert_eq!(m.claimable(&chain(1, 8)), 4);
+    }
+
+    #[test]
+    fn a_request_stored_elsewhere_is_retired_by_its_last_block() {
+        let mut a = replica(64);
+        let now = Instant::now();
+        a.delivered(chain(100, 3), 13, now);
+        a.delivered(chain(200, 3), 13, now);
+        // Replica B stores 100..103: nothing hinted to B ends with 102.
+        let mut b = replica(64);
+        assert_eq!(b.unexplained(&blocks(100, 3)), vec![100, 101, 102]);
+        b.delivered(chain(300, 2), 9, now);
+        assert_eq!(b.unexplained(&blocks(300, 2)), vec![300]);
+        // A gives the request up (the one ending with 102, not the first
+        // hinted nor the other), B counts it started.
+        assert_eq!(a.retire(101), None);
+        assert_eq!(a.retire(102), Some(chain(100, 3)));
+        assert_eq!(a.queued(), 1);
+        b.stored(&blocks(100, 3));
+        b.arrived(&chain(100, 3));
+        assert_eq!(b.queued(), 1, "B's own hinted request has not started");
     }
 
     #[test]
