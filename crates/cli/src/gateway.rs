@@ -129,7 +129,7 @@ pub(crate) struct GatewayArgs {
     /// Percent of a prompt's uncached tokens the pick charges, per token an
     /// engine's cache has taken in beyond the least-filled engine's (capped
     /// at the prompt's own): new prefixes go where there is room unless
-    /// that engine's queue is longer by about two of their prefills (0:
+    /// that engine's queue is longer by about four of their prefills (0:
     /// room is only a tie-break, as before).
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_INTAKE_WEIGHT_PCT)]
     pub intake_weight_pct: u64,

@@ -60,6 +60,11 @@ pub struct Shared {
     pub pending_prefixes: bool,
     /// Eviction foresight on (it needs the prompt's block chain too).
     pub eviction_foresight: bool,
+    /// Held from a request's ranking until its first choice holds the
+    /// request ([`crate::engine::Dispatch`]): two requests for one new
+    /// prompt tokenize in the same time and used to rank at once, each
+    /// before the other's prefix was pending, and went to two engines.
+    pub placing: std::sync::Mutex<()>,
 }
 
 pub(crate) type St = State<Arc<Shared>>;
@@ -130,6 +135,8 @@ struct Decision {
     chain: Vec<u64>,
     /// The body with usage asked for, when the client streams without it.
     usage_body: Option<Bytes>,
+    /// The first choice, already holding the request (when forwarding).
+    first: Option<crate::engine::Dispatch>,
 }
 
 /// Parses, tokenizes, looks up and ranks; an `Err` is the answer to send.
@@ -138,6 +145,7 @@ async fn decide(
     api: Api,
     body: &Bytes,
     start: Instant,
+    forwarding: bool,
 ) -> Result<Decision, Response> {
     let route = api.label();
     let json: serde_json::Value = match serde_json::from_slice(body) {
@@ -215,7 +223,15 @@ async fn decide(
         chain: &chain,
         seed,
     };
-    let (choices, reason) = pick::rank(&engines, &hint, &req, &s.weights);
+    let (choices, reason, first) = {
+        let _one = s.placing.lock().unwrap_or_else(|e| e.into_inner());
+        let (choices, reason) = pick::rank(&engines, &hint, &req, &s.weights);
+        let first = choices.first().filter(|_| forwarding).map(|c| {
+            c.engine
+                .dispatch_prompt(c.uncached, &chain, c.reusable + c.uncached)
+        });
+        (choices, reason, first)
+    };
     if let Some(first) = choices.first() {
         if !first.engine.healthy() {
             s.metrics.fallback("all_unhealthy");
@@ -246,6 +262,7 @@ async fn decide(
         hint,
         prompt_tokens: tokens_len,
         chain,
+        first,
         usage_body: match StreamUsage::of(&json) {
             StreamUsage::Add => usage::ask_for_usage(body, &json),
             StreamUsage::NotStreamed | StreamUsage::Asked => None,
@@ -261,7 +278,7 @@ async fn route_request(
     body: Bytes,
 ) -> Response {
     let start = Instant::now();
-    let d = match decide(s, api, &body, start).await {
+    let mut d = match decide(s, api, &body, start, true).await {
         Ok(d) => d,
         Err(answer) => return answer,
     };
@@ -278,7 +295,7 @@ async fn route_request(
         chain: &d.chain,
         strip_usage,
     };
-    proxy::forward(&s.upstream, &s.metrics, out, &d.choices).await
+    proxy::forward(&s.upstream, &s.metrics, out, &d.choices, d.first.take()).await
 }
 
 /// `POST /inferencecache/route/{chat|completions}`: the decision the gateway
@@ -296,7 +313,7 @@ async fn dry_run(State(s): St, Path(api): Path<String>, body: Bytes) -> Response
             );
         }
     };
-    match decide(&s, api, &body, Instant::now()).await {
+    match decide(&s, api, &body, Instant::now(), false).await {
         Err(answer) => answer,
         Ok(d) => axum::Json(serde_json::json!({
             "engine": d.choices.first().map(|c| c.engine.id.to_string()),
@@ -356,7 +373,7 @@ async fn passthrough(
         chain: &[],
         strip_usage: false,
     };
-    proxy::forward(&s.upstream, &s.metrics, out, &choices).await
+    proxy::forward(&s.upstream, &s.metrics, out, &choices, None).await
 }
 
 async fn models(State(s): St) -> Response {

@@ -223,6 +223,7 @@ impl Gateway {
             },
             pending_prefixes: config.pending_prefixes,
             eviction_foresight: config.eviction_foresight,
+            placing: std::sync::Mutex::new(()),
         });
         {
             let (engines, http, c) = (Arc::clone(&set), http.clone(), cancel.clone());

@@ -46,9 +46,9 @@
 //! cache has taken in more than the least-filled one's evicts a live
 //! prefix's token sooner, and the requests that repeat it prefill it again,
 //! so each such token costs `intake_weight` % of a prefill token (default
-//! 200 %), up to the prompt's own uncached tokens: a new prefix goes where
-//! there is room unless that engine's queue is longer by about two of its
-//! prefills. It applies to new prefixes only (no engine can reuse any of
+//! 400 %), up to the prompt's own uncached tokens: a new prefix goes where
+//! there is room unless that engine's queue is longer by about four of its
+//! prefills (at 4 clients, never: at most three others are in flight). It applies to new prefixes only (no engine can reuse any of
 //! the prompt): where one holds part of it, the copy term prices filling
 //! another cache. Sequentially (equal, empty queues) it orders the engines
 //! as the tie-break did. `--intake-weight-pct 0` restores the
@@ -547,6 +547,42 @@ mod tests {
         // worse (as runs N-P did on real engines).
         assert!(by_queue_alone > 0, "the scenario no longer tests the term");
         eprintln!("split unevenly by the queue alone: {by_queue_alone} of 64");
+    }
+
+    /// Run S (4 clients, 2026-12-07 04:55): the eighth new system prompt
+    /// arrived while the engine holding three prompts was prefilling two
+    /// new ones and the engine holding four had one request decoding. It
+    /// went to the fuller cache (200 %), five prompts of 48 blocks in a
+    /// 256-block cache, and the run ended at 10 full misses.
+    #[test]
+    fn the_eighth_new_prefix_waits_for_two_prefills_rather_than_fill_the_fuller_cache() {
+        let e = engines(2);
+        let fill = |e: &Arc<Engine>, n: u64| {
+            for _ in 0..n {
+                let mut d = e.dispatch(1640);
+                d.prefilled();
+            }
+        };
+        fill(&e[0], 1);
+        fill(&e[1], 3);
+        let _queued = [e[0].dispatch(1642), e[0].dispatch(1647)];
+        let mut decoding = e[1].dispatch(1643);
+        decoding.prefilled();
+        let none = hint(HintKind::None, &[]);
+        let (c, why) = rank(&e, &none, &req(1643, 7), &W);
+        assert_eq!(
+            c[0].engine.id.as_ref(),
+            "e0",
+            "{:?}",
+            c.iter().map(|c| c.cost).collect::<Vec<_>>()
+        );
+        assert_eq!(why, PickReason::LeastLoaded);
+        let at_200 = Weights {
+            intake_weight_pct: 200,
+            ..W
+        };
+        let (c, _) = rank(&e, &none, &req(1643, 7), &at_200);
+        assert_eq!(c[0].engine.id.as_ref(), "e1");
     }
 
     #[test]

@@ -78,12 +78,14 @@ pub struct Outgoing<'a> {
 }
 
 /// Tries `choices` in order; the first engine that accepts the connection
-/// answers.
+/// answers. `first`: the first choice's hold on the request, taken when it
+/// was ranked.
 pub async fn forward(
     upstream: &Upstream,
     metrics: &Arc<Metrics>,
     out: Outgoing<'_>,
     choices: &[Choice],
+    mut first: Option<Dispatch>,
 ) -> Response {
     // One resend per request on a fresh connection: a second closed
     // connection is the engine's fault, not the pool's.
@@ -91,7 +93,10 @@ pub async fn forward(
     for (i, choice) in choices.iter().enumerate() {
         let engine = &choice.engine;
         let prompt_tokens = choice.reusable + choice.uncached;
-        let dispatch = engine.dispatch_prompt(choice.uncached, out.chain, prompt_tokens);
+        let dispatch = match first.take() {
+            Some(d) if i == 0 => d,
+            _ => engine.dispatch_prompt(choice.uncached, out.chain, prompt_tokens),
+        };
         let url = format!("{}{}", engine.spec.url, out.path_and_query);
         let mut fresh = false;
         let result = loop {
