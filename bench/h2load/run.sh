@@ -11,6 +11,11 @@
 # latency for both RPCs and the LookupRoute/Check ratio. INGEST=N (blocks/s)
 # runs `bench grpc --server` beside h2load on core 1, re-reporting chains at
 # that rate (plus one closed-loop lookup client) for the whole measurement.
+# Each row also gives the server's CPU per call (utime + stime from
+# /proc/PID/stat around the measured calls), which holds on a loaded machine
+# where requests/s do not (the server gets a varying share of its core).
+# PERF=FILE records the server's profile during the measured LookupRoute run
+# (`perf record -F 999 --call-graph dwarf`; read it with `perf report -i FILE`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-target/release/inferencecache}
@@ -57,13 +62,28 @@ if [ -n "${INGEST:-}" ]; then
   sleep 3
   kill -0 "$ingest" 2>/dev/null || { echo "the ingest client did not start:" >&2; cat "$work/ingest.out" >&2; exit 1; }
 fi
+# The server's CPU time so far, in clock ticks (utime + stime), and its
+# write syscalls (responses leave coalesced: a fraction of one per call).
+ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+writes() { awk '/^syscw/ {print $2}' "/proc/$pid/io"; }
+hz=$(getconf CLK_TCK)
 run() {
   local name=$1 path=$2 body=$3
   # Warm-up, then the measured run.
   taskset -c 1 h2load -n $((N / 10)) -c "$C" -m "$M" "${hdr[@]}" -d "$body" "$url$path" >/dev/null
-  taskset -c 1 h2load -n "$N" -c "$C" -m "$M" "${hdr[@]}" -d "$body" "$url$path" \
-    | awk -v n="$name" '/^finished in/ {rps=$4} /^requests:/ {ok=$8} /^time for request:/ {mean=$6; sd=$8} END {printf "%-12s %10s req/s  ok %s  mean %s sd %s\n", n, rps, ok, mean, sd}' \
-    | tee -a "$work/out"
+  local perf=
+  if [ -n "${PERF:-}" ] && [ "$name" = LookupRoute ]; then
+    perf record -q -F 999 --call-graph dwarf -o "$PERF" -p "$pid" 2>/dev/null &
+    perf=$!
+    sleep 1
+  fi
+  local t0 w0; t0=$(ticks); w0=$(writes)
+  taskset -c 1 h2load -n "$N" -c "$C" -m "$M" "${hdr[@]}" -d "$body" "$url$path" >"$work/h2load.out"
+  local t1 w1; t1=$(ticks); w1=$(writes)
+  [ -n "$perf" ] && { kill -INT "$perf"; wait "$perf" || true; }
+  awk -v n="$name" -v cpu="$(( (t1 - t0) * 1000000 / hz ))" -v calls="$N" -v w="$((w1 - w0))" \
+    '/^finished in/ {rps=$4} /^requests:/ {ok=$8} /^time for request:/ {mean=$6; sd=$8} END {printf "%-12s %10s req/s  ok %s  mean %s sd %s  writes %.2f/call  server CPU %.1f us/call\n", n, rps, ok, mean, sd, w / calls, cpu / calls}' \
+    "$work/h2load.out" | tee -a "$work/out"
 }
 run Check /grpc.health.v1.Health/Check "$work/health.bin"
 run LookupRoute /inferencecache.v1alpha1.InferenceCache/LookupRoute "$work/lookup.bin"
@@ -71,4 +91,4 @@ if [ -n "${INGEST:-}" ]; then
   kill -0 "$ingest" 2>/dev/null || { echo "the ingest client stopped early:" >&2; cat "$work/ingest.out" >&2; exit 1; }
   echo "ingest: $INGEST blocks/s alongside, for both runs"
 fi
-awk '{gsub(",","",$2); r[NR]=$2} END {printf "LookupRoute / Check = %.2f\n", r[2]/r[1]}' "$work/out"
+awk '{gsub(",","",$2); r[NR]=$2; c[NR]=$(NF-1)} END {printf "LookupRoute / Check = %.2f (req/s), %.2f (server CPU per call)\n", r[2]/r[1], c[1]/c[2]}' "$work/out"

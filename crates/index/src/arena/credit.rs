@@ -2,9 +2,12 @@
 //! run by run as the walk reads a chain: one probe, one run read lock and
 //! one tally lock per run the hit spans, and one count edit per run and
 //! replica, where crediting block by block cost a probe, a span search and
-//! a locked map update per (block, replica).
+//! a locked map update per (block, replica). Hits in replica order (a
+//! lookup's) are credited in one forward pass over each run's spans and
+//! counts, not a search per replica.
 
 use super::ChainArena;
+use super::tally::Cursor;
 
 /// One replica's delivered hit: it is credited on the first `blocks`
 /// blocks of the chain (those it still holds).
@@ -28,6 +31,9 @@ impl ChainArena {
             .max()
             .unwrap_or(0)
             .min(n);
+        // A lookup's hits come in replica order (the walk's): one pass per
+        // run over its spans and counts (`Run::credit_held_from`).
+        let in_order = hits.windows(2).all(|w| w[0].replica <= w[1].replica);
         let mut pos = 0;
         while pos < depth {
             let Some((at, g)) = self.locate(part, key(pos)) else {
@@ -40,9 +46,14 @@ impl ChainArena {
             };
             let m = run.agreeing(at.off as usize, pos, depth, &key);
             g.tallies.edit(at.local() as u32, |pieces| {
+                let mut cur = Cursor::default();
                 for h in hits.iter().filter(|h| h.blocks as usize > pos) {
                     let k = (h.blocks as usize - pos).min(m) as u32;
-                    run.credit_held(pieces, h.replica, at.off, at.off + k);
+                    if in_order {
+                        run.credit_held_from(&mut cur, pieces, h.replica, at.off, at.off + k);
+                    } else {
+                        run.credit_held(pieces, h.replica, at.off, at.off + k);
+                    }
                 }
             });
             pos += m;

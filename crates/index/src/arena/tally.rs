@@ -111,6 +111,38 @@ pub(super) fn credit(pieces: &mut Vec<Piece>, replica: u32, a: u32, b: u32) {
     map_range(pieces, replica, a, b, |n| n.saturating_add(1));
 }
 
+/// Where a credit pass over one run stands ([`Run::credit_held_from`]):
+/// lower bounds on the next replica's first span and first piece.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Cursor {
+    span: usize,
+    piece: usize,
+}
+
+/// [`credit`] with `at` a lower bound on the position of `replica`'s
+/// pieces at `a` (moved up to it): the same stretch credited again is an
+/// increment in place without a search; anything else is [`credit`]'s
+/// edit, which leaves the pieces before `at` as they were.
+fn credit_from(pieces: &mut Vec<Piece>, at: &mut usize, replica: u32, a: u32, b: u32) {
+    while pieces
+        .get(*at)
+        .is_some_and(|p| (p.replica, p.to) < (replica, a))
+    {
+        *at += 1;
+    }
+    let lo = *at;
+    let alone = !pieces
+        .get(lo + 1)
+        .is_some_and(|q| q.replica == replica && q.from <= b);
+    if let Some(p) = pieces.get_mut(lo) {
+        if p.replica == replica && p.from == a && p.to == b && alone && p.n < u32::MAX {
+            p.n += 1;
+            return;
+        }
+    }
+    credit(pieces, replica, a, b);
+}
+
 /// No count for `replica` over `a..b` any more.
 #[inline]
 pub(super) fn clear(pieces: &mut Vec<Piece>, replica: u32, a: u32, b: u32) {
@@ -199,6 +231,37 @@ impl Run {
             .take_while(|s| s.replica() == replica && s.from < b)
         {
             credit(pieces, replica, s.from.max(a), s.to.min(b));
+        }
+    }
+
+    /// [`Run::credit_held`] for hits taken in replica order: `cur` carries
+    /// where the previous hit's spans and pieces were found, so crediting
+    /// every replica of a run is one forward pass over its spans and pieces
+    /// (sequential reads) instead of two binary searches per replica, and
+    /// a stretch credited before is one increment where the cursor stands.
+    pub(super) fn credit_held_from(
+        &self,
+        cur: &mut Cursor,
+        pieces: &mut Vec<Piece>,
+        replica: u32,
+        a: u32,
+        b: u32,
+    ) {
+        if a >= b {
+            return;
+        }
+        let spans = &self.spans;
+        while spans
+            .get(cur.span)
+            .is_some_and(|s| (s.replica(), s.to) <= (replica, a))
+        {
+            cur.span += 1;
+        }
+        for s in spans[cur.span..]
+            .iter()
+            .take_while(|s| s.replica() == replica && s.from < b)
+        {
+            credit_from(pieces, &mut cur.piece, replica, s.from.max(a), s.to.min(b));
         }
     }
 

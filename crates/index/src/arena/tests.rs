@@ -159,6 +159,13 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i64..4, proptest::option::of(0u32..10)).prop_map(|(cutoff, replica)| Op::Sweep { cutoff, replica }),
         2 => (0u32..2, 0u8..6, 1usize..22, proptest::collection::vec((0u32..10, 0u32..24), 0..4))
             .prop_map(|(part, c, len, hits)| Op::Credit { part, c, len, hits }),
+        // A lookup's hits: in replica order, often most of the replicas
+        // (the credit's one-pass path).
+        2 => (0u32..2, 0u8..6, 1usize..22, proptest::collection::vec((0u32..10, 0u32..24), 0..12))
+            .prop_map(|(part, c, len, mut hits)| {
+                hits.sort_unstable_by_key(|h| h.0);
+                Op::Credit { part, c, len, hits }
+            }),
     ]
 }
 
