@@ -292,6 +292,18 @@ mod tests {
             .collect()
     }
 
+    /// Two engines named by their ports, as the benchmark's are (their ids
+    /// carry random ports).
+    fn engines_on_ports(port: u16) -> Vec<Arc<Engine>> {
+        [port, port + 1]
+            .iter()
+            .map(|p| {
+                let spec = EngineSpec::parse(&format!("http://127.0.0.1:{p}")).unwrap();
+                Arc::new(Engine::new(spec, Served::default()))
+            })
+            .collect()
+    }
+
     const W: Weights = Weights {
         block_size: 32,
         decode_weight: 64,
@@ -395,13 +407,7 @@ mod tests {
         // thrash it (run H: 17 full misses where 8 is the minimum).
         let none = hint(HintKind::None, &[]);
         for port in (20_000..20_400).step_by(7) {
-            let e: Vec<Arc<Engine>> = [port, port + 1]
-                .iter()
-                .map(|p| {
-                    let spec = EngineSpec::parse(&format!("http://127.0.0.1:{p}")).unwrap();
-                    Arc::new(Engine::new(spec, Served::default()))
-                })
-                .collect();
+            let e = engines_on_ports(port);
             let mut got = [0usize; 2];
             for sys in 0..8u64 {
                 // The seed is a hash of the prompt's first block: any u64.
@@ -427,13 +433,7 @@ mod tests {
     /// the system prompts each engine got first.
     fn opening_at_4_clients(w: &Weights, port: u16, decode: &[u64]) -> [usize; 2] {
         use std::collections::VecDeque;
-        let e: Vec<Arc<Engine>> = [port, port + 1]
-            .iter()
-            .map(|p| {
-                let spec = EngineSpec::parse(&format!("http://127.0.0.1:{p}")).unwrap();
-                Arc::new(Engine::new(spec, Served::default()))
-            })
-            .collect();
+        let e = engines_on_ports(port);
         let none = hint(HintKind::None, &[]);
         let total = 24usize;
         // Which system prompt request k asks for (the benchmark's order:
