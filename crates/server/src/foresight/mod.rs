@@ -40,6 +40,12 @@
 //! - **the pool size**: `EngineLoad.kv_cache_capacity_tokens` over the
 //!   block size the producer reports. Until a replica reports it, its
 //!   claims are the index's.
+//! - **hybrid models**: off. Once a replica's producer marks a block a
+//!   match may not end at (`no_match_end`: sliding-window groups), its
+//!   model goes inert for good and its claims are the index's: every group
+//!   draws on one pool and the window groups free and evict blocks in an
+//!   order the full-attention chain does not show (a model of the chain
+//!   alone predicted evictions the engine did not make: a block short).
 //!
 //! Cost on the lookup path: one atomic load per candidate while no replica's
 //! model says pressure (the requests waiting need fewer blocks than are
@@ -55,10 +61,9 @@
 //!
 //! Not modelled: which blocks running requests use (every held block
 //! counts as free), decode blocks past the first token, requests that reach
-//! an engine without a hint from this server, a peer's deliveries in bus
-//! mode, and hybrid models' per-group pools. Each makes a claim the
-//! index's (today's behaviour) or, rarely, a block shorter than the engine
-//! reuses.
+//! an engine without a hint from this server, and a peer's deliveries in
+//! bus mode. Each makes a claim the index's (today's behaviour) or, rarely,
+//! a block shorter than the engine reuses.
 
 mod replica;
 
@@ -292,8 +297,10 @@ impl Foresight {
         }
         let now = Instant::now();
         let reconcile = !blocks.is_empty() && self.ends_len.load(Ordering::Acquire) > 0;
-        let (started, unexplained) = r
+        let hybrid = u.prefixes.iter().any(|p| p.no_match_end);
+        let (started, unexplained, went_hybrid) = r
             .with(&self.counts, |m| {
+                let went_hybrid = hybrid && m.set_hybrid();
                 let started =
                     pool.is_some_and(|l| m.set_pool(l.kv_cache_capacity_tokens, block_size));
                 let unexplained = if reconcile {
@@ -305,9 +312,16 @@ impl Foresight {
                 if let Some(l) = load {
                     m.load(l.running_requests, l.waiting_requests, now);
                 }
-                (started, unexplained)
+                (started, unexplained, went_hybrid)
             })
             .unwrap_or_default();
+        if went_hybrid {
+            tracing::info!(
+                tenant = %u.tenant_id, model = %u.model_id, replica = %u.replica_id,
+                "eviction foresight off for this replica: a hybrid model (its window groups \
+                 share the pool in an order the full-attention chain does not show)"
+            );
+        }
         let moved = if unexplained.is_empty() {
             0
         } else {
@@ -600,6 +614,26 @@ mod tests {
         // Stores r0 itself was hinted for are its own start, not a move.
         f.ingest(&update(300..305, None), BS);
         assert_eq!(f.retired(), 1);
+    }
+
+    #[test]
+    fn a_hybrid_model_keeps_the_index_claims() {
+        let f = Foresight::new(true);
+        f.ingest(&update(1..10, pool(12)), BS);
+        let counts = vec![BS as i32; 8];
+        let sys = chain(1, 8);
+        f.delivered("t", "m", "r0", &chain(200, 5), 21);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 24);
+        // The producer marks a block a match may not end at (a window
+        // group no longer holds what it needs there): a hybrid model.
+        let mut u = update(10..11, pool(12));
+        u.prefixes[0].no_match_end = true;
+        f.ingest(&u, BS);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 32);
+        // For good: later pools and deliveries change nothing.
+        f.ingest(&update(11..12, pool(12)), BS);
+        f.delivered("t", "m", "r0", &chain(300, 5), 21);
+        assert_eq!(f.claimable("t", "m", "r0", &sys, &counts, 32), 32);
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub(crate) struct Model {
     /// Requests running at the last load report: each holds a block
     /// without a hash (its partial last block) that is not blank.
     running: usize,
+    /// A hybrid model (its producer marked blocks a match may not end
+    /// at): every KV-cache group draws on one pool, which this model does
+    /// not follow, so it stays inert and claims are the index's.
+    hybrid: bool,
 }
 
 impl Model {
@@ -56,7 +60,7 @@ impl Model {
     /// size, as the producer reports it) in blocks of `block_size`. True
     /// when the model just became active.
     pub(crate) fn set_pool(&mut self, capacity_tokens: u64, block_size: u32) -> bool {
-        if block_size == 0 || capacity_tokens < 2 * u64::from(block_size) {
+        if self.hybrid || block_size == 0 || capacity_tokens < 2 * u64::from(block_size) {
             return false;
         }
         let blocks = capacity_tokens / u64::from(block_size);
@@ -71,6 +75,23 @@ impl Model {
     /// Whether the model knows the pool.
     pub(crate) fn active(&self) -> bool {
         self.capacity > 0
+    }
+
+    /// The replica serves a hybrid model: the model goes inert for good
+    /// (its sliding-window groups take blocks from the same pool, freed
+    /// and evicted in an order the full-attention chain does not show; a
+    /// model of the chain alone predicted evictions the engine did not
+    /// make). True when it just did.
+    pub(crate) fn set_hybrid(&mut self) -> bool {
+        if self.hybrid {
+            return false;
+        }
+        self.hybrid = true;
+        self.capacity = 0;
+        self.held.clear();
+        self.lru.clear();
+        self.queued.clear();
+        true
     }
 
     /// Blocks the engine stored, in report order: `(hash, depth)` where a
