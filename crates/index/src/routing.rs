@@ -52,7 +52,11 @@
 //! identical prompts still co-locate and an idle fleet is spread by the
 //! prompt's hash. Where replicas report their KV cache usage
 //! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %
-//! steps): a new prefix goes where it does not evict others. If the pick holds a match of at least
+//! steps): a new prefix goes where it does not evict others. The usage is
+//! the larger of the reported one and the blocks the index holds for the
+//! replica over its reported capacity (`counters.rs`): vLLM reports blocks
+//! in use by running requests, so an idle engine reads 0 % however full its
+//! cache. If the pick holds a match of at least
 //! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
 //! matches after it by estimate); otherwise it is a miss whose pick the
 //! server returns as AFFINITY_HINT. A long match on a busy replica therefore
@@ -65,8 +69,8 @@
 //! fleet), not O(fleet) (`cold.rs`): replicas that match and replicas with
 //! queued work are estimated one by one; every other live replica differs
 //! only by pressure, KV room and name, so the fleet is kept as a set ordered
-//! by those (rebuilt only when stats, a scope's membership or the names
-//! change), the bounded-load mean is a sum kept exact in fixed point as
+//! by those (rebuilt only when stats, a scope's membership, a replica's
+//! held room step or the names change), the bounded-load mean is a sum kept exact in fixed point as
 //! hints are delivered (`load.rs`), and the seeded tie is the k-th eligible
 //! member of a class in name order. [`Index::route_ttft_explained`] (every
 //! replica's estimate) takes one pass over the fleet (`fleet.rs`).
@@ -515,13 +519,15 @@ impl Index {
     ) {
         if let Some(stats) = self.stats.read_any() {
             if let Some(m) = stats.get(&tm) {
+                // Lock order: stats → counters (no counters holder takes stats).
+                let c = read(&self.store.counters);
                 for (&r, s) in m {
                     if freshness(now, s.last_seen, ttl) > 0.0 {
                         let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
                         live(s, fresh_stats);
                         f.add(r, if fresh_stats { s.pressure } else { 0.0 });
                         if let (true, Some(l)) = (fresh_stats, &s.load) {
-                            f.set_usage(r, l.kv_cache_usage);
+                            f.set_usage(r, c.room_usage(r, l.kv_cache_usage));
                         }
                     }
                 }
