@@ -454,7 +454,7 @@ impl Index {
                     *part,
                     hashes.len(),
                     |i| u64::from_le_bytes(hashes[i]),
-                    credits,
+                    &mut credits[..],
                 );
             });
             return;

@@ -2,9 +2,11 @@
 //! run by run as the walk reads a chain: one probe, one run read lock and
 //! one tally lock per run the hit spans, and one count edit per run and
 //! replica, where crediting block by block cost a probe, a span search and
-//! a locked map update per (block, replica). Hits in replica order (a
-//! lookup's) are credited in one forward pass over each run's spans and
-//! counts, not a search per replica.
+//! a locked map update per (block, replica). Hits are taken in replica
+//! order (sorted here when they are not: the default ranking's answer
+//! order is by estimate) and credited in one forward pass over each run's
+//! spans and counts, not a search and a piece edit per replica (at 64
+//! matched replicas the searches were 8 % of a default lookup, issue 36).
 
 use super::ChainArena;
 use super::tally::Cursor;
@@ -23,17 +25,20 @@ impl ChainArena {
     /// +1 on every holding of `hits` over the chain whose `n` block hashes
     /// `key` gives: replica `r` of a hit is credited on each of the first
     /// `blocks` blocks it holds now. A block no replica holds any more is
-    /// skipped, like a holding that went.
-    pub fn credit(&self, part: u32, n: usize, key: impl Fn(usize) -> u64, hits: &[Credit]) {
+    /// skipped, like a holding that went. `hits` is left in replica order.
+    pub fn credit(&self, part: u32, n: usize, key: impl Fn(usize) -> u64, hits: &mut [Credit]) {
+        // Credits commute, so their order is free: replica order lets one
+        // cursor pass each run (`Run::credit_held_from`).
+        if !hits.is_sorted_by_key(|h| h.replica) {
+            hits.sort_unstable_by_key(|h| h.replica);
+        }
+        let hits = &*hits;
         let depth = hits
             .iter()
             .map(|h| h.blocks as usize)
             .max()
             .unwrap_or(0)
             .min(n);
-        // A lookup's hits come in replica order (the walk's): one pass per
-        // run over its spans and counts (`Run::credit_held_from`).
-        let in_order = hits.windows(2).all(|w| w[0].replica <= w[1].replica);
         let mut pos = 0;
         while pos < depth {
             let Some((at, g)) = self.locate(part, key(pos)) else {
@@ -49,11 +54,7 @@ impl ChainArena {
                 let mut cur = Cursor::default();
                 for h in hits.iter().filter(|h| h.blocks as usize > pos) {
                     let k = (h.blocks as usize - pos).min(m) as u32;
-                    if in_order {
-                        run.credit_held_from(&mut cur, pieces, h.replica, at.off, at.off + k);
-                    } else {
-                        run.credit_held(pieces, h.replica, at.off, at.off + k);
-                    }
+                    run.credit_held_from(&mut cur, pieces, h.replica, at.off, at.off + k);
                 }
             });
             pos += m;

@@ -219,22 +219,8 @@ impl TallyTable {
 
 impl Run {
     /// +1 for `replica` over the blocks of `a..b` it holds (a credit under
-    /// the run's read lock, `pieces` the run's from [`TallyTable::edit`]).
-    pub(super) fn credit_held(&self, pieces: &mut Vec<Piece>, replica: u32, a: u32, b: u32) {
-        if a >= b {
-            return;
-        }
-        let spans = &self.spans;
-        let lo = spans.partition_point(|s| (s.replica(), s.to) <= (replica, a));
-        for s in spans[lo..]
-            .iter()
-            .take_while(|s| s.replica() == replica && s.from < b)
-        {
-            credit(pieces, replica, s.from.max(a), s.to.min(b));
-        }
-    }
-
-    /// [`Run::credit_held`] for hits taken in replica order: `cur` carries
+    /// the run's read lock, `pieces` the run's from [`TallyTable::edit`]),
+    /// for hits taken in replica order: `cur` carries
     /// where the previous hit's spans and pieces were found, so crediting
     /// every replica of a run is one forward pass over its spans and pieces
     /// (sequential reads) instead of two binary searches per replica, and

@@ -320,10 +320,10 @@ proptest! {
                 }
                 Op::Credit { part, c, len, hits } => {
                     let hs = chain(c, 0, len);
-                    let credits: Vec<Credit> = hits.iter()
+                    let mut credits: Vec<Credit> = hits.iter()
                         .map(|&(replica, blocks)| Credit { replica, blocks })
                         .collect();
-                    a.credit(part, hs.len(), |i| hs[i], &credits);
+                    a.credit(part, hs.len(), |i| hs[i], &mut credits);
                     // Key by key, as the index credited before runs did.
                     for &(replica, blocks) in &hits {
                         for h in hs.iter().take(blocks as usize) {

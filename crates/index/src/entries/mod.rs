@@ -205,7 +205,7 @@ impl Entries {
             Some((a, h)) => {
                 // Under the run's read lock: a removal (write lock) clears
                 // the count after, never before, this credit.
-                a.credit(k.part, 1, |_| h, &[Credit { replica, blocks: 1 }]);
+                a.credit(k.part, 1, |_| h, &mut [Credit { replica, blocks: 1 }]);
             }
         }
     }
