@@ -371,19 +371,23 @@ impl Index {
         for (i, x) in raws.iter().enumerate() {
             if pos(&b.at, x.replica) == 0 {
                 mark(&mut b.at, x.replica, b.e.len());
-                let mut c = blank(x.replica, Some(i));
-                c.tentative_tokens = ext_of(&b.ext, x.replica);
-                estimate(&mut c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
-                b.e.push(c);
+                // Estimated where it lies (a copy of the candidate from the
+                // stack stalled on its just-written fields).
+                b.e.push(blank(x.replica, Some(i)));
+                if let Some(c) = b.e.last_mut() {
+                    c.tentative_tokens = ext_of(&b.ext, x.replica);
+                    estimate(c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+                }
             }
         }
         for &(r, tokens) in tentative {
             if pos(&b.at, r) == 0 {
                 mark(&mut b.at, r, b.e.len());
-                let mut c = blank(r, None);
-                c.tentative_tokens = tokens;
-                estimate(&mut c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
-                b.e.push(c);
+                b.e.push(blank(r, None));
+                if let Some(c) = b.e.last_mut() {
+                    c.tentative_tokens = tokens;
+                    estimate(c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+                }
             }
             if let Some(x) = b.ext.get_mut(r as usize) {
                 *x = 0;
@@ -433,9 +437,10 @@ impl Index {
             for r in load.busy() {
                 if set.has(r) && pos(&b.at, r) == 0 {
                     mark(&mut b.at, r, b.e.len());
-                    let mut c = blank(r, None);
-                    estimate(&mut c, false, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
-                    b.e.push(c);
+                    b.e.push(blank(r, None));
+                    if let Some(c) = b.e.last_mut() {
+                        estimate(c, false, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+                    }
                 }
             }
         }

@@ -282,6 +282,10 @@ thread_local! {
     static MATCHES: std::cell::RefCell<Matches> = std::cell::RefCell::default();
     static ORDER: std::cell::RefCell<Vec<u128>> = const { std::cell::RefCell::new(Vec::new()) };
     static KEYS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The replica id of this thread's last pick: its delivery checks it
+    /// ([`crate::catalog::Catalog::replica_still`]) instead of finding the
+    /// name (a string hash) again.
+    static LAST_PICK: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
 }
 
 /// Per-thread buffers of one default-ranking lookup's matches: a lookup
@@ -638,6 +642,7 @@ impl Index {
                 .filter(|_| chain)
                 .map_or(0, |j| raws[j].blocks as usize),
         });
+        LAST_PICK.set(cands[pick].replica);
         let rank = |a: &usize, b: &usize| {
             (*a != pick)
                 .cmp(&(*b != pick))
@@ -758,6 +763,20 @@ impl Index {
         out: &mut Vec<(u32, i32)>,
     ) {
         out.clear();
+        // Most lookups find no record that could start within the real
+        // runs (at a position up to the deepest run's end): the overlay's
+        // head counts say so before any table is built.
+        let hashes = req.block_hashes;
+        let upper = raws.iter().map(|x| x.blocks as usize).max().unwrap_or(0);
+        if !self
+            .routing
+            .tentative
+            .may_start(part, hashes.len(), upper, |i| {
+                key_hash(part, hashes[i].as_ref())
+            })
+        {
+            return;
+        }
         // Real runs' ends by replica id, in the thread's table (the walk's
         // raws may come in any order; a replica's shortest run counts).
         for x in raws {
@@ -777,7 +796,6 @@ impl Index {
                 .map_or(0, |&s| s.saturating_sub(1) as usize)
         };
         let deepest = raws.iter().map(|x| start_of(x.replica)).max().unwrap_or(0);
-        let hashes = req.block_hashes;
         self.routing.tentative.runs(
             part,
             hashes.len(),
@@ -821,7 +839,17 @@ impl Index {
         let now = self.now();
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).
-        let found = read(&self.store.catalog).find_replica(&delivery.replica_id);
+        let found = {
+            let c = read(&self.store.catalog);
+            // The id this thread's last route picked, while the catalog
+            // says it still names this replica; else found by name.
+            let id = LAST_PICK.get();
+            if c.replica_still(id, &delivery.replica_id) {
+                Some(id)
+            } else {
+                c.find_replica(&delivery.replica_id)
+            }
+        };
         let Some(replica) =
             found.or_else(|| self.intern_replica(&delivery.replica_id).map(|(id, _)| id))
         else {
