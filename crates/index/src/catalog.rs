@@ -72,6 +72,8 @@ struct NameMap {
     names: Vec<Arc<str>>,
     quarantine: Vec<u32>,
     free: Vec<u32>,
+    /// One bit per id in `quarantine` (its slot still holds its old name).
+    released: Vec<u64>,
 }
 
 impl NameMap {
@@ -110,11 +112,19 @@ impl NameMap {
         }
         self.map.remove(name);
         self.quarantine.push(id);
+        let w = id as usize / 64;
+        if self.released.len() <= w {
+            self.released.resize(w + 1, 0);
+        }
+        self.released[w] |= 1 << (id % 64);
         Some(name)
     }
 
     /// Makes the ids released before the previous call reusable.
     fn recycle(&mut self) {
+        for &id in &self.quarantine {
+            self.released[id as usize / 64] &= !(1 << (id % 64));
+        }
         self.free.append(&mut self.quarantine);
         // An empty name costs no heap; the slot is overwritten on reuse.
         let empty: Arc<str> = Arc::from("");
@@ -360,6 +370,20 @@ impl Catalog {
         }
     }
 
+    /// Whether `id` is the live id of `name`, without hashing the name:
+    /// the id's name is this very allocation (a recycled id gets a new one)
+    /// and the id is not released (a released id keeps its name until
+    /// recycled). `find_replica` of the name would give `Some(id)`.
+    pub(crate) fn replica_still(&self, id: u32, name: &Arc<str>) -> bool {
+        let r = &self.replicas;
+        r.names
+            .get(id as usize)
+            .is_some_and(|n| Arc::ptr_eq(n, name))
+            && r.released
+                .get(id as usize / 64)
+                .is_none_or(|w| w & (1 << (id % 64)) == 0)
+    }
+
     /// The byte-order label of a live replica's name ([`NameOrder::label`]):
     /// ties in a ranking are broken by comparing these, not the names.
     #[inline]
@@ -431,5 +455,23 @@ mod tests {
         c.release_replica(0);
         c.recycle_replicas();
         assert_eq!(c.intern_replica_below("c", 0, 2).map(|x| x.0), Some(0));
+    }
+
+    #[test]
+    fn a_resolved_replica_id_holds_until_its_release() {
+        let mut c = Catalog::default();
+        let (id, name) = c.intern_replica("a", 0).expect("room");
+        assert!(c.replica_still(id, &name));
+        // Another allocation of the same name is not the catalog's.
+        assert!(!c.replica_still(id, &Arc::from("a")));
+        c.release_replica(id);
+        assert!(!c.replica_still(id, &name), "released");
+        c.recycle_replicas();
+        assert!(!c.replica_still(id, &name), "recycled");
+        let (again, fresh) = c.intern_replica("a", 0).expect("room");
+        assert_eq!(again, id, "the recycled id");
+        assert!(!c.replica_still(again, &name), "a new name");
+        assert!(c.replica_still(again, &fresh));
+        assert_eq!(c.find_replica("a"), Some(again));
     }
 }

@@ -54,8 +54,9 @@ struct Bufs {
     at: Vec<u32>,
     /// Matched, then busy replicas.
     e: Vec<Cand>,
-    /// Matched or tentative (the pressure rule of `Fleet::add`).
-    matched: Vec<bool>,
+    /// By replica id: its first tentative extension, tokens; 0: none
+    /// (cleared after each lookup).
+    ext: Vec<i32>,
     /// By rank: members in `e`; members over the bound (not in `e`).
     xe: Vec<u64>,
     xo: Vec<u64>,
@@ -63,7 +64,8 @@ struct Bufs {
     set_ranks: Vec<u32>,
     /// Tied: (label, id, position in `e` or `u32::MAX`).
     tied: Vec<(u64, u32, u32)>,
-    tied_classes: Vec<u32>,
+    /// Tied classes: (class, eligible members).
+    tied_classes: Vec<(u32, usize)>,
 }
 
 /// Bits set in `bits` at positions `lo..hi`.
@@ -287,7 +289,6 @@ impl Index {
         let catalog = read(&self.store.catalog);
         let load = self.routing.load.view(now);
         b.e.clear();
-        b.matched.clear();
         let blank = |r: u32, raw: Option<usize>| Cand {
             replica: r,
             raw,
@@ -311,31 +312,6 @@ impl Index {
             at[r] = i as u32 + 1;
         };
         let pos = |at: &[u32], r: u32| at.get(r as usize).copied().unwrap_or(0);
-        for (i, x) in raws.iter().enumerate() {
-            if pos(&b.at, x.replica) == 0 {
-                mark(&mut b.at, x.replica, b.e.len());
-                b.e.push(blank(x.replica, Some(i)));
-                b.matched.push(true);
-            }
-        }
-        for &(r, tokens) in tentative {
-            match pos(&b.at, r) {
-                0 => {
-                    mark(&mut b.at, r, b.e.len());
-                    let mut c = blank(r, None);
-                    c.tentative_tokens = tokens;
-                    b.e.push(c);
-                    b.matched.push(true);
-                }
-                i => {
-                    let c = &mut b.e[i as usize - 1];
-                    if c.tentative_tokens == 0 {
-                        c.tentative_tokens = tokens;
-                    }
-                }
-            }
-        }
-        // Their estimates, as the one-pass ranking computes them.
         let pw = w.pressure_us.max(0.0);
         let mut n = set.n;
         let mut sum = load.group_sum(set.slot);
@@ -344,6 +320,7 @@ impl Index {
             b.xe.resize(words, 0);
             b.xo.resize(words, 0);
         }
+        // Their estimates, as the one-pass ranking computes them.
         let estimate = |c: &mut Cand,
                         matched: bool,
                         xe: &mut [u64],
@@ -379,8 +356,42 @@ impl Index {
             c.recent = load.recent_of(c.recent_raw);
             c.est = c.queued + c.work + pw * f64::from(c.pressure.max(0.0));
         };
-        for (c, &matched) in b.e.iter_mut().zip(&b.matched) {
-            estimate(c, matched, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+        // Each match is estimated once, as it is met: the tentative
+        // extensions by replica first (the first one per replica counts).
+        for &(r, tokens) in tentative {
+            let r = r as usize;
+            if b.ext.len() <= r {
+                b.ext.resize((r + 1).next_power_of_two(), 0);
+            }
+            if b.ext[r] == 0 {
+                b.ext[r] = tokens;
+            }
+        }
+        let ext_of = |ext: &[i32], r: u32| ext.get(r as usize).copied().unwrap_or(0);
+        for (i, x) in raws.iter().enumerate() {
+            if pos(&b.at, x.replica) == 0 {
+                mark(&mut b.at, x.replica, b.e.len());
+                // Estimated where it lies (a copy of the candidate from the
+                // stack stalled on its just-written fields).
+                b.e.push(blank(x.replica, Some(i)));
+                if let Some(c) = b.e.last_mut() {
+                    c.tentative_tokens = ext_of(&b.ext, x.replica);
+                    estimate(c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+                }
+            }
+        }
+        for &(r, tokens) in tentative {
+            if pos(&b.at, r) == 0 {
+                mark(&mut b.at, r, b.e.len());
+                b.e.push(blank(r, None));
+                if let Some(c) = b.e.last_mut() {
+                    c.tentative_tokens = tokens;
+                    estimate(c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+                }
+            }
+            if let Some(x) = b.ext.get_mut(r as usize) {
+                *x = 0;
+            }
         }
         let floor = p.min_matched_tokens.max(1);
         let is_match = |c: &Cand| c.matched >= floor;
@@ -402,14 +413,14 @@ impl Index {
         // and over-bound members are then not enumerated. The rules below
         // answer as if they were (a match makes `any_ok`, an eligible one
         // `under_any`, and no class enters the tie).
-        let matches_win = b.e.iter().any(is_match) && {
-            let under = |c: &Cand| !limit.is_finite() || c.recent <= limit;
+        let under = |c: &Cand| !limit.is_finite() || c.recent <= limit;
+        let matches_win = if b.e.iter().any(is_match) {
             let best =
                 b.e.iter()
                     .filter(|c| pressure_ok(c) && under(c))
                     .map(|c| c.est)
                     .fold(f64::INFINITY, f64::min);
-            best.is_finite()
+            let wins = best.is_finite()
                 && set
                     .classes
                     .first()
@@ -417,19 +428,20 @@ impl Index {
                     .is_none_or(|c| {
                         c.pressure.partial_cmp(&maxp).is_none_or(|o| o.is_ge())
                             || class_est(c) > best
-                    })
+                    });
+            wins.then_some(best)
+        } else {
+            None
         };
-        if !matches_win {
-            let from = b.e.len();
+        if matches_win.is_none() {
             for r in load.busy() {
                 if set.has(r) && pos(&b.at, r) == 0 {
                     mark(&mut b.at, r, b.e.len());
                     b.e.push(blank(r, None));
-                    b.matched.push(false);
+                    if let Some(c) = b.e.last_mut() {
+                        estimate(c, false, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
+                    }
                 }
-            }
-            for (c, &matched) in b.e[from..].iter_mut().zip(&b.matched[from..]) {
-                estimate(c, matched, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
             }
         }
         let classes = &set.classes;
@@ -437,70 +449,84 @@ impl Index {
             let (lo, hi) = classes[c].ranks();
             count(xs, lo, hi)
         };
-        // Busy replicas without a match are skipped, unless that leaves
-        // nobody. Classes are in pressure order: the ones under the maximum
-        // come first.
-        let any_ok = b.e.iter().any(pressure_ok)
-            || classes
-                .iter()
-                .enumerate()
-                .take_while(|(_, c)| c.pressure < maxp)
-                .any(|(i, c)| c.members.len() > ex(&b.xe, i));
-        let ok = |c: &Cand| !any_ok || pressure_ok(c);
-        let ok_class = |c: &Class| !any_ok || c.pressure < maxp;
-        // The bounded-load rule, unless it leaves nobody.
-        if limit.is_finite() && !matches_win {
-            for r in load.over(limit) {
-                if set.has(r) && pos(&b.at, r) == 0 {
-                    let x = set.rank_of[r as usize];
-                    b.xo[x as usize / 64] |= 1 << (x % 64);
-                    b.set_ranks.push(x);
+        b.tied.clear();
+        b.tied_classes.clear();
+        let under_any = if let Some(best) = matches_win {
+            // The eligible matches at the best estimate (what the rules
+            // below give when a match wins: every rule's "unless it leaves
+            // nobody" is false, no class ties).
+            for (i, c) in b.e.iter().enumerate() {
+                if pressure_ok(c) && under(c) && c.est <= best {
+                    b.tied
+                        .push((catalog.replica_label(c.replica), c.replica, i as u32));
                 }
             }
-        }
-        let under_any = limit.is_finite()
-            && (b.e.iter().any(|c| ok(c) && c.recent <= limit)
+            false
+        } else {
+            // Busy replicas without a match are skipped, unless that leaves
+            // nobody. Classes are in pressure order: the ones under the maximum
+            // come first.
+            let any_ok = b.e.iter().any(pressure_ok)
                 || classes
                     .iter()
                     .enumerate()
-                    .take_while(|(_, c)| ok_class(c))
-                    .any(|(i, c)| c.members.len() > ex(&b.xe, i) + ex(&b.xo, i)));
-        let eligible = |c: &Cand| ok(c) && (!under_any || c.recent <= limit);
-        let elig = |i: usize| {
-            let c = &classes[i];
-            if !ok_class(c) {
-                return 0;
+                    .take_while(|(_, c)| c.pressure < maxp)
+                    .any(|(i, c)| c.members.len() > ex(&b.xe, i));
+            let ok = |c: &Cand| !any_ok || pressure_ok(c);
+            let ok_class = |c: &Class| !any_ok || c.pressure < maxp;
+            // The bounded-load rule, unless it leaves nobody.
+            if limit.is_finite() {
+                for r in load.over(limit) {
+                    if set.has(r) && pos(&b.at, r) == 0 {
+                        let x = set.rank_of[r as usize];
+                        b.xo[x as usize / 64] |= 1 << (x % 64);
+                        b.set_ranks.push(x);
+                    }
+                }
             }
-            let out = if under_any { ex(&b.xo, i) } else { 0 };
-            c.members.len() - ex(&b.xe, i) - out
+            let under_any = limit.is_finite()
+                && (b.e.iter().any(|c| ok(c) && c.recent <= limit)
+                    || classes
+                        .iter()
+                        .enumerate()
+                        .take_while(|(_, c)| ok_class(c))
+                        .any(|(i, c)| c.members.len() > ex(&b.xe, i) + ex(&b.xo, i)));
+            let eligible = |c: &Cand| ok(c) && (!under_any || c.recent <= limit);
+            let elig = |i: usize| {
+                let c = &classes[i];
+                if !ok_class(c) {
+                    return 0;
+                }
+                let out = if under_any { ex(&b.xo, i) } else { 0 };
+                c.members.len() - ex(&b.xe, i) - out
+            };
+            let first = (0..classes.len())
+                .take_while(|&i| ok_class(&classes[i]))
+                .find(|&i| elig(i) > 0);
+            let best =
+                b.e.iter()
+                    .filter(|c| eligible(c))
+                    .map(|c| c.est)
+                    .fold(f64::INFINITY, f64::min)
+                    .min(first.map_or(f64::INFINITY, |i| class_est(&classes[i])));
+            for (i, c) in b.e.iter().enumerate() {
+                if eligible(c) && c.est <= best {
+                    b.tied
+                        .push((catalog.replica_label(c.replica), c.replica, i as u32));
+                }
+            }
+            if let Some(f) = first {
+                for (i, c) in classes.iter().enumerate().skip(f) {
+                    if !ok_class(c) || class_est(c) > best {
+                        break;
+                    }
+                    if elig(i) > 0 {
+                        b.tied_classes.push((i as u32, elig(i)));
+                    }
+                }
+            }
+            under_any
         };
-        let first = (0..classes.len())
-            .take_while(|&i| ok_class(&classes[i]))
-            .find(|&i| elig(i) > 0);
-        let best =
-            b.e.iter()
-                .filter(|c| eligible(c))
-                .map(|c| c.est)
-                .fold(f64::INFINITY, f64::min)
-                .min(first.map_or(f64::INFINITY, |i| class_est(&classes[i])));
-        b.tied.clear();
-        for (i, c) in b.e.iter().enumerate() {
-            if eligible(c) && c.est <= best {
-                b.tied
-                    .push((catalog.replica_label(c.replica), c.replica, i as u32));
-            }
-        }
-        b.tied_classes.clear();
-        if let Some(f) = first {
-            for (i, c) in classes.iter().enumerate().skip(f) {
-                if !ok_class(c) || class_est(c) > best {
-                    break;
-                }
-                if elig(i) > 0 {
-                    b.tied_classes.push(i as u32);
-                }
-            }
-        }
         // Among equals a new prefix goes where there is room.
         let room = b
             .tied
@@ -509,7 +535,7 @@ impl Index {
             .chain(
                 b.tied_classes
                     .iter()
-                    .filter_map(|&i| classes[i as usize].room),
+                    .filter_map(|&(i, _)| classes[i as usize].room),
             )
             .min();
         if let Some(room) = room {
@@ -517,9 +543,9 @@ impl Index {
             b.tied
                 .retain(|t| room_bucket(e[t.2 as usize].usage) == Some(room));
             b.tied_classes
-                .retain(|&i| classes[i as usize].room == Some(room));
+                .retain(|&(i, _)| classes[i as usize].room == Some(room));
         }
-        let in_classes: usize = b.tied_classes.iter().map(|&i| elig(i as usize)).sum();
+        let in_classes: usize = b.tied_classes.iter().map(|&(_, n)| n).sum();
         let total = b.tied.len() + in_classes;
         if total == 0 {
             return;
@@ -536,7 +562,7 @@ impl Index {
                 let t = *b.tied.select_nth_unstable_by_key(k, |t| (t.0, t.1)).1;
                 (t.1, Some(t.2 as usize))
             }
-            &[ci] => {
+            &[(ci, _)] => {
                 // The k-th of the class's eligible members merged with the
                 // tied explicit ones, by (label, id).
                 let class = &classes[ci as usize];
@@ -567,7 +593,7 @@ impl Index {
                 // Rare (equal estimates at different pressures): every
                 // eligible member of the tied classes, then a selection.
                 let mut all: Vec<(u64, u32, u32)> = b.tied.clone();
-                for &ci in several {
+                for &(ci, _) in several {
                     let class = &classes[ci as usize];
                     let (lo, _) = class.ranks();
                     for (j, m) in class.members.iter().enumerate() {

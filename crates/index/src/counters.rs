@@ -60,6 +60,19 @@ pub(crate) struct Adds {
     pub(crate) holders: u64,
     /// Those of them that made a new key.
     pub(crate) keys: u64,
+    /// The largest block (tokens) among the entries stored: the engine's
+    /// block size, once a full block is seen (0: none seen).
+    pub(crate) block_tokens: u32,
+}
+
+/// What the index knows of one replica's KV pool, for the tie's room rule
+/// (`fleet.rs` [`crate::fleet::room_bucket`]): its capacity from the last
+/// load report and its block size from the chains it stores, so that the
+/// entries it holds can be read as a fraction of the pool.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Pool {
+    capacity_tokens: u64,
+    block_tokens: u32,
 }
 
 /// Index-wide counters, indexed by interned ids.
@@ -82,6 +95,8 @@ pub(crate) struct Counters {
     /// Per replica id: entries held across every scope (0 = the replica
     /// holds nothing and may be released, see `replicas.rs`).
     pub(crate) held_by_replica: Vec<u64>,
+    /// Per replica id: its pool as far as known (the held room).
+    pub(crate) pools: Vec<Pool>,
 }
 
 fn slot<T: Default>(v: &mut Vec<T>, i: u32) -> &mut T {
@@ -103,8 +118,14 @@ impl Counters {
         if a.holders == 0 {
             return;
         }
+        let room = self.held_room_bucket(replica);
+        if a.block_tokens > 0 {
+            let pool = slot(&mut self.pools, replica);
+            pool.block_tokens = pool.block_tokens.max(a.block_tokens);
+        }
         self.total_entries += a.holders;
         *slot(&mut self.held_by_replica, replica) += a.holders;
+        self.room_changed_from(replica, room);
         if p.reserved {
             self.reserved_entries += a.holders;
         }
@@ -126,8 +147,10 @@ impl Counters {
     }
 
     pub(crate) fn on_remove(&mut self, p: &Partition, replica: u32, key_removed: bool) {
+        let room = self.held_room_bucket(replica);
         dec(&mut self.total_entries);
         dec(slot(&mut self.held_by_replica, replica));
+        self.room_changed_from(replica, room);
         if p.reserved {
             dec(&mut self.reserved_entries);
         }
@@ -145,6 +168,68 @@ impl Counters {
             if !p.reserved {
                 dec(slot(&mut self.keys_by_model, p.model_id));
             }
+        }
+    }
+
+    /// Notes `replica`'s KV pool capacity from a stats report (0: unknown,
+    /// or no load reported).
+    pub(crate) fn set_capacity(&mut self, replica: u32, capacity_tokens: u64) {
+        if self
+            .pools
+            .get(replica as usize)
+            .map_or(0, |p| p.capacity_tokens)
+            == capacity_tokens
+        {
+            return;
+        }
+        let room = self.held_room_bucket(replica);
+        slot(&mut self.pools, replica).capacity_tokens = capacity_tokens;
+        self.room_changed_from(replica, room);
+    }
+
+    /// Forgets a released replica id's pool (the id is reused).
+    pub(crate) fn forget_pool(&mut self, replica: u32) {
+        if let Some(p) = self.pools.get_mut(replica as usize) {
+            *p = Pool::default();
+        }
+    }
+
+    /// The fraction of `replica`'s pool its entries fill (blocks held over
+    /// capacity / block size, at most 1), when both are known. vLLM's own
+    /// `kv_cache_usage_perc` counts blocks in use by running requests only
+    /// (an idle engine reads 0 % whatever it caches); this counts what it
+    /// caches, as the index sees it.
+    pub(crate) fn held_usage(&self, replica: u32) -> Option<f32> {
+        let p = self.pools.get(replica as usize)?;
+        let blocks = p.capacity_tokens.checked_div(u64::from(p.block_tokens))?;
+        if blocks == 0 {
+            return None;
+        }
+        let held = self
+            .held_by_replica
+            .get(replica as usize)
+            .copied()
+            .unwrap_or(0);
+        Some((held.min(blocks) as f64 / blocks as f64) as f32)
+    }
+
+    /// The room the tie reads for `replica`: the larger of the engine's
+    /// reported usage and the fraction its entries fill.
+    pub(crate) fn room_usage(&self, replica: u32, reported: f32) -> f32 {
+        self.held_usage(replica)
+            .map_or(reported, |h| reported.max(h))
+    }
+
+    fn held_room_bucket(&self, replica: u32) -> Option<i32> {
+        self.held_usage(replica).and_then(crate::fleet::room_bucket)
+    }
+
+    /// The fleet sets order replicas by room (`cold_sets.rs`): one whose
+    /// held room moved to another bucket rebuilds them.
+    #[inline]
+    fn room_changed_from(&self, replica: u32, before: Option<i32>) {
+        if self.held_room_bucket(replica) != before {
+            crate::cold_sets::fleet_changed();
         }
     }
 

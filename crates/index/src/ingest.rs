@@ -162,7 +162,15 @@ impl Index {
                     }
                 };
                 let tier = e.tier.normalized();
-                let mut adds = Adds::default();
+                let mut adds = Adds {
+                    block_tokens: e
+                        .block_token_counts
+                        .iter()
+                        .copied()
+                        .max()
+                        .map_or(0, |n| n.max(0) as u32),
+                    ..Adds::default()
+                };
                 if chain && self.store_chain_in_arena(&part, e, tier, &w, &mut adds, out, notes) {
                     if track {
                         confirmed.extend(
@@ -233,6 +241,11 @@ impl Index {
                 last_seen: ts,
                 stats_reported: ts,
             };
+            // The tie's held room reads the pool's capacity (`counters.rs`).
+            write(&self.store.counters).set_capacity(
+                replica,
+                entry.load.map_or(0, |l| l.kv_cache_capacity_tokens),
+            );
             if let Some(l) = &entry.load {
                 // The ranking's queue restarts from the engine's own counts.
                 self.routing

@@ -43,17 +43,23 @@ impl Index {
         let mut catalog = write(&self.store.catalog);
         catalog.recycle_replicas();
         let mut released = 0;
+        let mut pools = Vec::new();
         for id in catalog.live_replica_ids() {
             let i = id as usize;
             let idle =
                 held.get(i).is_none_or(|&n| n == 0) && !reporting.get(i).copied().unwrap_or(false);
             if idle && self.routing.load.queued_us(id, now) < 1.0 {
                 catalog.release_replica(id);
+                pools.push(id);
                 self.routing.load.forget(id);
                 self.routing.tentative.forget_replica(id);
                 released += 1;
             }
         }
+        drop(catalog);
+        // Its pool facts go with the id (reused one sweep later).
+        let mut c = write(&self.store.counters);
+        pools.into_iter().for_each(|id| c.forget_pool(id));
         released
     }
 

@@ -52,7 +52,11 @@
 //! identical prompts still co-locate and an idle fleet is spread by the
 //! prompt's hash. Where replicas report their KV cache usage
 //! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %
-//! steps): a new prefix goes where it does not evict others. If the pick holds a match of at least
+//! steps): a new prefix goes where it does not evict others. The usage is
+//! the larger of the reported one and the blocks the index holds for the
+//! replica over its reported capacity (`counters.rs`): vLLM reports blocks
+//! in use by running requests, so an idle engine reads 0 % however full its
+//! cache. If the pick holds a match of at least
 //! `min_matched_tokens` the answer is PREFIX_MATCH (the pick first, the other
 //! matches after it by estimate); otherwise it is a miss whose pick the
 //! server returns as AFFINITY_HINT. A long match on a busy replica therefore
@@ -65,8 +69,8 @@
 //! fleet), not O(fleet) (`cold.rs`): replicas that match and replicas with
 //! queued work are estimated one by one; every other live replica differs
 //! only by pressure, KV room and name, so the fleet is kept as a set ordered
-//! by those (rebuilt only when stats, a scope's membership or the names
-//! change), the bounded-load mean is a sum kept exact in fixed point as
+//! by those (rebuilt only when stats, a scope's membership, a replica's
+//! held room step or the names change), the bounded-load mean is a sum kept exact in fixed point as
 //! hints are delivered (`load.rs`), and the seeded tie is the k-th eligible
 //! member of a class in name order. [`Index::route_ttft_explained`] (every
 //! replica's estimate) takes one pass over the fleet (`fleet.rs`).
@@ -278,6 +282,10 @@ thread_local! {
     static MATCHES: std::cell::RefCell<Matches> = std::cell::RefCell::default();
     static ORDER: std::cell::RefCell<Vec<u128>> = const { std::cell::RefCell::new(Vec::new()) };
     static KEYS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The replica id of this thread's last pick: its delivery checks it
+    /// ([`crate::catalog::Catalog::replica_still`]) instead of finding the
+    /// name (a string hash) again.
+    static LAST_PICK: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
 }
 
 /// Per-thread buffers of one default-ranking lookup's matches: a lookup
@@ -515,13 +523,15 @@ impl Index {
     ) {
         if let Some(stats) = self.stats.read_any() {
             if let Some(m) = stats.get(&tm) {
+                // Lock order: stats → counters (no counters holder takes stats).
+                let c = read(&self.store.counters);
                 for (&r, s) in m {
                     if freshness(now, s.last_seen, ttl) > 0.0 {
                         let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
                         live(s, fresh_stats);
                         f.add(r, if fresh_stats { s.pressure } else { 0.0 });
                         if let (true, Some(l)) = (fresh_stats, &s.load) {
-                            f.set_usage(r, l.kv_cache_usage);
+                            f.set_usage(r, c.room_usage(r, l.kv_cache_usage));
                         }
                     }
                 }
@@ -632,6 +642,7 @@ impl Index {
                 .filter(|_| chain)
                 .map_or(0, |j| raws[j].blocks as usize),
         });
+        LAST_PICK.set(cands[pick].replica);
         let rank = |a: &usize, b: &usize| {
             (*a != pick)
                 .cmp(&(*b != pick))
@@ -752,6 +763,20 @@ impl Index {
         out: &mut Vec<(u32, i32)>,
     ) {
         out.clear();
+        // Most lookups find no record that could start within the real
+        // runs (at a position up to the deepest run's end): the overlay's
+        // head counts say so before any table is built.
+        let hashes = req.block_hashes;
+        let upper = raws.iter().map(|x| x.blocks as usize).max().unwrap_or(0);
+        if !self
+            .routing
+            .tentative
+            .may_start(part, hashes.len(), upper, |i| {
+                key_hash(part, hashes[i].as_ref())
+            })
+        {
+            return;
+        }
         // Real runs' ends by replica id, in the thread's table (the walk's
         // raws may come in any order; a replica's shortest run counts).
         for x in raws {
@@ -771,7 +796,6 @@ impl Index {
                 .map_or(0, |&s| s.saturating_sub(1) as usize)
         };
         let deepest = raws.iter().map(|x| start_of(x.replica)).max().unwrap_or(0);
-        let hashes = req.block_hashes;
         self.routing.tentative.runs(
             part,
             hashes.len(),
@@ -815,7 +839,17 @@ impl Index {
         let now = self.now();
         // Past the replica limit the delivery is not tracked (the lookup
         // already answered; only the load estimate misses it).
-        let found = read(&self.store.catalog).find_replica(&delivery.replica_id);
+        let found = {
+            let c = read(&self.store.catalog);
+            // The id this thread's last route picked, while the catalog
+            // says it still names this replica; else found by name.
+            let id = LAST_PICK.get();
+            if c.replica_still(id, &delivery.replica_id) {
+                Some(id)
+            } else {
+                c.find_replica(&delivery.replica_id)
+            }
+        };
         let Some(replica) =
             found.or_else(|| self.intern_replica(&delivery.replica_id).map(|(id, _)| id))
         else {

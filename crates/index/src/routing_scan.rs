@@ -109,12 +109,13 @@ impl Index {
         {
             let stats = self.stats.read();
             if let Some(m) = stats.get(&tm) {
+                let c = read(&self.store.counters);
                 for (&r, s) in m {
                     if freshness(now, s.last_seen, ttl) > 0.0 {
                         let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
                         fleet.push((r, if fresh_stats { s.pressure } else { 0.0 }));
                         if let (true, Some(l)) = (fresh_stats, &s.load) {
-                            usages.push((r, l.kv_cache_usage));
+                            usages.push((r, c.room_usage(r, l.kv_cache_usage)));
                         }
                     }
                 }
@@ -305,11 +306,13 @@ mod equivalence {
             tier: u8,
         },
         /// Replica reports stats with this pressure (and holds nothing new),
-        /// and with `load` (running, waiting, KV usage step) the engine's load.
+        /// and with `load` (running, waiting, KV usage step, capacity step:
+        /// 0 unknown, else 4, 8 or 12 blocks, so the blocks held move the
+        /// room) the engine's load.
         Stats {
             replica: u8,
             pressure: u8,
-            load: Option<(u8, u8, u8)>,
+            load: Option<(u8, u8, u8, u8)>,
         },
         /// A delivered hint of `work` µs (and, with `ttl`, the chain's
         /// tentative holdings) on the replica.
@@ -345,7 +348,7 @@ mod equivalence {
             2 => (
                 0u8..10,
                 0u8..5,
-                proptest::option::of((0u8..3, 0u8..3, 0u8..4))
+                proptest::option::of((0u8..3, 0u8..3, 0u8..4, 0u8..4))
             )
                 .prop_map(|(replica, pressure, load)| Step::Stats {
                     replica,
@@ -554,11 +557,11 @@ mod equivalence {
                     Step::Stats { replica, pressure, load } => {
                         idx.ingest(&update(replica, Vec::new(), Some(ReplicaStatsReport {
                             pressure: f32::from(pressure) * 0.5 - 0.5,
-                            load: load.map(|(running, waiting, usage)| crate::EngineLoad {
+                            load: load.map(|(running, waiting, usage, cap)| crate::EngineLoad {
                                 running_requests: u32::from(running),
                                 waiting_requests: u32::from(waiting),
                                 kv_cache_usage: f32::from(usage) * 0.3,
-                                ..crate::EngineLoad::default()
+                                kv_cache_capacity_tokens: u64::from(cap) * 4 * 16,
                             }),
                             ..ReplicaStatsReport::default()
                         })));

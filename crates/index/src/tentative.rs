@@ -575,6 +575,25 @@ impl Tentative {
         (kept as u64, dropped)
     }
 
+    /// Whether a record may start at a position `0..=upper` of a chain of
+    /// `blocks` blocks whose key at position `i` is `key_at(i)`: false
+    /// means [`Tentative::runs`] with `deepest <= upper` finds nothing.
+    pub(crate) fn may_start(
+        &self,
+        part: u32,
+        blocks: usize,
+        upper: usize,
+        key_at: impl Fn(usize) -> u64,
+    ) -> bool {
+        let o = read(&self.overlay);
+        !o.by_head.is_empty()
+            && (0..blocks.min(upper.saturating_add(1))).any(|p| {
+                o.heads
+                    .get(head_slot(part, key_at(p)))
+                    .is_some_and(|&c| c != 0)
+            })
+    }
+
     /// Each replica's tentative run over the request's chain of `blocks`
     /// blocks from `start_of(replica)`, the end of its real run: one
     /// `(replica, start, blocks)` in `found` per replica with a run.

@@ -529,3 +529,56 @@ fn among_equal_replicas_a_new_prefix_goes_where_there_is_room() {
         .collect();
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["full", "roomy"]);
 }
+
+#[test]
+fn an_idle_engine_that_caches_more_has_less_room() {
+    // Issue 33: vLLM's `kv_cache_usage_perc` counts blocks in use by running
+    // requests, so two idle engines both read 0 % whatever they cache. The
+    // room is then what the index knows each holds over its capacity
+    // (16 blocks of 16 tokens here): a new prefix goes to the emptier one.
+    let env = Env::new();
+    for r in ["a", "b"] {
+        idle_with_capacity(&env, r, 16 * 16);
+    }
+    let held: Vec<u64> = (1..=6).collect();
+    env.put_chain(T, M, S, "a", &held, &[16; 6]);
+    for k in 0..50u64 {
+        assert_eq!(top(&route(&env, &[1_000 + k], plain())), "b", "prompt {k}");
+    }
+    // "b" takes as many: equal room, the seed spreads again.
+    let other: Vec<u64> = (101..=106).collect();
+    env.put_chain(T, M, S, "b", &other, &[16; 6]);
+    let seen: std::collections::BTreeSet<String> = (0..50u64)
+        .map(|k| top(&route(&env, &[2_000 + k], plain())))
+        .collect();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+    // Evictions give room back: "a" drops to 3 of 16 blocks.
+    for h in [4u64, 5, 6] {
+        env.event(EventKind::PrefixEvicted, T, M, "a", Some(h), "");
+    }
+    for k in 0..50u64 {
+        assert_eq!(top(&route(&env, &[3_000 + k], plain())), "a", "prompt {k}");
+    }
+    // Without a capacity the held blocks say nothing (the reported usage
+    // alone, as before): the seed spreads.
+    for r in ["a", "b"] {
+        idle_with_capacity(&env, r, 0);
+    }
+    let seen: std::collections::BTreeSet<String> = (0..50u64)
+        .map(|k| top(&route(&env, &[4_000 + k], plain())))
+        .collect();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+}
+
+/// An idle engine's load report (0 % in use) with its pool's capacity.
+fn idle_with_capacity(env: &Env, replica: &str, capacity_tokens: u64) {
+    let mut u = upd(T, M, "", replica, vec![]);
+    u.stats = Some(ReplicaStatsReport {
+        load: Some(EngineLoad {
+            kv_cache_capacity_tokens: capacity_tokens,
+            ..EngineLoad::default()
+        }),
+        ..Default::default()
+    });
+    env.idx.ingest(&u);
+}
