@@ -492,9 +492,9 @@ mod tests {
             prefill_end: u64,
             end: u64,
         }
-        // (hold, uncached, decode, sent at, request number)
-        let mut queue: [VecDeque<(crate::engine::Dispatch, u64, u64, u64, usize)>; 2] =
-            Default::default();
+        /// (hold, uncached, decode, sent at, request number)
+        type Queued = (crate::engine::Dispatch, u64, u64, u64, usize);
+        let mut queue: [VecDeque<Queued>; 2] = Default::default();
         let mut running: [Option<Running>; 2] = [None, None];
         let mut first_on = [None::<usize>; 8];
         let (mut next, mut idle, mut now) = (0usize, 4usize, 0u64);
