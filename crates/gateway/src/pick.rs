@@ -50,14 +50,7 @@
 //! there is room unless that engine's queue is longer by about four of its
 //! prefills (at 4 clients, never: at most three others are in flight). It applies to new prefixes only (no engine can reuse any of
 //! the prompt): where one holds part of it, the copy term prices filling
-//! another cache. Nor while the engine's cache still has room for all it
-//! has taken in and this prompt, with an eighth of it to spare for the
-//! requests' own tails (its pool size from the engine's `/metrics`,
-//! [`crate::foresight`]): a prefix that evicts nothing costs no
-//! repeat a prefill, and the price only made it wait. At 4 clients that
-//! wait was the opening's tail: the fifth and seventh new system prompts
-//! queued behind two and three prefills on the emptier engine (730 and
-//! 454 ms, run W) while the other had room for one more. Sequentially (equal, empty queues) it orders the engines
+//! another cache. Sequentially (equal, empty queues) it orders the engines
 //! as the tie-break did. `--intake-weight-pct 0` restores the
 //! tie-break alone (sglang-router 0.3.2's cache_aware ignores load until
 //! the queues differ by 64 requests and by half).
@@ -67,10 +60,6 @@
 use crate::engine::Engine;
 use crate::hints::{Hint, HintKind};
 use std::sync::Arc;
-
-/// The share of an engine's pool (1/N) a new prefix must leave free to
-/// count as fitting without evictions.
-const ROOM_HEADROOM_DIV: u64 = 8;
 
 /// One ranked engine.
 #[derive(Debug, Clone)]
@@ -236,16 +225,7 @@ pub fn rank(
             let duplicate = best.saturating_sub(reusable) * w.duplicate_weight_pct / 100;
             // Only a new prefix: where some engine holds part of the
             // prompt, the copy term already prices filling another cache.
-            // And only where it evicts: while an engine's cache has room
-            // for everything sent to it so far and this prompt, taking it
-            // there costs no other prefix its blocks.
-            // An eighth of the pool stays for the requests' own tails
-            // (questions, decode): a prefix that leaves less evicts as
-            // soon as they run (five 52-block prompts in 255 blocks did).
-            let room = e.foresight.capacity_tokens().is_some_and(|cap| {
-                e.fresh_tokens().saturating_add(uncached) <= cap - cap / ROOM_HEADROOM_DIV
-            });
-            let fuller = if best == 0 && !room {
+            let fuller = if best == 0 {
                 e.fresh_tokens().saturating_sub(least_intake).min(uncached)
             } else {
                 0
@@ -458,30 +438,8 @@ mod tests {
     /// 1.5 K-token system prompts first, then repeats. Returns how many of
     /// the system prompts each engine got first.
     fn opening_at_4_clients(w: &Weights, port: u16, decode: &[u64]) -> [usize; 2] {
-        opening_at_4_clients_on(w, port, decode, None).0
-    }
-
-    /// The same, on engines whose pools are `pool` blocks of 32 tokens when
-    /// given (the gateway read them from the engines' `/metrics`); also
-    /// returns the sum of the eight opening requests' waits (dispatch to
-    /// the end of their prefill, ticks).
-    fn opening_at_4_clients_on(
-        w: &Weights,
-        port: u16,
-        decode: &[u64],
-        pool: Option<usize>,
-    ) -> ([usize; 2], u64) {
         use std::collections::VecDeque;
         let e = engines_on_ports(port);
-        if let Some(blocks) = pool {
-            for e in &e {
-                e.foresight.start(crate::foresight::KvPool {
-                    usable_blocks: blocks,
-                    block_size: 32,
-                });
-            }
-        }
-        let mut opening_wait = 0u64;
         let none = hint(HintKind::None, &[]);
         let total = 24usize;
         // Which system prompt request k asks for (the benchmark's order:
@@ -492,9 +450,7 @@ mod tests {
             prefill_end: u64,
             end: u64,
         }
-        /// (hold, uncached, decode, sent at, request number)
-        type Queued = (crate::engine::Dispatch, u64, u64, u64, usize);
-        let mut queue: [VecDeque<Queued>; 2] = Default::default();
+        let mut queue: [VecDeque<(crate::engine::Dispatch, u64, u64)>; 2] = Default::default();
         let mut running: [Option<Running>; 2] = [None, None];
         let mut first_on = [None::<usize>; 8];
         let (mut next, mut idle, mut now) = (0usize, 4usize, 0u64);
@@ -513,16 +469,13 @@ mod tests {
                 let at = usize::from(Arc::ptr_eq(&c[0].engine, &e[1]));
                 first_on[sys].get_or_insert(at);
                 let d = c[0].engine.dispatch_chain(c[0].uncached, &chain);
-                queue[at].push_back((d, c[0].uncached, decode[next % decode.len()], now, next));
+                queue[at].push_back((d, c[0].uncached, decode[next % decode.len()]));
                 next += 1;
                 idle -= 1;
             }
             for (q, run) in queue.iter_mut().zip(running.iter_mut()) {
                 if run.is_none() {
-                    if let Some((d, prefill, dec, sent, k)) = q.pop_front() {
-                        if k < 8 {
-                            opening_wait += now + prefill - sent;
-                        }
+                    if let Some((d, prefill, dec)) = q.pop_front() {
                         *run = Some(Running {
                             d,
                             prefill_end: now + prefill,
@@ -561,7 +514,7 @@ mod tests {
         for at in first_on.into_iter().flatten() {
             got[at] += 1;
         }
-        (got, opening_wait)
+        got
     }
 
     #[test]
@@ -600,67 +553,6 @@ mod tests {
         // worse (as runs N-P did on real engines).
         assert!(by_queue_alone > 0, "the scenario no longer tests the term");
         eprintln!("split unevenly by the queue alone: {by_queue_alone} of 64");
-    }
-
-    #[test]
-    fn new_prefixes_take_the_shorter_queue_while_the_cache_has_room() {
-        // The same 64 openings on engines whose pools (255 blocks of 32,
-        // the benchmark's) the gateway knows: four system prompts fit, a
-        // fifth (50 blocks each here: 250 of 255) only without the
-        // headroom the requests' own tails need. The split stays 4/4.
-        let mut z: u64 = 0x2545_f491_4f6c_dd1d;
-        let (mut with_room, mut priced) = (0u64, 0u64);
-        for case in 0..64u16 {
-            let decode: Vec<u64> = (0..24)
-                .map(|_| {
-                    z ^= z << 13;
-                    z ^= z >> 7;
-                    z ^= z << 17;
-                    50 + z % 1950
-                })
-                .collect();
-            let port = 20_000 + case * 7;
-            let (split, wait) = opening_at_4_clients_on(&W, port, &decode, Some(255));
-            assert_eq!(
-                split,
-                [4, 4],
-                "ports {port}/{}, answers {decode:?}",
-                port + 1
-            );
-            with_room += wait;
-            priced += opening_at_4_clients_on(&W, port, &decode, None).1;
-        }
-        // The toy's openings rarely reach run W's moment (its clients all
-        // start together and its engines answer at once); they check that
-        // the room rule never costs the split or adds waiting.
-        eprintln!("opening waits: {with_room} ticks with the pools known, {priced} without");
-        assert!(with_room <= priced, "{with_room} > {priced}");
-        // One moment of run W: the engine holding three prompts is idle,
-        // the other (one prompt) prefills two new ones; the fifth new
-        // prefix fits the idle engine's cache.
-        let e = engines(2);
-        for e in &e {
-            e.foresight.start(crate::foresight::KvPool {
-                usable_blocks: 255,
-                block_size: 32,
-            });
-        }
-        for (e, n) in [(&e[0], 1), (&e[1], 3)] {
-            for _ in 0..n {
-                let mut d = e.dispatch(1640);
-                d.prefilled();
-            }
-        }
-        let _queued = [e[0].dispatch(1642), e[0].dispatch(1647)];
-        let none = hint(HintKind::None, &[]);
-        let (c, _) = rank(&e, &none, &req(1643, 7), &W);
-        assert_eq!(c[0].engine.id.as_ref(), "e1");
-        // A sixth would not fit there: the price is back.
-        let mut d = e[1].dispatch(1643);
-        d.prefilled();
-        drop(d);
-        let (c, _) = rank(&e, &none, &req(1644, 7), &W);
-        assert_eq!(c[0].engine.id.as_ref(), "e0");
     }
 
     /// Run S (4 clients, 2026-12-07 04:55): the eighth new system prompt
