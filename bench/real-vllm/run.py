@@ -528,8 +528,14 @@ def send(url, prompt, extra_headers=None, meta=None):
                          headers=extra_headers or {}) as r:
         r.raise_for_status()
         if meta is not None:
+            # Response headers: the router's routing and its engine's API
+            # server accepted the request (vLLM sends a stream's headers
+            # before its first token); the rest of the TTFT is the engine's
+            # queue and prefill.
+            meta["t_headers"] = time.perf_counter() - t0
             for k in ("x-inferencecache-engine", "x-inferencecache-route",
-                      "x-inferencecache-reusable-tokens"):
+                      "x-inferencecache-reusable-tokens", "x-inferencecache-load",
+                      "server-timing"):
                 if k in r.headers:
                     meta[k] = r.headers[k]
         for line in r.iter_lines():
@@ -694,6 +700,8 @@ def run_policy(name, engines, reqs, conc, ctx):
                 eng = meta.get("x-inferencecache-engine")
             res.add(i=i, sys=s, ttft=ttft, prompt=pt, cached=ct, hinted=hinted, engine=eng,
                     lookup=cost, route=meta.get("x-inferencecache-route"), **lk,
+                    t_headers=meta.get("t_headers"), load=meta.get("x-inferencecache-load"),
+                    server_timing=meta.get("server-timing"),
                     t_lookup=t_lookup, t_done=time.time())
 
         idle = ctx.get("idle_probe", 0)

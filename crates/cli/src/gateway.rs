@@ -154,6 +154,13 @@ pub(crate) struct GatewayArgs {
     #[arg(long)]
     pub no_eviction_foresight: bool,
 
+    /// Runtime worker threads (default: one per core). On a host whose cores
+    /// the engines share, fewer threads wake each other less: `1` runs the
+    /// whole gateway (proxying, tokenizing, the in-process index) on one
+    /// thread, long prompts still tokenized on the blocking pool.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
+
     /// Embedded index: its gRPC listener (`inferencecache lookup|state|watch --server`).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub index_grpc_address: String,
@@ -249,10 +256,11 @@ pub(crate) fn run(args: GatewayArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match crate::runtime::multi_thread("gateway", None) {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+    let runtime =
+        match crate::runtime::multi_thread("gateway", args.worker_threads.map(usize::from)) {
+            Ok(rt) => rt,
+            Err(code) => return code,
+        };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

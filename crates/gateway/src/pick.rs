@@ -78,6 +78,10 @@ pub struct Choice {
     /// have evicted by the time it schedules this request
     /// ([`crate::foresight`]); not in `reusable`.
     pub withheld: u64,
+    /// The engine's requests in flight when it was ranked.
+    pub in_flight: u64,
+    /// The engine's prompt tokens still to prefill when it was ranked.
+    pub queued_prefill: u64,
 }
 
 /// Why the first choice won.
@@ -227,10 +231,10 @@ pub fn rank(
                 0
             };
             let intake = fuller.saturating_mul(w.intake_weight_pct) / 100;
-            let cost = e
-                .pending_prefill()
+            let (in_flight, queued_prefill) = (e.in_flight(), e.pending_prefill());
+            let cost = queued_prefill
                 .saturating_add(uncached)
-                .saturating_add(w.decode_weight.saturating_mul(e.in_flight()))
+                .saturating_add(w.decode_weight.saturating_mul(in_flight))
                 .saturating_add(duplicate)
                 .saturating_add(intake);
             let choice = Choice {
@@ -240,6 +244,8 @@ pub fn rank(
                 cost,
                 pending: from_pending,
                 withheld,
+                in_flight,
+                queued_prefill,
             };
             (
                 !e.healthy(),

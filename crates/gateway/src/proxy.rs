@@ -194,6 +194,21 @@ fn relay(
         "x-inferencecache-reusable-tokens",
         HeaderValue::from(choice.reusable),
     );
+    // What the engine had ahead of this request when it was picked, and the
+    // gateway's own time before forwarding (W3C Server-Timing): per request,
+    // what the phase histograms only give on average.
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "in_flight={}, prefill_tokens={}, cost={}",
+        choice.in_flight, choice.queued_prefill, choice.cost
+    )) {
+        headers.insert("x-inferencecache-load", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "pre_forward;dur={:.3}",
+        (sent - out.start).as_secs_f64() * 1000.0
+    )) {
+        headers.append(HeaderName::from_static("server-timing"), v);
+    }
     let state = Relay {
         resp: Some(resp),
         dispatch,

@@ -14,8 +14,10 @@
 //!
 //! Inside: [`prefix`] (the bounded per-model cache that reuses a re-sent
 //! conversation's ids), `split` (the encode without HF's offset bookkeeping
-//! for GPT-4-style tokenizers) and `tiktoken` (a model's BPE file).
+//! for GPT-4-style tokenizers), `bpe` (its merges without HF's per-word
+//! allocations) and `tiktoken` (a model's BPE file).
 
+pub(crate) mod bpe;
 pub mod prefix;
 pub(crate) mod split;
 pub(crate) mod tiktoken;
@@ -175,6 +177,17 @@ impl ChatTokenizer {
                         tracing::info!(model_id = %id, why, "tokenize: no prefix cache for this tokenizer");
                     })
                     .ok();
+                // Read before `json` becomes the HF tokenizer.
+                let bpe = cut_rule.is_some().then(|| {
+                    crate::tokenize::bpe::ByteBpe::from_tokenizer_json(
+                        &json,
+                        &crate::tokenize::split::byte_chars(),
+                    )
+                    .inspect_err(|why| {
+                        tracing::info!(model_id = %id, why = %why, "tokenize: HF BPE merges");
+                    })
+                    .ok()
+                });
                 let fast = cut_rule
                     .is_some()
                     .then(|| serde_json::from_value(json))
@@ -185,7 +198,7 @@ impl ChatTokenizer {
                         .ok()
                     });
                 let fast = fast.and_then(|f: crate::tokenize::split::FastTokenizer| {
-                    crate::tokenize::split::FastEncoder::new(&f)
+                    crate::tokenize::split::FastEncoder::new(&f, bpe.flatten())
                         .inspect_err(|e| {
                             tracing::info!(model_id = %id, error = %e, "tokenize: plain HF encode");
                         })

@@ -22,6 +22,7 @@
 //! HF. `tests/tokenize_hf.rs` compares it with the HF tokenizer on random
 //! texts.
 
+use crate::tokenize::bpe::ByteBpe;
 use crate::tokenize::prefix::KNOWN_SPLIT_REGEXES;
 use serde::{Deserialize, Deserializer};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -146,7 +147,7 @@ impl Pattern for &FastSplit {
 /// GPT-2's byte-to-character table of the `ByteLevel` pre-tokenizer: the
 /// printable Latin-1 bytes stand for themselves, the others (in byte order)
 /// for U+0100 onwards.
-fn byte_chars() -> [char; 256] {
+pub(crate) fn byte_chars() -> [char; 256] {
     let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
     let mut table = ['\0'; 256];
     let mut next = 256u32;
@@ -171,12 +172,15 @@ pub(crate) struct FastEncoder {
     added: aho_corasick::AhoCorasick,
     added_ids: Vec<u32>,
     byte_chars: [char; 256],
+    /// The merges without HF's allocations, for a plain BPE model
+    /// ([`crate::tokenize::bpe`]); `None`: HF's model for every piece.
+    bpe: Option<ByteBpe>,
 }
 
 impl FastEncoder {
     /// For `t`, whose added tokens are all unnormalized and non-stripping
     /// (the prefix-cache shape check).
-    pub(crate) fn new(t: &FastTokenizer) -> Result<Self, String> {
+    pub(crate) fn new(t: &FastTokenizer, bpe: Option<ByteBpe>) -> Result<Self, String> {
         let mut added: Vec<(u32, String)> = t
             .get_added_tokens_decoder()
             .into_iter()
@@ -191,6 +195,7 @@ impl FastEncoder {
             added: trie,
             added_ids: added.iter().map(|(id, _)| *id).collect(),
             byte_chars: byte_chars(),
+            bpe,
         })
     }
 
@@ -252,14 +257,20 @@ impl FastEncoder {
         let mut mapped = String::new();
         let mut back = map.as_ref().map(NfcMap::cursor);
         split.pieces(norm, |a, b| {
+            let at = back.as_mut().map_or(a, |c| c.original(a));
+            let start = u32::try_from(from + at).ok()?;
+            if let Some(bpe) = &self.bpe
+                && bpe.encode(&norm.as_bytes()[a..b], ids)
+            {
+                starts.resize(ids.len(), start);
+                return Some(());
+            }
             mapped.clear();
             mapped.extend(
                 norm.as_bytes()[a..b]
                     .iter()
                     .map(|&x| self.byte_chars[usize::from(x)]),
             );
-            let at = back.as_mut().map_or(a, |c| c.original(a));
-            let start = u32::try_from(from + at).ok()?;
             for token in model.tokenize(&mapped).ok()? {
                 ids.push(token.id);
                 starts.push(start);
