@@ -516,9 +516,10 @@ def client():
     return c
 
 
-def send(url, prompt, extra_headers=None, meta=None):
+def send(url, prompt, extra_headers=None, meta=None, on_first=None):
     """Streams one completion; returns (ttft seconds, prompt tokens, cached
-    tokens). `meta`, when given, receives the gateway's routing headers."""
+    tokens). `meta`, when given, receives the gateway's routing headers;
+    `on_first` is called at the first token."""
     body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
@@ -544,6 +545,8 @@ def send(url, prompt, extra_headers=None, meta=None):
             ev = json.loads(line[6:])
             if ttft is None and ev.get("choices"):
                 ttft = time.perf_counter() - t0
+                if on_first is not None:
+                    on_first()
             if ev.get("usage"):
                 usage = ev["usage"]
     pt = usage.get("prompt_tokens", 0)
@@ -554,7 +557,7 @@ def send(url, prompt, extra_headers=None, meta=None):
 class HintClient:
     """The Python gateway: LookupRoute(token_ids) then forward."""
 
-    def __init__(self, grpc_addr, engines, tok, work, deadline=1.0):
+    def __init__(self, grpc_addr, engines, tok, work, deadline=1.0, caller_load=True):
         import grpc
         from grpc_tools import protoc
 
@@ -582,6 +585,30 @@ class HintClient:
         self.inflight = {e.url: 0 for e in engines}
         self.lock = threading.Lock()
         self.rr = 0
+        # ReportCallerLoad (issue 36 item 4): the engines' requests in flight
+        # and their uncached tokens, sent on every change as the Rust
+        # gateway does in --server mode; a server without the call (the
+        # baseline build) answers UNIMPLEMENTED and reporting stops.
+        self.caller_load = caller_load
+        self.caller = f"bench-{os.getpid()}-{id(self)}"
+        self.pending = {e.url: 0 for e in engines}
+        self.names = {e.url: rid for rid, e in self.ids.items()}
+
+    def report_load(self):
+        if not self.caller_load:
+            return
+        with self.lock:
+            reps = [self.pb.CallerReplicaLoad(replica_id=self.names[u], in_flight=n,
+                                              prefill_tokens=self.pending[u])
+                    for u, n in self.inflight.items()]
+        try:
+            self.stub.ReportCallerLoad(self.pb.CallerLoadReport(
+                caller=self.caller, timestamp_us=int(time.time() * 1e6), replicas=reps),
+                timeout=self.deadline)
+        except Exception as ex:  # never blocks a request
+            code = getattr(ex, "code", None)
+            if callable(code) and code().name == "UNIMPLEMENTED":
+                self.caller_load = False
 
     def pick(self, prompt):
         """(engine, hinted tokens, lookup seconds, what the lookup said)."""
@@ -608,11 +635,22 @@ class HintClient:
             if engine is None:
                 engine = min(self.engines, key=lambda e: self.inflight[e.url])
             self.inflight[engine.url] += 1
+            self.pending[engine.url] += max(0, len(ids) - hinted)
+            info["uncached"] = max(0, len(ids) - hinted)
+        self.report_load()
         return engine, hinted, cost, info
 
-    def done(self, engine):
+    def prefilled(self, engine, uncached):
+        """The first token: the prompt's uncached tokens are prefilled."""
+        with self.lock:
+            self.pending[engine.url] -= uncached
+        self.report_load()
+
+    def done(self, engine, unprefilled=0):
         with self.lock:
             self.inflight[engine.url] -= 1
+            self.pending[engine.url] -= unprefilled
+        self.report_load()
 
 
 def run_policy(name, engines, reqs, conc, ctx):
@@ -690,10 +728,15 @@ def run_policy(name, engines, reqs, conc, ctx):
             if hc is None:
                 t_lookup = time.time()  # the gateway looks up as it receives
             try:
-                ttft, pt, ct = send(target, prompt, meta=meta)
+                first = None
+                left = {"n": lk.pop("uncached", 0)}
+                if hc is not None:
+                    def first():
+                        hc.prefilled(e, left.pop("n", 0))
+                ttft, pt, ct = send(target, prompt, meta=meta, on_first=first)
             finally:
                 if hc is not None:
-                    hc.done(e)
+                    hc.done(e, left.get("n", 0))
             if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
                 hinted = int(meta["x-inferencecache-reusable-tokens"])
@@ -823,6 +866,8 @@ def main():
                          " the client and routers share; a real deployment gives each engine its own"
                          " cores); an idle reader then rechecks every 10 ms instead of 5 s."
                          " 'vllm' runs vLLM's own default (1 s)")
+    ap.add_argument("--no-caller-load", action="store_true",
+                    help="the Python gateway does not report its requests in flight (ReportCallerLoad)")
     ap.add_argument("--hint-deadline-ms", type=float, default=1000, metavar="MS",
                     help="the Python gateway's LookupRoute deadline; past it the lookup fails"
                          " open (the request goes to the engine with fewest in flight). 1 s: on"
@@ -885,7 +930,8 @@ def main():
                                       "--http-bind-address", f"127.0.0.1:{sc_http}"],
                                      work / f"subscribe{tag}-{i}.log"))
                 ctx.setdefault("hints", {})[hname] = HintClient(
-                    f"127.0.0.1:{g}", engines, tok, work, deadline=a.hint_deadline_ms / 1000)
+                    f"127.0.0.1:{g}", engines, tok, work, deadline=a.hint_deadline_ms / 1000,
+                    caller_load=not a.no_caller_load)
             for conc in a.concurrency:
                 for name in a.policies:
                     for e in engines:

@@ -40,6 +40,9 @@ use prost::Message;
 /// Header naming the body's kind on the load subject.
 pub const KIND_DELIVERIES: &str = "DeliveryBatch";
 
+/// Header kind of a [`CallerLoadBatch`] on the same subject.
+pub const KIND_CALLER_LOAD: &str = "CallerLoadBatch";
+
 /// Replicas per published message at most: a batch over more is split, so a
 /// message stays far below NATS's default 1 MiB payload limit whatever the
 /// replica ids' lengths (ids are bounded by the server's producer limits).
@@ -80,6 +83,68 @@ pub struct ReplicaDeliveries {
     /// The last one's delivery time, Unix ns.
     #[prost(int64, tag = "5")]
     pub last_unix_ns: i64,
+}
+
+/// Callers' in-flight reports one server replica received
+/// (`ReportCallerLoad`), passed on to the others (issue 36, item 4):
+///
+/// ```proto
+/// message CallerLoadBatch {
+///   string origin = 1;                    // the publishing server process
+///   int64 sent_unix_ns = 2;
+///   repeated CallerLoadEntry loads = 3;
+/// }
+/// message CallerLoadEntry {
+///   string caller = 1;                    // the reporting gateway process
+///   string replica_id = 2;                // the engine replica
+///   uint32 in_flight = 3;                 // its requests not finished
+///   uint64 prefill_tokens = 4;            // their tokens still to prefill
+///   int64 at_unix_ns = 5;                 // when the caller counted them
+/// }
+/// ```
+#[derive(Clone, PartialEq, Message)]
+pub struct CallerLoadBatch {
+    /// The publishing server process.
+    #[prost(string, tag = "1")]
+    pub origin: String,
+    /// When the batch was published, Unix ns.
+    #[prost(int64, tag = "2")]
+    pub sent_unix_ns: i64,
+    /// The reports.
+    #[prost(message, repeated, tag = "3")]
+    pub loads: Vec<CallerLoadEntry>,
+}
+
+/// One caller's count for one engine replica.
+#[derive(Clone, PartialEq, Message)]
+pub struct CallerLoadEntry {
+    /// The reporting caller.
+    #[prost(string, tag = "1")]
+    pub caller: String,
+    /// The engine replica.
+    #[prost(string, tag = "2")]
+    pub replica_id: String,
+    /// Requests not finished.
+    #[prost(uint32, tag = "3")]
+    pub in_flight: u32,
+    /// Their prompt tokens still to prefill.
+    #[prost(uint64, tag = "4")]
+    pub prefill_tokens: u64,
+    /// When the caller counted them, Unix ns.
+    #[prost(int64, tag = "5")]
+    pub at_unix_ns: i64,
+}
+
+impl CallerLoadBatch {
+    /// Protobuf body.
+    pub fn encode_body(&self) -> Bytes {
+        Bytes::from(self.encode_to_vec())
+    }
+
+    /// Decodes a body; `None` for one that is not a batch.
+    pub fn decode_body(body: &[u8]) -> Option<Self> {
+        Self::decode(body).ok()
+    }
 }
 
 impl DeliveryBatch {

@@ -24,6 +24,7 @@
 
 pub mod admin;
 mod attach;
+mod caller_load;
 mod config;
 pub mod discover;
 pub mod embedded;
@@ -200,6 +201,14 @@ impl Gateway {
         });
         let metrics = Arc::new(metrics::Metrics::new());
         let set = Arc::new(EngineSet::new(engines.clone()));
+        if let HintSource::Remote(client) = &hints {
+            // The server counts this gateway's requests in flight exactly.
+            let (client, set, c) = (client.clone(), Arc::clone(&set), cancel.clone());
+            tasks.spawn(async move {
+                caller_load::report_loop(client, set, caller_load::caller_id(), c).await;
+                Ok(())
+            });
+        }
         let shared = Arc::new(http::Shared {
             engines: Arc::clone(&set),
             attach,

@@ -69,10 +69,55 @@ pub(crate) struct Adds {
 /// (`fleet.rs` [`crate::fleet::room_bucket`]): its capacity from the last
 /// load report and its block size from the chains it stores, so that the
 /// entries it holds can be read as a fraction of the pool.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Pool {
     capacity_tokens: u64,
     block_tokens: u32,
+    /// Blocks of requests hinted here whose stores have not been reported
+    /// yet, as (delivered at, blocks), oldest first: the producer's report
+    /// window (100 ms) is longer than a client takes to send its next
+    /// request, so without them sequential new prompts all read the same
+    /// room (issue 33). Taken off by the replica's next stores, dropped
+    /// after [`PENDING_NS`].
+    pending: Vec<(i64, u64)>,
+}
+
+/// How long a delivered request's blocks count as held before its stores
+/// are reported (a request that never reaches the engine stops counting).
+pub(crate) const PENDING_NS: i64 = 2_000_000_000;
+
+/// Deliveries pending per replica at most (past it the oldest goes).
+const MAX_PENDING: usize = 64;
+
+impl Pool {
+    fn pending_blocks(&self) -> u64 {
+        self.pending.iter().map(|p| p.1).sum()
+    }
+
+    /// Drops deliveries older than [`PENDING_NS`] at `now`.
+    fn prune(&mut self, now: i64) {
+        let old = self
+            .pending
+            .iter()
+            .take_while(|p| now.saturating_sub(p.0) > PENDING_NS)
+            .count();
+        self.pending.drain(..old);
+    }
+
+    /// `n` blocks stored: the oldest pending deliveries' first.
+    fn stored(&mut self, mut n: u64) {
+        while n > 0 {
+            let Some(first) = self.pending.first_mut() else {
+                return;
+            };
+            let take = first.1.min(n);
+            first.1 -= take;
+            n -= take;
+            if first.1 == 0 {
+                self.pending.remove(0);
+            }
+        }
+    }
 }
 
 /// Index-wide counters, indexed by interned ids.
@@ -119,6 +164,9 @@ impl Counters {
             return;
         }
         let room = self.held_room_bucket(replica);
+        if let Some(pool) = self.pools.get_mut(replica as usize) {
+            pool.stored(a.holders);
+        }
         if a.block_tokens > 0 {
             let pool = slot(&mut self.pools, replica);
             pool.block_tokens = pool.block_tokens.max(a.block_tokens);
@@ -173,17 +221,48 @@ impl Counters {
 
     /// Notes `replica`'s KV pool capacity from a stats report (0: unknown,
     /// or no load reported).
-    pub(crate) fn set_capacity(&mut self, replica: u32, capacity_tokens: u64) {
-        if self
+    pub(crate) fn set_capacity(&mut self, replica: u32, capacity_tokens: u64, now: i64) {
+        let same = self
             .pools
             .get(replica as usize)
-            .map_or(0, |p| p.capacity_tokens)
-            == capacity_tokens
-        {
+            .map_or(capacity_tokens == 0, |p| {
+                p.capacity_tokens == capacity_tokens
+                    && p.pending
+                        .first()
+                        .is_none_or(|d| now.saturating_sub(d.0) <= PENDING_NS)
+            });
+        if same {
             return;
         }
         let room = self.held_room_bucket(replica);
-        slot(&mut self.pools, replica).capacity_tokens = capacity_tokens;
+        let pool = slot(&mut self.pools, replica);
+        pool.capacity_tokens = capacity_tokens;
+        pool.prune(now);
+        self.room_changed_from(replica, room);
+    }
+
+    /// Whether `replica`'s pool size is known (deliveries are then noted).
+    pub(crate) fn knows_pool(&self, replica: u32) -> bool {
+        self.pools
+            .get(replica as usize)
+            .is_some_and(|p| p.capacity_tokens > 0)
+    }
+
+    /// A request was hinted to `replica` at `now` with `blocks` blocks it
+    /// does not hold, of at most `block_tokens` tokens each: they count as
+    /// held until its stores are reported (or [`PENDING_NS`] passes).
+    pub(crate) fn note_intake(&mut self, replica: u32, blocks: u64, block_tokens: u32, now: i64) {
+        if blocks == 0 {
+            return;
+        }
+        let room = self.held_room_bucket(replica);
+        let pool = slot(&mut self.pools, replica);
+        pool.prune(now);
+        if pool.pending.len() >= MAX_PENDING {
+            pool.pending.remove(0);
+        }
+        pool.pending.push((now, blocks));
+        pool.block_tokens = pool.block_tokens.max(block_tokens);
         self.room_changed_from(replica, room);
     }
 
@@ -194,8 +273,9 @@ impl Counters {
         }
     }
 
-    /// The fraction of `replica`'s pool its entries fill (blocks held over
-    /// capacity / block size, at most 1), when both are known. vLLM's own
+    /// The fraction of `replica`'s pool its entries fill (blocks held, and
+    /// pending from requests just hinted there, over capacity / block size,
+    /// at most 1), when both are known. vLLM's own
     /// `kv_cache_usage_perc` counts blocks in use by running requests only
     /// (an idle engine reads 0 % whatever it caches); this counts what it
     /// caches, as the index sees it.
@@ -209,7 +289,8 @@ impl Counters {
             .held_by_replica
             .get(replica as usize)
             .copied()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .saturating_add(p.pending_blocks());
         Some((held.min(blocks) as f64 / blocks as f64) as f32)
     }
 

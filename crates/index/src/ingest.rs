@@ -245,6 +245,7 @@ impl Index {
             write(&self.store.counters).set_capacity(
                 replica,
                 entry.load.map_or(0, |l| l.kv_cache_capacity_tokens),
+                now,
             );
             if let Some(l) = &entry.load {
                 // The ranking's queue restarts from the engine's own counts.

@@ -36,8 +36,13 @@
 //! the queue is the delivered-hint window alone, as before; when reports
 //! stop, the last one drains and hints keep adding.
 //!
-//! What it cannot know: requests the gateway sent elsewhere than hinted, and
-//! the work other server replicas hinted, until the next report counts them.
+//! Callers that count their requests exactly (a gateway asking this server,
+//! `ReportCallerLoad`) restart the queue the same way with their count
+//! (`remote_load.rs`), fresher than the engine's scrape.
+//!
+//! What it cannot know: requests a caller that does not report sent
+//! elsewhere than hinted, and the work other server replicas hinted, until
+//! the next report counts them.
 //! Reported pressure (a separate term of the estimate) still applies.
 
 use crate::sync::{read, write};
@@ -94,12 +99,16 @@ struct Queue {
     mean_work_us: f64,
     /// Time of the last engine load report applied, ns (0: none).
     reported_ns: i64,
+    /// The queue does not drain before this (a caller's count holds until
+    /// its next, [`LoadTracker::restart`]); 0: it drains from now.
+    hold_until_ns: i64,
 }
 
 impl Queue {
     fn at(&self, now_ns: i64) -> f64 {
-        if self.finish_ns > now_ns {
-            (self.finish_ns - now_ns) as f64 / 1_000.0
+        let from = self.hold_until_ns.max(now_ns);
+        if self.finish_ns > from {
+            (self.finish_ns - from) as f64 / 1_000.0
         } else {
             0.0
         }
@@ -431,9 +440,33 @@ impl LoadTracker {
             DEFAULT_REQUEST_WORK_US
         };
         let work = per_request * (f64::from(waiting) + 0.5 * f64::from(running));
+        Self::restart_locked(&mut s, replica, work, at_ns, at_ns);
+    }
+
+    /// Callers (gateways) counted `work_us` of work on the replica at
+    /// `at_ns` and count again by `hold_until_ns` (`remote_load.rs`): the
+    /// queue restarts from it, as from an engine report, and holds it (no
+    /// draining) until then: requests in flight are not done because time
+    /// passed; the caller's next count says what is left. Older than the
+    /// last restart: ignored.
+    pub(crate) fn restart(&self, replica: u32, work_us: f64, at_ns: i64, hold_until_ns: i64) {
+        let mut s = write(&self.state);
+        if at_ns < s.queue(replica).reported_ns {
+            return;
+        }
+        Self::restart_locked(&mut s, replica, work_us, at_ns, hold_until_ns);
+    }
+
+    fn restart_locked(s: &mut State, replica: u32, work: f64, at_ns: i64, hold_until_ns: i64) {
+        let from = if work > 0.0 {
+            hold_until_ns.max(at_ns)
+        } else {
+            at_ns
+        };
+        s.queue(replica).hold_until_ns = from;
         s.set_finish(
             replica,
-            at_ns.saturating_add((work * 1_000.0).round() as i64),
+            from.saturating_add((work * 1_000.0).round() as i64),
             at_ns,
         );
         // The bounded-load rule's count restarts too: the engine's counts

@@ -45,12 +45,80 @@ impl Index {
             .add_n(replica, work, hints.min(MAX_REMOTE_HINTS), now);
         true
     }
+
+    /// Callers (gateways) have `in_flight` requests on `replica_id`, with
+    /// `prefill_tokens` of their prompt tokens still to prefill, as counted
+    /// at `at_ns` (the server sums every caller's last count), and count
+    /// again by `hold_until_ns`: the replica's queue restarts from that work,
+    /// as from an engine load report (`load.rs`; the hints delivered before
+    /// it are in the count), held undrained until then, priced at
+    /// the default weights: each token's prefill, and half a request's
+    /// overhead per request (some are past their prefill, as a reported
+    /// running request). False when the replica is unknown (nothing
+    /// applied); a count older than the replica's last report is ignored.
+    pub fn record_caller_load(
+        &self,
+        replica_id: &str,
+        in_flight: u32,
+        prefill_tokens: u64,
+        at_ns: i64,
+        hold_until_ns: i64,
+    ) -> bool {
+        let _gate = read(&self.store.gate);
+        let Some(replica) = read(&self.store.catalog).find_replica(replica_id) else {
+            return false;
+        };
+        let w = crate::TtftWeights::default();
+        let work = w.prefill_us_per_token * prefill_tokens as f64
+            + 0.5 * w.request_overhead_us * f64::from(in_flight);
+        self.routing
+            .load
+            .restart(replica, work, at_ns, hold_until_ns);
+        true
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::{CacheUpdate, IndexConfig, ManualClock, PrefixEntry};
     use std::sync::Arc;
+
+    #[test]
+    fn a_callers_count_restarts_the_queue_and_an_older_one_is_ignored() {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let idx = IndexConfig::new().clock(clock.clone()).build();
+        idx.ingest(&CacheUpdate {
+            replica_id: "r1".into(),
+            model_id: "m".into(),
+            tenant_id: "t".into(),
+            hash_scheme: "vllm".into(),
+            prefixes: vec![PrefixEntry {
+                block_hashes: vec![vec![1u8; 8]],
+                block_token_counts: vec![16],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let now = 1_000_000_000;
+        // 2 requests, 1,000 tokens to prefill: 50 ms + 5 ms.
+        let hold = now + 500_000_000;
+        assert!(idx.record_caller_load("r1", 2, 1_000, now, hold));
+        let q = |t: i64| idx.routing.load.queued_us(0, t);
+        assert!((q(now) - 55_000.0).abs() < 1.0, "{}", q(now));
+        // Held until the caller's next count is due, then drained.
+        assert!((q(hold - 1) - 55_000.0).abs() < 1.0, "{}", q(hold - 1));
+        assert!((q(hold + 5_000_000) - 50_000.0).abs() < 1.0);
+        assert!(q(hold + 55_000_000) < 1.0);
+        // A hint delivered meanwhile queues behind the held work.
+        idx.routing.load.add(0, 1_000.0, now + 1);
+        assert!((q(now + 2) - 56_000.0).abs() < 1.0, "{}", q(now + 2));
+        // An older count says nothing new; a newer idle one empties it.
+        assert!(idx.record_caller_load("r1", 0, 0, now - 1, hold));
+        assert!((q(now + 2) - 56_000.0).abs() < 1.0);
+        assert!(idx.record_caller_load("r1", 0, 0, now + 3, hold));
+        assert!(q(now + 3) < 1.0);
+        assert!(!idx.record_caller_load("nobody", 1, 1, now, hold));
+    }
 
     #[test]
     fn remote_hints_join_a_known_replicas_queue_and_unknown_ones_are_refused() {

@@ -103,7 +103,7 @@ use crate::index::Index;
 use crate::key::key_hash;
 use crate::lookup::Raw;
 use crate::ranking::freshness;
-use crate::sync::read;
+use crate::sync::{read, write};
 use crate::types::{
     HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
 };
@@ -859,6 +859,13 @@ impl Index {
         let mut out = DeliveryOutcome::default();
         let chain_ok =
             !req.block_hashes.is_empty() && req.block_hashes.len() == req.block_token_counts.len();
+        // The tie's room counts the blocks this request is about to store
+        // (`counters.rs`), where the replica's pool size is known.
+        let fresh = req.block_hashes.len().saturating_sub(delivery.real_blocks) as u64;
+        if chain_ok && fresh > 0 && read(&self.store.counters).knows_pool(replica) {
+            let block = req.block_token_counts.iter().copied().max().unwrap_or(0);
+            write(&self.store.counters).note_intake(replica, fresh, block.max(0) as u32, now);
+        }
         if tentative_ttl.is_zero() || !chain_ok || req.hash_scheme.is_empty() {
             return out;
         }

@@ -582,3 +582,43 @@ fn idle_with_capacity(env: &Env, replica: &str, capacity_tokens: u64) {
     });
     env.idx.ingest(&u);
 }
+
+#[test]
+fn a_prompt_just_hinted_counts_in_the_room_before_its_stores_arrive() {
+    // Sequential traffic: the producer reports a request's stores up to a
+    // window (100 ms) after it, while the next new prompt is looked up at
+    // once. The blocks delivered to "a" count as held there until then.
+    let env = Env::new();
+    for r in ["a", "b"] {
+        idle_with_capacity(&env, r, 16 * 16);
+    }
+    // Block size known from a store (a one-block prefix on each).
+    env.put_chain(T, M, S, "a", &[900], &[16]);
+    env.put_chain(T, M, S, "b", &[901], &[16]);
+    let prompt: Vec<u64> = (1..=6).collect();
+    deliver(&env, &prompt, "a", 0.0, Duration::ZERO);
+    for k in 0..50u64 {
+        assert_eq!(top(&route(&env, &[1_000 + k], plain())), "b", "prompt {k}");
+    }
+    // Its stores arrive: held instead of pending, the same room.
+    env.put_chain(T, M, S, "a", &prompt, &[16; 6]);
+    assert_eq!(top(&route(&env, &[2_000], plain())), "b");
+    // A delivery whose stores never come stops counting at the replica's
+    // next stores (taken off oldest first) or 2 s later (at its next report).
+    deliver(
+        &env,
+        &(11..=16).collect::<Vec<u64>>(),
+        "b",
+        0.0,
+        Duration::ZERO,
+    );
+    env.put_chain(T, M, S, "b", &(21..=26).collect::<Vec<u64>>(), &[16; 6]);
+    env.advance(Duration::from_secs(3));
+    for r in ["a", "b"] {
+        idle_with_capacity(&env, r, 16 * 16);
+    }
+    let seen: std::collections::BTreeSet<String> = (0..50u64)
+        .map(|k| top(&route(&env, &[3_000 + k], plain())))
+        .collect();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+}

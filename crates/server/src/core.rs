@@ -82,6 +82,8 @@ pub struct Core {
     pub(crate) liveness: crate::liveness::ProducerLiveness,
     /// Each replica's eviction foresight, fed by what ingest applies.
     pub(crate) foresight: Arc<crate::foresight::Foresight>,
+    /// Callers' requests in flight (`ReportCallerLoad`, issue 36 item 4).
+    pub caller_loads: Arc<crate::replicate::caller_load::CallerLoads>,
 }
 
 impl std::fmt::Debug for Core {
@@ -186,6 +188,7 @@ impl Core {
             block_sizes,
             liveness,
             foresight,
+            caller_loads: Arc::default(),
         }
     }
 

@@ -198,6 +198,25 @@ impl InferenceCache for InferenceCacheService {
         Ok(Response::new(convert::cache_state_response(&state)))
     }
 
+    async fn report_caller_load(
+        &self,
+        request: Request<inferencecache_proto::v1alpha1::CallerLoadReport>,
+    ) -> Result<Response<Ack>, Status> {
+        // A caller moves the ranking's load: a producer's credentials.
+        if let Some(g) = self.producers.as_deref() {
+            g.producer(&request).await?;
+        }
+        crate::replicate::caller_load::report(
+            &self.core,
+            request.get_ref(),
+            crate::replicate::load_share::unix_now_ns(),
+        )?;
+        Ok(Response::new(Ack {
+            accepted: true,
+            reason_code: String::new(),
+        }))
+    }
+
     async fn report_cache_state(
         &self,
         request: Request<Streaming<CacheStateUpdate>>,

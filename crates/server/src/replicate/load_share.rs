@@ -21,7 +21,9 @@ use crate::core::Core;
 use crate::delivery_log::{DeliveryLog, DeliveryMap};
 use crate::metrics::ReasonLabel;
 use futures::StreamExt;
-use inferencecache_bus::load::{KIND_DELIVERIES, MAX_REPLICAS_PER_MESSAGE};
+use inferencecache_bus::load::{
+    CallerLoadBatch, KIND_CALLER_LOAD, KIND_DELIVERIES, MAX_REPLICAS_PER_MESSAGE,
+};
 use inferencecache_bus::{Bus, DeliveryBatch, ReplicaDeliveries};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -45,7 +47,14 @@ pub const MAX_AGE: Duration = Duration::from_secs(2);
 const MAX_REPORTS: usize = 65_536;
 
 /// Why a remote delivery was not applied (metric label).
-const SKIP_REASONS: [&str; 5] = ["own", "reported", "stale", "unknown_replica", "garbage"];
+const SKIP_REASONS: [&str; 6] = [
+    "own",
+    "reported",
+    "stale",
+    "unknown_replica",
+    "garbage",
+    "caller_unapplied",
+];
 
 /// Load-sharing metrics (registered into the server's registry).
 #[derive(Debug)]
@@ -60,6 +69,10 @@ pub struct LoadShareMetrics {
     pub hints_dropped: Counter,
     /// Other replicas' hints applied to this index.
     pub hints_applied: Counter,
+    /// Callers' in-flight reports received here, published for the others.
+    pub caller_loads_published: Counter,
+    /// Callers' in-flight reports other replicas received, applied here.
+    pub caller_loads_applied: Counter,
     /// Hints (for `garbage`: messages) not applied, by reason.
     pub skipped: Family<ReasonLabel, Counter>,
     /// From a remote delivery (the batch's first, per replica) to its apply
@@ -75,6 +88,8 @@ impl Default for LoadShareMetrics {
             hints_published: Counter::default(),
             hints_dropped: Counter::default(),
             hints_applied: Counter::default(),
+            caller_loads_published: Counter::default(),
+            caller_loads_applied: Counter::default(),
             skipped: Family::default(),
             lag_seconds: Histogram::new([
                 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
@@ -113,8 +128,18 @@ impl LoadShareMetrics {
             m.hints_applied.clone(),
         );
         registry.register(
+            "inferencecache_bus_load_caller_reports_published",
+            "Callers' in-flight counts (ReportCallerLoad) this replica received, published for the others",
+            m.caller_loads_published.clone(),
+        );
+        registry.register(
+            "inferencecache_bus_load_caller_reports_applied",
+            "Callers' in-flight counts other replicas received, applied to this replica's load",
+            m.caller_loads_applied.clone(),
+        );
+        registry.register(
             "inferencecache_bus_load_skipped",
-            "Remote delivered hints not applied, by reason (own|reported|stale|unknown_replica; garbage counts messages)",
+            "Remote delivered hints not applied, by reason (own|reported|stale|unknown_replica; garbage counts messages; caller_unapplied counts callers' counts for unknown replicas or too old)",
             m.skipped.clone(),
         );
         registry.register(
@@ -226,7 +251,7 @@ pub async fn publish_loop(
                     batch: batch_no,
                 }
                 .encode_body();
-                ok &= publish(&bus, &subject, body, interval).await;
+                ok &= publish(&bus, &subject, KIND_DELIVERIES, body, interval).await;
             }
             if ok {
                 metrics.batches_published.inc();
@@ -248,12 +273,18 @@ pub async fn publish_loop(
 /// One fire-and-forget publish; false when the bus is down or does not take
 /// it within a bound (the batch is then dropped: never buffered, never
 /// retried, see the module docs of `inferencecache_bus::load`).
-async fn publish(bus: &Bus, subject: &str, body: bytes::Bytes, interval: Duration) -> bool {
+async fn publish(
+    bus: &Bus,
+    subject: &str,
+    kind: &'static str,
+    body: bytes::Bytes,
+    interval: Duration,
+) -> bool {
     if !bus.is_connected() {
         return false;
     }
     let mut headers = inferencecache_bus::async_nats::HeaderMap::new();
-    headers.insert(inferencecache_bus::message::KIND_HEADER, KIND_DELIVERIES);
+    headers.insert(inferencecache_bus::message::KIND_HEADER, kind);
     let sent = bus
         .client
         .publish_with_headers(subject.to_owned(), headers, body);
@@ -267,6 +298,36 @@ async fn publish(bus: &Bus, subject: &str, body: bytes::Bytes, interval: Duratio
         Err(_) => {
             tracing::debug!("bus_load_publish_timed_out");
             false
+        }
+    }
+}
+
+/// Publishes the callers' reports this replica received
+/// (`caller_load.rs`) as they arrive, until `stop`: a report is a count that
+/// replaces the caller's last, so one batch per wake-up (whatever queued
+/// meanwhile) and no interval to wait out.
+pub async fn publish_caller_loads(
+    bus: Bus,
+    core: Core,
+    origin: String,
+    metrics: Arc<LoadShareMetrics>,
+    stop: CancellationToken,
+) {
+    let subject = bus.config.load_subject();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = core.caller_loads.wait_queued() => {}
+        }
+        let Some(batch) = core.caller_loads.take_batch(&origin, unix_now_ns()) else {
+            continue;
+        };
+        let n = batch.loads.len() as u64;
+        let body = batch.encode_body();
+        if publish(&bus, &subject, KIND_CALLER_LOAD, body, DEFAULT_INTERVAL).await {
+            metrics.caller_loads_published.inc_by(n);
+        } else {
+            metrics.batches_dropped.inc();
         }
     }
 }
@@ -299,6 +360,25 @@ pub async fn apply_loop(
             m = sub.next() => m,
         };
         let Some(msg) = msg else { return };
+        let kind = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(inferencecache_bus::message::KIND_HEADER))
+            .map(|v| v.as_str().to_owned());
+        if kind.as_deref() == Some(KIND_CALLER_LOAD) {
+            let Some(batch) = CallerLoadBatch::decode_body(&msg.payload) else {
+                metrics.skip("garbage", 1);
+                continue;
+            };
+            let (applied, not) =
+                core.caller_loads
+                    .apply_batch(&core, &origin, &batch, unix_now_ns());
+            metrics.caller_loads_applied.inc_by(applied);
+            if batch.origin != origin {
+                metrics.skip("caller_unapplied", not);
+            }
+            continue;
+        }
         let Some(batch) = DeliveryBatch::decode_body(&msg.payload) else {
             metrics.skip("garbage", 1);
             continue;
@@ -354,7 +434,9 @@ pub fn apply_batch(
     }
 }
 
-fn unix_now_ns() -> i64 {
+/// Now, Unix ns (the bus's clock: deliveries and callers' counts are stamped
+/// with it).
+pub fn unix_now_ns() -> i64 {
     use inferencecache_index::Clock;
     inferencecache_index::SystemClock.now_ns()
 }

@@ -31,6 +31,7 @@
 //! that starts with no snapshot warms from the newest published one before
 //! consuming the stream from that snapshot's sequence.
 
+pub mod caller_load;
 pub mod load_share;
 pub mod metrics;
 
@@ -266,6 +267,7 @@ impl Replication {
                 core.readiness.block(READY_KEY, "connecting to the bus");
                 if !settings.load_interval.is_zero() {
                     core.pipeline.deliveries().enable();
+                    core.caller_loads.share();
                 }
                 Some(BusSide {
                     origin: load_share::origin(&settings.replica_name),
@@ -326,6 +328,13 @@ impl Replication {
                     self.core.pipeline.deliveries().clone(),
                     side.origin.clone(),
                     side.settings.load_interval,
+                    Arc::clone(&self.metrics.load),
+                    self.stop.clone(),
+                ));
+                self.tasks.spawn(load_share::publish_caller_loads(
+                    side.bus.clone(),
+                    self.core.clone(),
+                    side.origin.clone(),
                     Arc::clone(&self.metrics.load),
                     self.stop.clone(),
                 ));
