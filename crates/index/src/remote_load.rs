@@ -83,10 +83,8 @@ mod tests {
     use crate::{CacheUpdate, IndexConfig, ManualClock, PrefixEntry};
     use std::sync::Arc;
 
-    #[test]
-    fn a_callers_count_restarts_the_queue_and_an_older_one_is_ignored() {
-        let clock = Arc::new(ManualClock::new(1_000_000_000));
-        let idx = IndexConfig::new().clock(clock.clone()).build();
+    /// `r1` of scope ("t", "m") holds one block.
+    fn holds_r1(idx: &crate::Index) {
         idx.ingest(&CacheUpdate {
             replica_id: "r1".into(),
             model_id: "m".into(),
@@ -99,6 +97,13 @@ mod tests {
             }],
             ..Default::default()
         });
+    }
+
+    #[test]
+    fn a_callers_count_restarts_the_queue_and_an_older_one_is_ignored() {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let idx = IndexConfig::new().clock(clock.clone()).build();
+        holds_r1(&idx);
         let now = 1_000_000_000;
         // 2 requests, 1,000 tokens to prefill: 50 ms + 5 ms.
         let hold = now + 500_000_000;
@@ -124,18 +129,7 @@ mod tests {
     fn remote_hints_join_a_known_replicas_queue_and_unknown_ones_are_refused() {
         let clock = Arc::new(ManualClock::new(1_000_000_000));
         let idx = IndexConfig::new().clock(clock).build();
-        idx.ingest(&CacheUpdate {
-            replica_id: "r1".into(),
-            model_id: "m".into(),
-            tenant_id: "t".into(),
-            hash_scheme: "vllm".into(),
-            prefixes: vec![PrefixEntry {
-                block_hashes: vec![vec![1u8; 8]],
-                block_token_counts: vec![16],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        holds_r1(&idx);
         assert!(idx.record_remote_deliveries("r1", 3, 1_000.0));
         assert_eq!(idx.delivered_hints("r1"), 3);
         assert!(!idx.record_remote_deliveries("nobody", 3, 1_000.0));

@@ -83,7 +83,7 @@ pub struct Core {
     /// Each replica's eviction foresight, fed by what ingest applies.
     pub(crate) foresight: Arc<crate::foresight::Foresight>,
     /// Callers' requests in flight (`ReportCallerLoad`, issue 36 item 4).
-    pub caller_loads: Arc<crate::replicate::caller_load::CallerLoads>,
+    pub caller_loads: Arc<crate::caller_loads::CallerLoads>,
 }
 
 impl std::fmt::Debug for Core {

@@ -67,6 +67,7 @@ mod watch;
 // Leaves: metrics, limits, errors and small shared types.
 mod auth;
 mod block_size;
+pub mod caller_loads;
 pub mod delivery_log;
 mod error;
 mod events;

@@ -372,7 +372,7 @@ pub async fn apply_loop(
             };
             let (applied, not) =
                 core.caller_loads
-                    .apply_batch(&core, &origin, &batch, unix_now_ns());
+                    .apply_batch(&core.index, &origin, &batch, unix_now_ns());
             metrics.caller_loads_applied.inc_by(applied);
             if batch.origin != origin {
                 metrics.skip("caller_unapplied", not);
@@ -444,24 +444,7 @@ pub fn unix_now_ns() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use inferencecache_index::{CacheUpdate, PrefixEntry};
-
-    fn core_with(replica: &str) -> Core {
-        let core = Core::with_defaults();
-        core.ingest(&CacheUpdate {
-            replica_id: replica.into(),
-            tenant_id: "t".into(),
-            model_id: "m".into(),
-            hash_scheme: "vllm".into(),
-            prefixes: vec![PrefixEntry {
-                block_hashes: vec![vec![1; 8]],
-                block_token_counts: vec![16],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        core
-    }
+    use crate::replicate::core_holding;
 
     fn batch(origin: &str, replica: &str, hints: u32, at_ns: i64) -> DeliveryBatch {
         DeliveryBatch {
@@ -488,7 +471,7 @@ mod tests {
 
     #[test]
     fn a_batch_applies_once_to_known_replicas_after_their_last_report() {
-        let core = core_with("r1");
+        let core = core_holding(&["r1"]);
         let (m, reports) = (LoadShareMetrics::default(), ReportTimes::default());
         let now = unix_now_ns();
         // Our own batch: counted when delivered, skipped here.

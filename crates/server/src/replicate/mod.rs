@@ -35,6 +35,28 @@ pub mod caller_load;
 pub mod load_share;
 pub mod metrics;
 
+/// A core whose index knows `replicas` of scope ("t", "m"), each holding
+/// one block (what the load-sharing tests apply counts to).
+#[cfg(test)]
+fn core_holding(replicas: &[&str]) -> Core {
+    let core = Core::with_defaults();
+    for r in replicas {
+        core.ingest(&inferencecache_index::CacheUpdate {
+            replica_id: (*r).into(),
+            tenant_id: "t".into(),
+            model_id: "m".into(),
+            hash_scheme: "vllm".into(),
+            prefixes: vec![inferencecache_index::PrefixEntry {
+                block_hashes: vec![vec![1; 8]],
+                block_token_counts: vec![16],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    core
+}
+
 pub use metrics::ReplicationMetrics;
 
 use crate::core::Core;
