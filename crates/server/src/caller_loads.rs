@@ -102,16 +102,15 @@ impl CallerLoads {
             }
             let callers = m.entry(r.replica_id.to_owned()).or_default();
             callers.retain(|_, e| now_ns.saturating_sub(e.at_ns) <= max_age);
+            let entry = Entry {
+                in_flight: r.in_flight,
+                prefill_tokens: r.prefill_tokens,
+                at_ns: r.at_ns,
+            };
             match callers.get_mut(r.caller) {
                 // A report older than the caller's last one says nothing new.
                 Some(e) if e.at_ns > r.at_ns => return false,
-                Some(e) => {
-                    *e = Entry {
-                        in_flight: r.in_flight,
-                        prefill_tokens: r.prefill_tokens,
-                        at_ns: r.at_ns,
-                    }
-                }
+                Some(e) => *e = entry,
                 None => {
                     if callers.len() >= MAX_CALLERS {
                         if let Some(oldest) = callers
@@ -122,14 +121,7 @@ impl CallerLoads {
                             callers.remove(&oldest);
                         }
                     }
-                    callers.insert(
-                        r.caller.to_owned(),
-                        Entry {
-                            in_flight: r.in_flight,
-                            prefill_tokens: r.prefill_tokens,
-                            at_ns: r.at_ns,
-                        },
-                    );
+                    callers.insert(r.caller.to_owned(), entry);
                 }
             }
             callers.values().fold((0u32, 0u64), |(n, t), e| {

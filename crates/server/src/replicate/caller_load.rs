@@ -1,7 +1,9 @@
 //! `ReportCallerLoad`: a caller's report checked and applied to the
 //! server's [`CallerLoads`] (the state and the design: `caller_loads.rs`).
 
-pub use crate::caller_loads::*;
+#[cfg(doc)]
+use crate::caller_loads::CallerLoads;
+use crate::caller_loads::CallerReport;
 use crate::core::Core;
 
 /// Longest caller id accepted, bytes.
