@@ -15,6 +15,7 @@
 
 use crate::engine::EngineSet;
 use inferencecache_client::Client;
+use inferencecache_index::{Clock, SystemClock};
 use inferencecache_proto::v1alpha1::{CallerLoadReport, CallerReplicaLoad};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,7 +74,7 @@ pub(crate) async fn report_loop(
         }
         let report = CallerLoadReport {
             caller: caller.clone(),
-            timestamp_us: unix_now_us(),
+            timestamp_us: SystemClock.now_ns() / 1_000,
             replicas: now.clone(),
         };
         match tokio::time::timeout(CALL_TIMEOUT, raw.report_caller_load(report)).await {
@@ -92,10 +93,4 @@ pub(crate) async fn report_loop(
         last = now;
         sent_at = Some(Instant::now());
     }
-}
-
-fn unix_now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
