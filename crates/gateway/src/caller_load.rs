@@ -5,15 +5,17 @@
 //! delivered (issue 36, item 4). The server side: `inferencecache_server`
 //! `replicate::caller_load`.
 //!
-//! Every [`TICK`] the engines' counts (requests in flight, prompt tokens
-//! still to prefill) are compared with the last report; a change is
-//! reported at once, and unchanged non-zero counts every [`REFRESH`] (the
-//! server forgets a report after 2 s). A server that does not know the
+//! The engines' counts (requests in flight, prompt tokens still to
+//! prefill) are compared with the last report whenever one changes
+//! (`engine::LOAD_CHANGED`; an idle gateway does not wake), at most every
+//! [`TICK`] so a burst of requests is one report; a change is reported at
+//! once, and unchanged non-zero counts every [`REFRESH`] (the server
+//! forgets a report after 2 s). A server that does not know the
 //! call (the reference's, or ours before it) answers UNIMPLEMENTED: the
 //! loop logs that once and stops. Reporting never blocks a request: it runs
 //! beside them, each call bounded by [`CALL_TIMEOUT`].
 
-use crate::engine::EngineSet;
+use crate::engine::{EngineSet, LOAD_CHANGED};
 use inferencecache_client::Client;
 use inferencecache_index::{Clock, SystemClock};
 use inferencecache_proto::v1alpha1::{CallerLoadReport, CallerReplicaLoad};
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// How often the counts are compared.
+/// The shortest time between two comparisons of the counts.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Unchanged non-zero counts are reported again this often.
 pub(crate) const REFRESH: Duration = Duration::from_millis(500);
@@ -62,14 +64,28 @@ pub(crate) async fn report_loop(
     let mut sent_at: Option<Instant> = None;
     let mut raw = client.raw();
     loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(TICK) => {}
-        }
+        // Registered before the counts are read: a change after the read
+        // wakes the next wait.
+        let changed = LOAD_CHANGED.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         let now = counts(&engines);
         let busy = now.iter().any(|c| c.in_flight > 0 || c.prefill_tokens > 0);
         let due = sent_at.is_none_or(|t| t.elapsed() >= REFRESH);
         if now == last && !(busy && due) {
+            // Nothing to say until a count changes, or (while busy) the
+            // refresh is due.
+            let refresh = sent_at.map_or(REFRESH, |t| REFRESH.saturating_sub(t.elapsed()));
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = &mut changed => {}
+                () = tokio::time::sleep(refresh), if busy => {}
+            }
+            // A burst of changes is one comparison.
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(TICK) => {}
+            }
             continue;
         }
         let report = CallerLoadReport {

@@ -263,6 +263,7 @@ impl Engine {
             }
             o
         };
+        LOAD_CHANGED.notify_waiters();
         Dispatch {
             engine: Arc::clone(self),
             pending: uncached,
@@ -271,6 +272,12 @@ impl Engine {
         }
     }
 }
+
+/// Woken whenever an engine's requests in flight or pending prefill
+/// change (dispatch, first byte, end), for whoever reports them
+/// (`caller_load.rs`) instead of polling. Process-wide: a waiter rereads
+/// the counts it cares about.
+pub(crate) static LOAD_CHANGED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// The engines behind the gateway right now: a snapshot per request, so
 /// engines come and go (the admin endpoints) without a lock on the request
@@ -362,6 +369,7 @@ impl Dispatch {
         let n = std::mem::take(&mut self.pending);
         if n > 0 {
             self.engine.pending_prefill.fetch_sub(n, Ordering::Relaxed);
+            LOAD_CHANGED.notify_waiters();
         }
     }
 }
@@ -387,6 +395,7 @@ impl Drop for Dispatch {
             self.engine.foresight.finished(self.owner);
         }
         self.engine.in_flight.fetch_sub(1, Ordering::Relaxed);
+        LOAD_CHANGED.notify_waiters();
     }
 }
 
