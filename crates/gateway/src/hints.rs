@@ -130,9 +130,9 @@ impl HintSource {
                     reason: out.reason.as_str().to_owned(),
                     candidates: out
                         .scores
-                        .into_iter()
+                        .iter()
                         .map(|s| Candidate {
-                            replica_id: s.replica_id,
+                            replica_id: out.names.arc(s.replica),
                             matched_tokens: u64::try_from(s.matched_tokens).unwrap_or(0),
                         })
                         .collect(),

@@ -421,6 +421,11 @@ impl Catalog {
         Some((self.table_epoch.load(Ordering::Relaxed), t))
     }
 
+    /// The published table's names (`None` past [`MAX_TABLE`] ids).
+    pub(crate) fn replica_table_names(&self) -> Option<Arc<[Arc<str>]>> {
+        self.replica_table.as_ref().map(|t| t.names().clone())
+    }
+
     /// The epoch lookups compare against their thread's table.
     pub(crate) fn table_epoch(&self) -> Epoch {
         self.table_epoch.clone()

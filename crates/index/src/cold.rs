@@ -36,7 +36,7 @@ use crate::cold_sets::{Class, ColdSet, FLEET_CHANGES, MAX_SETS};
 use crate::fleet::{Cand, Fleet};
 use crate::index::Index;
 use crate::lookup::Raw;
-use crate::routing::{RouteParams, TENTATIVE_CREDIT, TtftRoute, room_bucket};
+use crate::routing::{IdRoute, RouteParams, TENTATIVE_CREDIT, room_bucket};
 use crate::sync::{read, write};
 use crate::types::{LookupRequest, Tier};
 use std::sync::Arc;
@@ -241,7 +241,7 @@ impl Index {
         raws: &[Raw],
         tentative: &[(u32, i32)],
         prompt: f64,
-        out: &mut TtftRoute,
+        out: &mut IdRoute,
     ) -> bool {
         let set = self.cold_set(tm, scope, ttl, now);
         if set.exotic {
@@ -281,7 +281,7 @@ impl Index {
         tentative: &[(u32, i32)],
         prompt: f64,
         b: &mut Bufs,
-        out: &mut TtftRoute,
+        out: &mut IdRoute,
     ) {
         let w = &p.weights;
         // Lock order: the catalog, then the load (the sweep's release holds

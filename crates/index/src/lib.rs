@@ -206,6 +206,7 @@ mod routing;
 mod routing_scan;
 mod scratch;
 mod snapshot;
+mod spread_sort;
 mod stats;
 mod sync;
 mod tentative;
@@ -233,8 +234,9 @@ pub use routing::{
 pub use types::{
     Aggregate, CacheEvent, CacheState, CacheUpdate, EngineLoad, EventKind, EventOutcome,
     EvictionCounts, IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult,
-    PrefixEntry, ReplicaScore, ReplicaStatsReport, ReplicaStatsView, Snapshot, SnapshotReplica,
-    SnapshotTenant, Strategy, SweepOutcome, Tier,
+    PrefixEntry, RankedScore, ReplicaId, ReplicaNames, ReplicaScore, ReplicaStatsReport,
+    ReplicaStatsView, ScoreById, Snapshot, SnapshotReplica, SnapshotTenant, Strategy, SweepOutcome,
+    Tier,
 };
 
 #[cfg(test)]

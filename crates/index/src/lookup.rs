@@ -13,7 +13,8 @@ use crate::ranking::{
 use crate::replica_table::Names;
 use crate::sync::read;
 use crate::types::{
-    HitKeys, HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
+    HitKeys, HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaId, ReplicaNames,
+    ReplicaScore, ScoreById, Strategy, Tier,
 };
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -99,7 +100,7 @@ fn apply_power(keys: &mut [Key], raws: &[Raw], power: Power) {
 /// Order `keys` by [`by_rank`] and make each one's score with `make`
 /// (given the score and the key's position), names attached last so the
 /// sort reads none.
-fn ranked(keys: &mut [Key], mut make: impl FnMut(f32, usize) -> ReplicaScore) -> Vec<ReplicaScore> {
+fn ranked(keys: &mut [Key], mut make: impl FnMut(f32, usize) -> ScoreById) -> Vec<ScoreById> {
     keys.sort_unstable_by(by_rank);
     keys.iter()
         .map(|&(score, _, i)| make(score, i as usize))
@@ -120,6 +121,15 @@ impl Index {
     /// only) → miss classifier. A request without any fingerprint input (no
     /// prefix hash, no chain) is `None` (spec decision 4).
     pub fn lookup_route<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        self.lookup_route_by_id(req).named()
+    }
+
+    /// [`Index::lookup_route`] with its scores by replica id (the server's
+    /// path: no reference count per score).
+    pub fn lookup_route_by_id<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+    ) -> LookupRouteResult<ScoreById> {
         if req.tenant.is_empty() || req.model.is_empty() || req.hash_scheme.is_empty() {
             return LookupRouteResult::default();
         }
@@ -142,21 +152,22 @@ impl Index {
         }
         // A policy that disables TENANT_HOT: not computed at all.
         let hot = if req.policy.is_none_or(|p| p.tenant_hot) {
-            self.tenant_hot(req.tenant, req.model, req.hash_scheme, req.slo_ttft_ms)
+            self.tenant_hot_by_id(req.tenant, req.model, req.hash_scheme, req.slo_ttft_ms)
         } else {
-            Vec::new()
+            None
         };
-        if !hot.is_empty() {
+        if let Some((scores, names)) = hot {
             return LookupRouteResult {
                 strategy: Strategy::TenantHot,
-                scores: hot,
+                scores,
                 hits: LfuHits::default(),
+                names,
             };
         }
         self.classified(req)
     }
 
-    fn classified<H>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+    fn classified<H>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult<ScoreById> {
         LookupRouteResult {
             strategy: self.classify_miss(req.tenant, req.model, req.hash_scheme),
             ..LookupRouteResult::default()
@@ -168,6 +179,14 @@ impl Index {
     /// checks on tenant/model, no TENANT_HOT, no classifier. The strategy is
     /// `PrefixMatch` when anything matched.
     pub fn lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+        self.lookup_by_id(req).named()
+    }
+
+    /// [`Index::lookup`] with its scores by replica id.
+    pub fn lookup_by_id<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+    ) -> LookupRouteResult<ScoreById> {
         if req.hash_scheme.is_empty() {
             return LookupRouteResult::default();
         }
@@ -186,8 +205,8 @@ impl Index {
     fn in_partition<H>(
         &self,
         req: &LookupRequest<'_, H>,
-        f: impl FnOnce(&Ctx<'_>) -> LookupRouteResult,
-    ) -> LookupRouteResult {
+        f: impl FnOnce(&Ctx<'_>) -> LookupRouteResult<ScoreById>,
+    ) -> LookupRouteResult<ScoreById> {
         self.with_partition(
             req.tenant,
             req.model,
@@ -205,7 +224,10 @@ impl Index {
         .unwrap_or_default()
     }
 
-    fn exact_lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+    fn exact_lookup<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+    ) -> LookupRouteResult<ScoreById> {
         self.in_partition(req, |ctx| {
             let ranked = |raws: &mut Vec<Raw>| {
                 self.exact_raws(ctx.part.id, req.prefix_hash, ctx.now, ctx.ttl, raws);
@@ -214,7 +236,7 @@ impl Index {
                 }
                 let total = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
                 let dp = distinguishing_power(raws.len() as i64, total) as f32;
-                let scores = self.score_raws(ctx, raws, Power::Uniform(dp));
+                let (scores, names) = self.score_raws(ctx, raws, Power::Uniform(dp));
                 // Hits are captured for every tenant: delivered hits count
                 // towards hot_prefixes everywhere, and only LFU tenants'
                 // eviction reads them.
@@ -228,13 +250,17 @@ impl Index {
                     strategy: Strategy::PrefixMatch,
                     scores,
                     hits: LfuHits::capture(ctx.part.id, req, runs),
+                    names,
                 }
             };
             crate::scratch::with(&RAWS, ranked)
         })
     }
 
-    fn chain_lookup<H: AsRef<[u8]>>(&self, req: &LookupRequest<'_, H>) -> LookupRouteResult {
+    fn chain_lookup<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+    ) -> LookupRouteResult<ScoreById> {
         self.in_partition(req, |ctx| {
             let (now, ttl) = (ctx.now, ctx.ttl);
             let ranked = |raws: &mut Vec<Raw>| {
@@ -251,7 +277,7 @@ impl Index {
                     return LookupRouteResult::default();
                 }
                 let serving = ctx.part.serving.load(AtomicOrdering::Relaxed) as i64;
-                let scores = self.score_raws(ctx, raws, Power::ByDepth { serving });
+                let (scores, names) = self.score_raws(ctx, raws, Power::ByDepth { serving });
                 let runs = raws.iter().map(|r| HitRun {
                     replica: r.replica,
                     blocks: r.blocks,
@@ -262,6 +288,7 @@ impl Index {
                     strategy: Strategy::PrefixMatch,
                     scores,
                     hits,
+                    names,
                 }
             };
             crate::scratch::with(&RAWS, ranked)
@@ -334,8 +361,13 @@ impl Index {
     /// Rank `raws`: stats pressure (gated by stats freshness under the
     /// tenant TTL), the SLO bias and the distinguishing power make each
     /// score; the scores come back ordered by score descending, then
-    /// replica name ascending, with their names attached.
-    fn score_raws(&self, ctx: &Ctx<'_>, raws: &[Raw], power: Power) -> Vec<ReplicaScore> {
+    /// replica name ascending, by id, with the names of the ids.
+    fn score_raws(
+        &self,
+        ctx: &Ctx<'_>,
+        raws: &[Raw],
+        power: Power,
+    ) -> (Vec<ScoreById>, ReplicaNames) {
         // No lock at all when no replica reports stats.
         let stats = self.stats.read_any();
         let per_replica = stats.as_ref().and_then(|s| s.get(&ctx.part.tm_id));
@@ -351,16 +383,17 @@ impl Index {
                 (score, names.label(r.replica), i as u32)
             }));
             apply_power(keys, raws, power);
-            ranked(keys, |score, i| {
+            let scores = ranked(keys, |score, i| {
                 let r = &raws[i];
-                ReplicaScore {
-                    replica_id: names.name(r.replica),
+                ScoreById {
+                    replica: ReplicaId(r.replica),
                     score,
                     matched_tokens: r.tokens,
                     estimated_cache_hit_prob: r.fresh,
                     tier: r.tier,
                 }
-            })
+            });
+            (scores, names.for_answer(raws.iter().map(|r| r.replica)))
         };
         self.with_names(|names| crate::scratch::with(&RANK, |keys| rank(keys, names)))
     }
@@ -373,24 +406,34 @@ impl Index {
         scheme: &str,
         slo_ttft_ms: i32,
     ) -> Vec<ReplicaScore> {
+        self.tenant_hot_by_id(tenant, model, scheme, slo_ttft_ms)
+            .map(|(scores, names)| scores.iter().map(|s| s.named(&names)).collect())
+            .unwrap_or_default()
+    }
+
+    /// [`Index::tenant_hot`] by replica id, with the ids' names; `None`
+    /// when there is no candidate.
+    fn tenant_hot_by_id(
+        &self,
+        tenant: &str,
+        model: &str,
+        scheme: &str,
+        slo_ttft_ms: i32,
+    ) -> Option<(Vec<ScoreById>, ReplicaNames)> {
         let max_age = duration_ns(self.settings.ranking.tenant_hot_max_age);
         if max_age <= 0 || scheme.is_empty() {
-            return Vec::new();
+            return None;
         }
         let ids = {
             let c = read(&self.store.catalog);
             c.find_tm(tenant, model)
                 .zip(c.find_scope(tenant, model, scheme))
         };
-        let Some((tm, scope)) = ids else {
-            return Vec::new();
-        };
+        let (tm, scope) = ids?;
         let now = self.now();
         let mut cands: Vec<(u32, f32, f32, i64)> = {
             let stats = self.stats.read();
-            let Some(m) = stats.get(&tm) else {
-                return Vec::new();
-            };
+            let m = stats.get(&tm)?;
             m.iter()
                 .filter(|(_, s)| {
                     now.saturating_sub(s.stats_reported) < max_age
@@ -411,7 +454,7 @@ impl Index {
             cands.retain(|(r, ..)| c.serves(scope, *r));
         }
         if cands.is_empty() {
-            return Vec::new();
+            return None;
         }
         let c = slo_coefficient(&self.settings.ranking, slo_ttft_ms);
         self.with_names(|names| {
@@ -425,16 +468,17 @@ impl Index {
                     (hit_rate * rec * pf * slo, names.label(r), i as u32)
                 })
                 .collect();
-            ranked(&mut keys, |score, i| {
+            let scores = ranked(&mut keys, |score, i| {
                 let (r, hit_rate, ..) = cands[i];
-                ReplicaScore {
-                    replica_id: names.name(r),
+                ScoreById {
+                    replica: ReplicaId(r),
                     score,
                     matched_tokens: 0,
                     estimated_cache_hit_prob: hit_rate,
                     tier: Tier::UNSPECIFIED,
                 }
-            })
+            });
+            Some((scores, names.for_answer(cands.iter().map(|c| c.0))))
         })
     }
 

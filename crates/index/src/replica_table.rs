@@ -35,13 +35,19 @@ pub(crate) const MAX_TABLE: usize = 4096;
 /// Replica names and order labels by id, immutable once published.
 #[derive(Debug, Default)]
 pub(crate) struct ReplicaTable {
-    names: Box<[Arc<str>]>,
+    /// Shared with the answers that read them ([`crate::types::ReplicaNames`]).
+    names: Arc<[Arc<str>]>,
     labels: Box<[u64]>,
 }
 
 impl ReplicaTable {
-    pub(crate) fn new(names: Box<[Arc<str>]>, labels: Box<[u64]>) -> Self {
+    pub(crate) fn new(names: Arc<[Arc<str>]>, labels: Box<[u64]>) -> Self {
         Self { names, labels }
+    }
+
+    /// The names by id.
+    pub(crate) fn names(&self) -> &Arc<[Arc<str>]> {
+        &self.names
     }
 }
 
@@ -67,16 +73,15 @@ impl Names<'_> {
         }
     }
 
-    /// The name of `id` (empty for an id with no name).
-    #[inline]
-    pub(crate) fn name(self, id: u32) -> Arc<str> {
+    /// The names of an answer ranking `ids`: the table itself (one
+    /// reference count), else the ids' names from the catalog.
+    pub(crate) fn for_answer(
+        self,
+        ids: impl IntoIterator<Item = u32>,
+    ) -> crate::types::ReplicaNames {
         match self {
-            Names::Table(t) => t
-                .names
-                .get(id as usize)
-                .cloned()
-                .unwrap_or_else(|| Arc::from("")),
-            Names::Catalog(c) => c.replica_name(id),
+            Names::Table(t) => crate::types::ReplicaNames::table(t.names.clone()),
+            Names::Catalog(c) => crate::types::ReplicaNames::of_ids(ids, |id| c.replica_name(id)),
         }
     }
 }

@@ -105,7 +105,8 @@ use crate::lookup::Raw;
 use crate::ranking::freshness;
 use crate::sync::{read, write};
 use crate::types::{
-    HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaScore, Strategy, Tier,
+    HitRun, LfuHits, LookupRequest, LookupRouteResult, ReplicaId, ReplicaNames, ReplicaScore,
+    ScoreById, Strategy, Tier,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -238,11 +239,12 @@ pub struct Estimate {
     pub ttft_us: f64,
 }
 
-/// The outcome of [`Index::route_ttft`].
-#[derive(Debug, Clone, Default)]
-pub struct TtftRoute {
+/// The outcome of [`Index::route_ttft`] (named scores) and
+/// [`Index::route_ttft_by_id`] ([`ScoreById`]s).
+#[derive(Debug, Clone)]
+pub struct TtftRoute<S = ReplicaScore> {
     /// PREFIX_MATCH (the pick first) or a miss (`None` / `Unknown*`).
-    pub result: LookupRouteResult,
+    pub result: LookupRouteResult<S>,
     /// A miss's pick, for AFFINITY_HINT (`None` when no replica is live).
     pub pick: Option<Arc<str>>,
     /// What delivering the pick means, for [`Index::record_delivery`]
@@ -252,6 +254,32 @@ pub struct TtftRoute {
     /// [`Index::route_ttft_explained`] only.
     pub estimates: Vec<Estimate>,
 }
+
+impl<S> Default for TtftRoute<S> {
+    fn default() -> Self {
+        Self {
+            result: LookupRouteResult::default(),
+            pick: None,
+            delivery: None,
+            estimates: Vec::new(),
+        }
+    }
+}
+
+impl TtftRoute<ScoreById> {
+    /// The route with named scores.
+    pub fn named(self) -> TtftRoute {
+        TtftRoute {
+            result: self.result.named(),
+            pick: self.pick,
+            delivery: self.delivery,
+            estimates: self.estimates,
+        }
+    }
+}
+
+/// The lookup path's route (scores by id).
+pub(crate) type IdRoute = TtftRoute<ScoreById>;
 
 /// The pick of [`Index::route_ttft`], as [`Index::record_delivery`] needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -280,12 +308,21 @@ pub(crate) fn score_of(est_us: f64) -> f32 {
 thread_local! {
     static FLEET: std::cell::RefCell<Fleet> = std::cell::RefCell::default();
     static MATCHES: std::cell::RefCell<Matches> = std::cell::RefCell::default();
-    static ORDER: std::cell::RefCell<Vec<u128>> = const { std::cell::RefCell::new(Vec::new()) };
+    static ORDER: std::cell::RefCell<OrderBufs> = std::cell::RefCell::new(OrderBufs::default());
     static KEYS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The replica id of this thread's last pick: its delivery checks it
     /// ([`crate::catalog::Catalog::replica_still`]) instead of finding the
     /// name (a string hash) again.
     static LAST_PICK: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+
+/// Per-thread buffers of an answer's order: the keys and
+/// [`crate::spread_sort::sort`]'s own.
+#[derive(Default)]
+pub(crate) struct OrderBufs {
+    order: Vec<u128>,
+    tmp: Vec<u128>,
+    counts: Vec<u32>,
 }
 
 /// Per-thread buffers of one default-ranking lookup's matches: a lookup
@@ -322,6 +359,16 @@ impl Index {
         req: &LookupRequest<'_, H>,
         p: &RouteParams<'_>,
     ) -> TtftRoute {
+        self.route_ttft_with(req, p, false).named()
+    }
+
+    /// [`Index::route_ttft`] with its scores by replica id (the server's
+    /// path: no reference count per score).
+    pub fn route_ttft_by_id<H: AsRef<[u8]>>(
+        &self,
+        req: &LookupRequest<'_, H>,
+        p: &RouteParams<'_>,
+    ) -> IdRoute {
         self.route_ttft_with(req, p, false)
     }
 
@@ -332,7 +379,7 @@ impl Index {
         req: &LookupRequest<'_, H>,
         p: &RouteParams<'_>,
     ) -> TtftRoute {
-        self.route_ttft_with(req, p, true)
+        self.route_ttft_with(req, p, true).named()
     }
 
     fn route_ttft_with<H: AsRef<[u8]>>(
@@ -340,8 +387,8 @@ impl Index {
         req: &LookupRequest<'_, H>,
         p: &RouteParams<'_>,
         explain: bool,
-    ) -> TtftRoute {
-        let mut out = TtftRoute::default();
+    ) -> IdRoute {
+        let mut out = IdRoute::default();
         if req.tenant.is_empty() || req.model.is_empty() || req.hash_scheme.is_empty() {
             return out;
         }
@@ -415,7 +462,7 @@ impl Index {
         raws: &[Raw],
         tentative: &[(u32, i32)],
         explain: bool,
-        out: &mut TtftRoute,
+        out: &mut IdRoute,
     ) {
         let prompt: f64 = if chain {
             req.block_token_counts
@@ -558,7 +605,7 @@ impl Index {
         mean: f64,
         tied: &mut Vec<(u64, u32, usize)>,
         explain: bool,
-        out: &mut TtftRoute,
+        out: &mut IdRoute,
     ) {
         let w = &p.weights;
         let floor = p.min_matched_tokens.max(1);
@@ -629,7 +676,7 @@ impl Index {
         pick: usize,
         explain: bool,
         catalog: &crate::catalog::Catalog,
-        out: &mut TtftRoute,
+        out: &mut IdRoute,
     ) {
         let floor = p.min_matched_tokens.max(1);
         let is_match = |c: &Cand| c.matched >= floor;
@@ -683,7 +730,8 @@ impl Index {
         // The pick, then the other matches by (estimate, replica id), each
         // packed in one integer (keys are distinct: the replica decides
         // last), in the thread's buffer.
-        crate::scratch::with(&ORDER, |order: &mut Vec<u128>| {
+        crate::scratch::with(&ORDER, |bufs: &mut OrderBufs| {
+            let order = &mut bufs.order;
             order.clear();
             order.extend(
                 cands
@@ -694,7 +742,9 @@ impl Index {
                         u128::from(est_key(c.est)) << 64 | u128::from(c.replica) << 32 | i as u128
                     }),
             );
-            order.sort_unstable();
+            // Near-linear: the estimates spread the keys (`spread_sort.rs`).
+            crate::spread_sort::sort(order, &mut bufs.tmp, &mut bufs.counts);
+            let order = &bufs.order;
             let at = |k: usize| {
                 if k == 0 {
                     pick
@@ -707,14 +757,22 @@ impl Index {
             scores.extend((0..n).map(|k| {
                 let c = &cands[at(k)];
                 let raw = c.raw.map(|j| &raws[j]);
-                ReplicaScore {
-                    replica_id: catalog.replica_name(c.replica),
+                ScoreById {
+                    replica: ReplicaId(c.replica),
                     score: score_of(c.est),
                     matched_tokens: c.matched,
                     estimated_cache_hit_prob: raw.map_or(1.0, |r| r.fresh),
                     tier: raw.map_or(Tier::T1, |r| r.tier),
                 }
             }));
+            // The names: the catalog's published table (one reference
+            // count for the answer), else the scores' own.
+            out.result.names = match catalog.replica_table_names() {
+                Some(table) => ReplicaNames::table(table),
+                None => ReplicaNames::of_ids(scores.iter().map(|s| s.replica.0), |id| {
+                    catalog.replica_name(id)
+                }),
+            };
             out.result.scores = scores;
             out.result.strategy = Strategy::PrefixMatch;
             // Hits are captured for every tenant: `hot_prefixes` counts

@@ -98,6 +98,17 @@ pub fn score_to_proto(s: &index::ReplicaScore) -> pb::ReplicaScore {
     }
 }
 
+/// A score by id → the wire score, named `name`.
+pub fn score_by_id_to_proto(name: &str, s: &index::ScoreById) -> pb::ReplicaScore {
+    pb::ReplicaScore {
+        replica_id: name.to_owned(),
+        score: s.score,
+        matched_tokens: s.matched_tokens,
+        estimated_cache_hit_prob: s.estimated_cache_hit_prob.clamp(0.0, 1.0),
+        tier: s.tier.to_wire(),
+    }
+}
+
 /// `LookupRouteRequest` → the pipeline's request, borrowing every field;
 /// `block_hashes` are the request's hashes as slices ([`hash_slices`]).
 pub fn route_request<'a>(
@@ -128,7 +139,11 @@ pub fn hash_slices(r: &pb::LookupRouteRequest) -> Vec<&[u8]> {
 /// The pipeline's outcome → `LookupRouteResponse` for the request it answers.
 pub fn route_response(o: RouteOutcome, req: &pb::LookupRouteRequest) -> pb::LookupRouteResponse {
     pb::LookupRouteResponse {
-        replica_scores: o.scores.iter().map(score_to_proto).collect(),
+        replica_scores: o
+            .scores
+            .iter()
+            .map(|s| score_by_id_to_proto(o.names.name(s.replica), s))
+            .collect(),
         reason_code: o.reason.as_str().to_owned(),
         lookup_latency_us: i64::try_from(o.latency.as_micros()).unwrap_or(i64::MAX),
         token_ids: o.echo_tokens,

@@ -83,6 +83,7 @@ mod readiness;
 mod reserved_tenant;
 mod routing_metrics;
 mod sampler;
+mod scratch_bytes;
 mod store_metrics;
 pub mod tokenize;
 mod tokenize_budget;

@@ -141,7 +141,8 @@ impl<'a, H> LookupRequest<'a, H> {
     }
 }
 
-/// One ranked replica.
+/// One ranked replica, named (what the public lookups return:
+/// [`crate::Index::lookup_route`], [`crate::Index::route_ttft`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicaScore {
     /// Replica.
@@ -154,6 +155,143 @@ pub struct ReplicaScore {
     pub estimated_cache_hit_prob: f32,
     /// Tier (use [`Tier::to_wire`]).
     pub tier: Tier,
+}
+
+/// A replica by its interned id, resolved to its name by the
+/// [`ReplicaNames`] of the answer that carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplicaId(pub(crate) u32);
+
+impl ReplicaId {
+    /// The `i`-th name of [`ReplicaNames::listed`].
+    pub fn listed(i: u32) -> Self {
+        Self(i)
+    }
+}
+
+/// One ranked replica by id: what the lookups build (issue 36). A name
+/// costs a reference count to attach and another to drop, and an answer
+/// at 64 replicas carries 64 of them; by id, the answer holds one
+/// reference to the names ([`ReplicaNames`]) and the caller reads each
+/// name where it uses it (`serve` as it encodes the response).
+/// [`LookupRouteResult::named`] turns the answer into [`ReplicaScore`]s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreById {
+    /// Replica (its name: [`ReplicaNames::name`]).
+    pub replica: ReplicaId,
+    /// Score (f32, §2.6).
+    pub score: f32,
+    /// Matched tokens.
+    pub matched_tokens: i32,
+    /// Estimated cache-hit probability (freshness, or hit rate for TENANT_HOT).
+    pub estimated_cache_hit_prob: f32,
+    /// Tier (use [`Tier::to_wire`]).
+    pub tier: Tier,
+}
+
+impl ScoreById {
+    /// The named score, its name from `names`.
+    pub fn named(&self, names: &ReplicaNames) -> ReplicaScore {
+        ReplicaScore {
+            replica_id: names.arc(self.replica),
+            score: self.score,
+            matched_tokens: self.matched_tokens,
+            estimated_cache_hit_prob: self.estimated_cache_hit_prob,
+            tier: self.tier,
+        }
+    }
+}
+
+/// A score an answer ranks ([`ReplicaScore`] or [`ScoreById`]).
+pub trait RankedScore {
+    /// Matched tokens.
+    fn matched_tokens(&self) -> i32;
+}
+
+impl RankedScore for ReplicaScore {
+    fn matched_tokens(&self) -> i32 {
+        self.matched_tokens
+    }
+}
+
+impl RankedScore for ScoreById {
+    fn matched_tokens(&self) -> i32 {
+        self.matched_tokens
+    }
+}
+
+/// The names of an answer's [`ReplicaId`]s: the index's published name
+/// table as the lookup read it (one reference count per answer; the table
+/// is immutable, so a name stays what the lookup saw even if the sweep
+/// later recycles the id), or the answer's own list (fleets past the
+/// table's size, answers built outside the index).
+#[derive(Clone, Default)]
+pub struct ReplicaNames(NamesRepr);
+
+#[derive(Clone, Default)]
+enum NamesRepr {
+    #[default]
+    Empty,
+    /// The published table's names, by id.
+    Table(Arc<[Arc<str>]>),
+    /// (id, name), sorted by id.
+    Listed(Arc<[(u32, Arc<str>)]>),
+}
+
+impl std::fmt::Debug for ReplicaNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            NamesRepr::Empty => f.write_str("ReplicaNames(empty)"),
+            NamesRepr::Table(_) => f.write_str("ReplicaNames(table)"),
+            NamesRepr::Listed(l) => f.debug_tuple("ReplicaNames").field(l).finish(),
+        }
+    }
+}
+
+impl ReplicaNames {
+    /// Names for ids `ReplicaId::listed(0..)`, in `names`' order.
+    pub fn listed(names: impl IntoIterator<Item = Arc<str>>) -> Self {
+        let list: Vec<(u32, Arc<str>)> = names
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| (i as u32, n))
+            .collect();
+        Self(NamesRepr::Listed(list.into()))
+    }
+
+    /// The published table.
+    pub(crate) fn table(t: Arc<[Arc<str>]>) -> Self {
+        Self(NamesRepr::Table(t))
+    }
+
+    /// The names of `ids` as `name` gives them (no published table).
+    pub(crate) fn of_ids(
+        ids: impl IntoIterator<Item = u32>,
+        mut name: impl FnMut(u32) -> Arc<str>,
+    ) -> Self {
+        let mut list: Vec<(u32, Arc<str>)> = ids.into_iter().map(|id| (id, name(id))).collect();
+        list.sort_unstable_by_key(|e| e.0);
+        list.dedup_by_key(|e| e.0);
+        Self(NamesRepr::Listed(list.into()))
+    }
+
+    fn get(&self, id: ReplicaId) -> Option<&Arc<str>> {
+        match &self.0 {
+            NamesRepr::Empty => None,
+            NamesRepr::Table(t) => t.get(id.0 as usize),
+            NamesRepr::Listed(l) => l.binary_search_by_key(&id.0, |e| e.0).ok().map(|i| &l[i].1),
+        }
+    }
+
+    /// The name of `id` (`""` for an id these names do not know).
+    pub fn name(&self, id: ReplicaId) -> &str {
+        self.get(id).map_or("", |n| n)
+    }
+
+    /// The name of `id` as a shared string (empty when unknown).
+    pub fn arc(&self, id: ReplicaId) -> Arc<str> {
+        self.get(id).cloned().unwrap_or_else(|| Arc::from(""))
+    }
 }
 
 /// The LFU-captured entries of a lookup: per matched replica, the first
@@ -283,24 +421,64 @@ impl LfuHits {
     }
 }
 
-/// The result of [`crate::Index::lookup_route`] / [`crate::Index::lookup`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LookupRouteResult {
+/// The result of [`crate::Index::lookup_route`] / [`crate::Index::lookup`]
+/// (named scores) and of their `_by_id` forms ([`ScoreById`]s with their
+/// [`ReplicaNames`]).
+#[derive(Debug, Clone)]
+pub struct LookupRouteResult<S = ReplicaScore> {
     /// Strategy (the server maps it to the wire reason code).
     pub strategy: Strategy,
     /// Ranked replicas: score desc, replica id asc.
-    pub scores: Vec<ReplicaScore>,
+    pub scores: Vec<S>,
     /// Access-counter hits to credit if the hint is delivered (every tenant;
     /// only LFU tenants' eviction reads the counters).
     pub hits: LfuHits,
+    /// The names of [`ScoreById`] scores (empty for named ones).
+    pub names: ReplicaNames,
 }
 
-impl LookupRouteResult {
+impl<S> Default for LookupRouteResult<S> {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::None,
+            scores: Vec::new(),
+            hits: LfuHits::default(),
+            names: ReplicaNames::default(),
+        }
+    }
+}
+
+/// Named answers compare by strategy, scores and hits (they carry no names).
+impl PartialEq for LookupRouteResult<ReplicaScore> {
+    fn eq(&self, other: &Self) -> bool {
+        self.strategy == other.strategy && self.scores == other.scores && self.hits == other.hits
+    }
+}
+
+impl LookupRouteResult<ScoreById> {
+    /// The name of a score's replica.
+    pub fn name(&self, s: &ScoreById) -> &str {
+        self.names.name(s.replica)
+    }
+
+    /// The answer with named scores (one reference count per score).
+    pub fn named(self) -> LookupRouteResult<ReplicaScore> {
+        let names = &self.names;
+        LookupRouteResult {
+            strategy: self.strategy,
+            scores: self.scores.iter().map(|s| s.named(names)).collect(),
+            hits: self.hits,
+            names: ReplicaNames::default(),
+        }
+    }
+}
+
+impl<S: RankedScore> LookupRouteResult<S> {
     /// Matched-tokens floor (§3.2 13b): keep replicas with `matched_tokens >= floor`,
     /// pruning LFU hits of dropped replicas too (order preserved). If nothing is
     /// left the strategy becomes `None`. Returns whether anything is left.
     pub fn retain_min_matched_tokens(&mut self, floor: i32) -> bool {
-        self.scores.retain(|s| s.matched_tokens >= floor);
+        self.scores.retain(|s| s.matched_tokens() >= floor);
         if self.scores.is_empty() {
             self.demote();
             return false;

@@ -9,7 +9,10 @@ mod state;
 mod tier;
 
 pub(crate) use lookup::{HitKeys, HitRun};
-pub use lookup::{LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, ReplicaScore, Strategy};
+pub use lookup::{
+    LfuHits, LookupPolicy, LookupRequest, LookupRouteResult, RankedScore, ReplicaId, ReplicaNames,
+    ReplicaScore, ScoreById, Strategy,
+};
 pub use outcome::{EventOutcome, EvictionCounts, IngestOutcome, SweepOutcome};
 pub use report::{CacheEvent, CacheUpdate, EngineLoad, EventKind, PrefixEntry, ReplicaStatsReport};
 pub use state::{

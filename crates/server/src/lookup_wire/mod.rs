@@ -52,7 +52,7 @@ impl Encoder for AnswerEncoder {
     type Error = Status;
 
     fn encode(&mut self, item: WireAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.reserve(item.encoded_len());
+        // `encode` copies the assembled answer in once (its own reserve).
         item.encode(dst);
         Ok(())
     }

@@ -4,7 +4,7 @@
 use super::{WireAnswer, WireLookup};
 use crate::route::RouteOutcome;
 use bytes::Bytes;
-use inferencecache_index::{ReplicaScore, Tier};
+use inferencecache_index::{ReplicaId, ReplicaNames, ScoreById, Tier};
 use inferencecache_proto::Reason;
 use inferencecache_proto::v1alpha1 as pb;
 use proptest::prelude::*;
@@ -105,7 +105,14 @@ proptest! {
     #[test]
     fn encodes_what_prost_encodes(
         scores in prop::collection::vec(
-            ("[a-z0-9-]{0,12}", any::<f32>(), any::<i32>(), any::<f32>(), 0..5i32),
+            // Names past ~100 bytes take a two-byte score length.
+            (
+                prop_oneof!["[a-z0-9-]{0,12}", "[a-z0-9-]{100,300}"],
+                any::<f32>(),
+                any::<i32>(),
+                any::<f32>(),
+                0..5i32,
+            ),
             0..6,
         ),
         reason in prop::sample::select(Reason::ALL.to_vec()),
@@ -114,18 +121,21 @@ proptest! {
         echo_adapter in any::<bool>(),
         adapter in "[a-z]{0,6}",
     ) {
+        let names = ReplicaNames::listed(scores.iter().map(|s| Arc::from(s.0.as_str())));
         let outcome = RouteOutcome {
             reason,
             scores: scores
                 .into_iter()
-                .map(|(id, score, matched_tokens, prob, tier)| ReplicaScore {
-                    replica_id: Arc::from(id),
+                .enumerate()
+                .map(|(i, (_, score, matched_tokens, prob, tier))| ScoreById {
+                    replica: ReplicaId::listed(i as u32),
                     score,
                     matched_tokens,
                     estimated_cache_hit_prob: prob,
                     tier: Tier::from_wire(tier),
                 })
                 .collect(),
+            names,
             echo_tokens,
             echo_adapter,
             latency: Duration::from_micros(latency_us),

@@ -23,7 +23,9 @@ use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, TenantPolicy};
 use crate::reserved_tenant::is_reserved;
 use crate::tokenize::Tokenizers;
-use inferencecache_index::{Index, LookupRequest, LookupRouteResult, RankingMode, Strategy};
+use inferencecache_index::{
+    Index, LookupRequest, LookupRouteResult, RankingMode, ScoreById, Strategy,
+};
 use inferencecache_proto::Reason;
 use resolve::{ChainHashes, Input, Resolved};
 use std::sync::Arc;
@@ -289,10 +291,14 @@ impl LookupPipeline {
         req: &RouteRequest<'_>,
         policy: &TenantPolicy,
         r: &Resolved<'_>,
-    ) -> LookupRouteResult {
+    ) -> LookupRouteResult<ScoreById> {
         match &r.chain {
-            ChainHashes::Request(h) => self.index.lookup_route(&index_request(req, policy, r, h)),
-            ChainHashes::Computed(h) => self.index.lookup_route(&index_request(req, policy, r, h)),
+            ChainHashes::Request(h) => self
+                .index
+                .lookup_route_by_id(&index_request(req, policy, r, h)),
+            ChainHashes::Computed(h) => self
+                .index
+                .lookup_route_by_id(&index_request(req, policy, r, h)),
         }
     }
 
@@ -302,7 +308,7 @@ impl LookupPipeline {
         req: &RouteRequest<'_>,
         policy: &TenantPolicy,
         resolved: Resolved<'_>,
-        mut result: LookupRouteResult,
+        mut result: LookupRouteResult<ScoreById>,
         below_min_prefix: bool,
         start: Instant,
     ) -> RouteOutcome {
@@ -326,7 +332,7 @@ impl LookupPipeline {
             if let Some(replica) = self.affinity(req, policy, &resolved) {
                 return RouteOutcome::ranked(
                     Reason::AffinityHint,
-                    vec![RouteOutcome::affinity_score(replica)],
+                    RouteOutcome::affinity_scores(replica),
                     start.elapsed(),
                     resolved.echo_tokens,
                 );
@@ -337,7 +343,7 @@ impl LookupPipeline {
         }
         RouteOutcome::ranked(
             strategy_reason(result.strategy),
-            result.scores,
+            (result.scores, result.names),
             start.elapsed(),
             resolved.echo_tokens,
         )

@@ -3,7 +3,7 @@
 //! turns a [`RouteOutcome`] into the wire response, so nothing in `route/`
 //! depends on the protobuf types.
 
-use inferencecache_index::{ReplicaScore, Strategy, Tier};
+use inferencecache_index::{ReplicaId, ReplicaNames, ScoreById, Strategy, Tier};
 use inferencecache_proto::Reason;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,12 +46,14 @@ impl RouteRequest<'_> {
 }
 
 /// What the pipeline answered.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct RouteOutcome {
     /// The reason code.
     pub reason: Reason,
-    /// Ranked replicas, best first; empty for every no-hint answer.
-    pub scores: Vec<ReplicaScore>,
+    /// Ranked replicas by id, best first; empty for every no-hint answer.
+    pub scores: Vec<ScoreById>,
+    /// The names of the scores' ids (read as the response is encoded).
+    pub names: ReplicaNames,
     /// Token ids to echo (the prompt_text path only).
     pub echo_tokens: Vec<u32>,
     /// True when the response echoes the request's adapter (answers that
@@ -67,6 +69,7 @@ impl RouteOutcome {
         Self {
             reason,
             scores: Vec::new(),
+            names: ReplicaNames::default(),
             echo_tokens,
             echo_adapter: false,
             latency,
@@ -76,33 +79,59 @@ impl RouteOutcome {
     /// An answer from ranked scores (possibly empty), echoing the adapter.
     pub(crate) fn ranked(
         reason: Reason,
-        scores: Vec<ReplicaScore>,
+        (scores, names): (Vec<ScoreById>, ReplicaNames),
         latency: Duration,
         echo_tokens: Vec<u32>,
     ) -> Self {
         Self {
             reason,
             scores,
+            names,
             echo_tokens,
             echo_adapter: true,
             latency,
         }
     }
 
-    /// The single-replica score of an AFFINITY_HINT: no cache evidence.
-    pub(crate) fn affinity_score(replica: Arc<str>) -> ReplicaScore {
-        ReplicaScore {
-            replica_id: replica,
+    /// The single-replica answer of an AFFINITY_HINT: no cache evidence.
+    pub(crate) fn affinity_scores(replica: Arc<str>) -> (Vec<ScoreById>, ReplicaNames) {
+        let score = ScoreById {
+            replica: ReplicaId::listed(0),
             score: 0.0,
             matched_tokens: 0,
             estimated_cache_hit_prob: 0.0,
             tier: Tier::UNSPECIFIED,
-        }
+        };
+        (vec![score], ReplicaNames::listed([replica]))
+    }
+
+    /// The name of a score's replica.
+    pub fn name(&self, s: &ScoreById) -> &str {
+        self.names.name(s.replica)
     }
 
     /// True when the answer carries replicas (the metrics' `hint_used`).
     pub fn hint_used(&self) -> bool {
         !self.scores.is_empty()
+    }
+}
+
+/// Equal when everything but the names' storage is: scores compare with
+/// their names resolved.
+impl PartialEq for RouteOutcome {
+    fn eq(&self, o: &Self) -> bool {
+        self.reason == o.reason
+            && self.echo_tokens == o.echo_tokens
+            && self.echo_adapter == o.echo_adapter
+            && self.latency == o.latency
+            && self.scores.len() == o.scores.len()
+            && self.scores.iter().zip(&o.scores).all(|(a, b)| {
+                self.name(a) == o.name(b)
+                    && ScoreById {
+                        replica: b.replica,
+                        ..*a
+                    } == *b
+            })
     }
 }
 

@@ -20,7 +20,7 @@ use super::resolve::{ChainHashes, Resolved};
 use super::{LookupPipeline, affinity_allowed, affinity_seed, envelope, expired, index_request};
 use crate::policy::TenantPolicy;
 use inferencecache_index::{
-    Delivery, LookupRequest, ReplicaScore, RouteParams, Strategy, TtftRoute,
+    Delivery, LookupRequest, ReplicaNames, RouteParams, ScoreById, Strategy, TtftRoute,
 };
 use inferencecache_proto::Reason;
 use std::time::Instant;
@@ -29,7 +29,7 @@ use std::time::Instant;
 enum Decision {
     Answer {
         reason: Reason,
-        scores: Vec<ReplicaScore>,
+        scores: (Vec<ScoreById>, ReplicaNames),
     },
     Timeout,
 }
@@ -99,7 +99,7 @@ impl LookupPipeline {
             pick,
             delivery,
             ..
-        } = self.index.route_ttft(&ireq, &params);
+        } = self.index.route_ttft_by_id(&ireq, &params);
         let over_budget = policy
             .lookup_timeout
             .zip(lookup_start)
@@ -108,7 +108,7 @@ impl LookupPipeline {
             return Decision::Timeout;
         }
         if result.strategy == Strategy::PrefixMatch {
-            self.foresee(&ireq, &mut result.scores);
+            self.foresee(&ireq, &result.names, &mut result.scores);
             if let Some(d) = &delivery {
                 self.deliver(&ireq, d, policy, prompt_tokens);
             }
@@ -117,7 +117,7 @@ impl LookupPipeline {
             }
             return Decision::Answer {
                 reason: Reason::PrefixMatch,
-                scores: result.scores,
+                scores: (result.scores, result.names),
             };
         }
         if let Some(pick) = pick.filter(|_| affinity_allowed(req, policy)) {
@@ -126,18 +126,23 @@ impl LookupPipeline {
             }
             return Decision::Answer {
                 reason: Reason::AffinityHint,
-                scores: vec![RouteOutcome::affinity_score(pick)],
+                scores: RouteOutcome::affinity_scores(pick),
             };
         }
         Decision::Answer {
             reason: strategy_reason(result.strategy),
-            scores: Vec::new(),
+            scores: (Vec::new(), ReplicaNames::default()),
         }
     }
 
     /// Shortens each candidate's claim to what its engine will still hold
     /// behind the requests hinted to it before ([`crate::foresight`]).
-    fn foresee<H: AsRef<[u8]>>(&self, ireq: &LookupRequest<'_, H>, scores: &mut [ReplicaScore]) {
+    fn foresee<H: AsRef<[u8]>>(
+        &self,
+        ireq: &LookupRequest<'_, H>,
+        names: &ReplicaNames,
+        scores: &mut [ScoreById],
+    ) {
         if !self.foresight.enabled() {
             return;
         }
@@ -145,7 +150,7 @@ impl LookupPipeline {
             s.matched_tokens = self.foresight.claimable(
                 ireq.tenant,
                 ireq.model,
-                &s.replica_id,
+                names.name(s.replica),
                 ireq.block_hashes,
                 ireq.block_token_counts,
                 s.matched_tokens,
