@@ -51,9 +51,11 @@
 //! is found in the list of its first key.
 //!
 //! A lookup reads the records as it goes down the request's chain: one
-//! table read per position up to the deepest real run (an empty slot ends
-//! it there), each finding the records that begin there with the request's
-//! key; a record counts for its replica from
+//! byte per position up to the deepest real run (64 K counts of the heads
+//! by slot, small enough to stay in cache: a sparser table with fewer false
+//! hits fell out of L2 and cost more, docs/decisions.md, issue 36 session
+//! 44), and where it is not zero the table's records that begin there with
+//! the request's key; a record counts for its replica from
 //! the end of the replica's real run, for as long as its keys equal the
 //! request's (block hashes identify their whole prefix, so equal keys at one
 //! position mean equal chains up to it) and are still held. The cost grows
