@@ -115,7 +115,10 @@ pub(crate) struct GatewayArgs {
     pub decode_weight_tokens: u64,
 
     /// Percent of a prefix's tokens the pick charges for caching a second
-    /// copy of it on another engine (0: pure least prefill work).
+    /// copy of it on another engine (0: pure least prefill work). A copy
+    /// that does not fit that engine's cache (or the fleet's: vLLM pool
+    /// sizes from /metrics) would evict a live prompt and is charged
+    /// --intake-weight-pct instead.
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DUPLICATE_WEIGHT_PCT)]
     pub duplicate_weight_pct: u64,
 
@@ -130,7 +133,9 @@ pub(crate) struct GatewayArgs {
     /// engine's cache has taken in beyond the least-filled engine's (capped
     /// at the prompt's own): new prefixes go where there is room unless
     /// that engine's queue is longer by about four of their prefills (0:
-    /// room is only a tie-break, as before).
+    /// room is only a tie-break, as before). Not charged while the engine's
+    /// cache (its vLLM pool size, an eighth kept free) still has room for
+    /// the prompt: then it takes the shorter queue.
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_INTAKE_WEIGHT_PCT)]
     pub intake_weight_pct: u64,
 
@@ -154,8 +159,9 @@ pub(crate) struct GatewayArgs {
     #[arg(long)]
     pub no_eviction_foresight: bool,
 
-    /// Runtime worker threads (default: one per core). On a host whose cores
-    /// the engines share, fewer threads wake each other less: `1` runs the
+    /// Runtime worker threads. Default: 1 when every --engine is on this
+    /// host (a loopback address: the engines share its cores, and fewer
+    /// threads wake each other less), else one per core. `1` runs the
     /// whole gateway (proxying, tokenizing, the in-process index) on one
     /// thread, long prompts still tokenized on the blocking pool.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
@@ -256,11 +262,27 @@ pub(crate) fn run(args: GatewayArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime =
-        match crate::runtime::multi_thread("gateway", args.worker_threads.map(usize::from)) {
-            Ok(rt) => rt,
-            Err(code) => return code,
-        };
+    // Engines on this host share its cores: one worker thread measured at
+    // or ahead of one per core on two shared cores (BENCHMARKS.md, runs
+    // AF-AH; docs/decisions.md, issue 34 session 44).
+    let local = !config.engines.is_empty()
+        && config
+            .engines
+            .iter()
+            .all(inferencecache_gateway::EngineSpec::is_loopback);
+    let workers = args
+        .worker_threads
+        .map(usize::from)
+        .or_else(|| local.then_some(1));
+    let runtime = match crate::runtime::multi_thread("gateway", workers) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    tracing::info!(
+        worker_threads = workers.map_or_else(|| "one per core".to_owned(), |n| n.to_string()),
+        engines_on_this_host = local,
+        "gateway runtime"
+    );
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
