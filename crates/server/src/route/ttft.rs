@@ -94,28 +94,12 @@ impl LookupPipeline {
         // Read only when the tenant has a lookup budget (a clock read per
         // lookup otherwise).
         let lookup_start = policy.lookup_timeout.map(|_| Instant::now());
-        // `--log-level debug`: every replica's estimate, to tell why a
-        // request went where it did (the full pass: diagnostics only).
-        let explain = tracing::enabled!(tracing::Level::DEBUG);
         let TtftRoute {
             mut result,
             pick,
             delivery,
-            estimates,
-        } = if explain {
-            self.index.route_ttft_explained(&ireq, &params)
-        } else {
-            self.index.route_ttft(&ireq, &params)
-        };
-        if explain {
-            tracing::debug!(
-                event = "route_estimates",
-                strategy = ?result.strategy,
-                top = ?result.scores.first().map(|s| &s.replica_id).or(pick.as_ref()),
-                ?estimates,
-                "the ranking's estimates, best first (a pick that is not the first: bounded load, pressure skip or room)"
-            );
-        }
+            ..
+        } = self.index.route_ttft(&ireq, &params);
         let over_budget = policy
             .lookup_timeout
             .zip(lookup_start)
