@@ -937,6 +937,35 @@ mod tests {
     }
 
     #[test]
+    fn the_head_table_grows_and_keeps_each_heads_records_newest_first() {
+        let t = Tentative::new(1 << 20);
+        // Two records of one head on one replica, the older first; a
+        // delivery of their common prefix renews the older one.
+        t.insert(1, 7, 0, &[1, 2, 3], both(100));
+        t.insert(1, 7, 0, &[1, 2, 4], both(100));
+        // Enough other heads to double the table several times (keys are
+        // hashes: spread over the slots).
+        let key = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for i in 0..20_000u64 {
+            t.insert(1, 8, 0, &[key(i), i], both(100));
+        }
+        assert!(read(&t.overlay).heads.len() >= 20_000);
+        t.insert(1, 7, 0, &[1, 2], both(200));
+        // The older record was renewed (the newer one, expired, agrees
+        // with [1, 2, 4] through the renewed one's prefix only).
+        assert_eq!(run(&t, 7, &[1, 2, 3], 0, 150), 3);
+        assert_eq!(run(&t, 7, &[1, 2, 4], 0, 150), 2);
+        assert_eq!(run(&t, 7, &[1, 2, 4], 0, 50), 3);
+        assert_eq!(run(&t, 8, &[key(5), 5], 0, 50), 2);
+        // Dropping records empties their slots again.
+        assert_eq!(t.sweep(150), 20_000 * 2 + 3);
+        assert_eq!(run(&t, 7, &[1, 2, 3], 0, 150), 3);
+        assert_eq!(t.sweep(250), 3);
+        assert!(!t.active());
+        assert!(read(&t.overlay).present.iter().all(|&c| c == 0));
+    }
+
+    #[test]
     fn a_longer_delivery_of_the_same_chain_extends_its_record() {
         let t = Tentative::new(100);
         assert_eq!(t.insert(1, 7, 2, &[3, 4], both(100)), (2, 0));
