@@ -159,11 +159,10 @@ pub(crate) struct GatewayArgs {
     #[arg(long)]
     pub no_eviction_foresight: bool,
 
-    /// Runtime worker threads. Default: 1 when every --engine is on this
-    /// host (a loopback address: the engines share its cores, and fewer
-    /// threads wake each other less), else one per core. `1` runs the
-    /// whole gateway (proxying, tokenizing, the in-process index) on one
-    /// thread, long prompts still tokenized on the blocking pool.
+    /// Runtime worker threads (default: one per core). `1` runs the whole
+    /// gateway (proxying, tokenizing, the in-process index) on one thread,
+    /// long prompts still tokenized on the blocking pool; on a host whose
+    /// two cores the engines share it measured neither better nor worse.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
 
@@ -262,27 +261,11 @@ pub(crate) fn run(args: GatewayArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // Engines on this host share its cores: one worker thread measured at
-    // or ahead of one per core on two shared cores (BENCHMARKS.md, runs
-    // AF-AH; docs/decisions.md, issue 34 session 44).
-    let local = !config.engines.is_empty()
-        && config
-            .engines
-            .iter()
-            .all(inferencecache_gateway::EngineSpec::is_loopback);
-    let workers = args
-        .worker_threads
-        .map(usize::from)
-        .or_else(|| local.then_some(1));
-    let runtime = match crate::runtime::multi_thread("gateway", workers) {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    tracing::info!(
-        worker_threads = workers.map_or_else(|| "one per core".to_owned(), |n| n.to_string()),
-        engines_on_this_host = local,
-        "gateway runtime"
-    );
+    let runtime =
+        match crate::runtime::multi_thread("gateway", args.worker_threads.map(usize::from)) {
+            Ok(rt) => rt,
+            Err(code) => return code,
+        };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

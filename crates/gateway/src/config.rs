@@ -20,21 +20,6 @@ pub struct EngineSpec {
 }
 
 impl EngineSpec {
-    /// Whether the engine is on this host (a loopback address or
-    /// `localhost`): it shares the gateway's cores.
-    pub fn is_loopback(&self) -> bool {
-        let rest = self.url.strip_prefix("http://").unwrap_or(&self.url);
-        let host_port = rest.split('/').next().unwrap_or_default();
-        let host = match host_port.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or_default(),
-            None => host_port.split(':').next().unwrap_or_default(),
-        };
-        host.eq_ignore_ascii_case("localhost")
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    }
-
     /// Parses an `--engine` value.
     pub fn parse(spec: &str) -> Result<Self, GatewayError> {
         let bad = |why: &str| GatewayError::Config(format!("--engine {spec:?}: {why}"));
@@ -296,18 +281,6 @@ mod tests {
         ] {
             assert!(EngineSpec::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn loopback_engines_are_told_apart() {
-        let lo = |s: &str| EngineSpec::parse(s).unwrap().is_loopback();
-        assert!(lo("http://127.0.0.1:8000"));
-        assert!(lo("http://127.3.4.5:8000/v1,id=a"));
-        assert!(lo("http://localhost:8000"));
-        assert!(lo("http://[::1]:8000"));
-        assert!(!lo("http://10.0.0.7:8000"));
-        assert!(!lo("http://vllm-0.vllm:8000"));
-        assert!(!lo("http://[fd00::1]:8000"));
     }
 
     #[test]

@@ -72,11 +72,11 @@
 //! prompt still prefilling behind another on a busy engine moved to the
 //! other, full engine as a load override (its queue a prefill shorter than
 //! the copy's 50 %), a fifth system prompt there, and the run ended at 9-11
-//! full misses (runs AA-AC, and session 44's D1 with the price everywhere:
-//! the room rule for new prefixes was reverted for it). Without a pool size
-//! (not vLLM) a copy keeps the duplicate weight and a new prefix the
-//! intake price: the rules before either was known. `--intake-weight-pct 0` restores the
-//! tie-break alone (sglang-router 0.3.2's cache_aware ignores load until
+//! full misses (runs AA-AC, where the room rule for new prefixes was
+//! blamed and reverted; run AE of session 44 with the price everywhere: 9).
+//! Without a pool size (not vLLM) a copy keeps the duplicate weight and a
+//! new prefix the intake price: the rules before either was known.
+//! `--intake-weight-pct 0` restores the tie-break alone (sglang-router 0.3.2's cache_aware ignores load until
 //! the queues differ by 64 requests and by half).
 //!
 //! Unhealthy engines come last: tried only when nothing healthy is left.
@@ -778,7 +778,7 @@ mod tests {
         assert_eq!(e[1].fresh_tokens(), e[0].fresh_tokens());
     }
 
-    /// Session 44's run D1 (4 clients, 09:49 UTC), request 10: a repeat of
+    /// Session 44's run AE (4 clients, 09:49 UTC), request 10: a repeat of
     /// the sixth system prompt arrived while it still prefilled on engine 0
     /// behind the eighth (engine 0 had taken in four system prompts,
     /// engine 1 four and was idle). At the duplicate weight the idle engine
