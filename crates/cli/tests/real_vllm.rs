@@ -132,10 +132,14 @@ async fn block_size_from_the_engine(chain: &Chain, judged: &mut Vec<Judged>) {
 /// Finding 6 for a caller that only calls LookupRoute (session 44): a
 /// sequential client sends follow-ups faster than the engines report their
 /// load (every second), each done before the next. Counted in hints since
-/// the last report, the holder went over the bounded load at the fourth
-/// (3 > 1.25 × 3/2 + 1) and that follow-up was sent to the other engine
-/// without its prefix. Each hint that finds the holder's queue run dry now
-/// starts a new count: every follow-up stays where its prefix is.
+/// the last report, the holder could go over the bounded load (3 > 1.25 ×
+/// 3/2 + 1) and a follow-up was sent to the other engine without its
+/// prefix (`bench/real-vllm` runs P1-P4, main's build). Each hint that finds
+/// the holder's queue run dry now starts a new count: every follow-up stays
+/// where its prefix is, each claim judged by the engine. (This step passes
+/// on main's binary too; `crates/index/tests/routing.rs`
+/// `follow_ups_faster_than_the_reports_stay_on_their_idle_holder` fails
+/// there.)
 async fn follow_ups_stay_on_their_idle_holder(chain: &Chain, judged: &mut Vec<Judged>) {
     // 600 tokens: 18 full blocks (576) held on r0.
     let system = tokens(10, 600);
