@@ -46,6 +46,7 @@ def classify(rows, sys_tokens):
             "ahead_prefill": ahead_prefill, "ahead_decode": ahead_decode,
             "other_busy": other_busy, "load": r.get("load"),
             "timing": r.get("server_timing"), "t": t0,
+            "route": r.get("route"), "hinted": r.get("hinted"), "cached": r["cached"],
         })
     return out
 
@@ -107,7 +108,9 @@ def main():
                 print(f"  t={1000 * (c['t'] - t0):7.0f} i={c['i']:2} sys={c['sys']} e{c['engine']}"
                       f" {'MISS' if c['miss'] else 'hit '} ttft={c['ttft_ms']:6.1f}"
                       f" hdr={c['headers_ms'] or 0:6.1f} ahead=p{c['ahead_prefill']}/d{c['ahead_decode']}"
-                      f" other={c['other_busy']} {c['load'] or ''} {c['timing'] or ''}")
+                      f" other={c['other_busy']} cached={c['cached']}"
+                      + (f" {c['route']} claim={c['hinted']}" if c['route'] else "")
+                      + f" {c['load'] or ''} {c['timing'] or ''}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,10 @@ Policies:
                  LookupRoute(token_ids) per request, the top replica, else the
                  engine with fewest requests in flight; hints+--flag runs
                  its own serve (and sidecars) with that flag; base-hints[+flag]
-                 the same with --base-bin (a baseline build in the same run)
+                 the same with --base-bin (a baseline build in the same run);
+                 plain-hints, plain-base-hints: the same gateway calling
+                 LookupRoute only (no ReportCallerLoad, as every gateway of
+                 the Go reference), beside the reporting one in one run
   gateway        `inferencecache gateway --engine A --engine B` (issue 34);
                  gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
@@ -653,6 +656,11 @@ class HintClient:
         self.report_load()
 
 
+def hints_policy(name):
+    """Whether `name` is a Python-gateway policy: [plain-][base-]hints[+flag...]."""
+    return name.removeprefix("plain-").removeprefix("base-").split("+")[0] == "hints"
+
+
 def run_policy(name, engines, reqs, conc, ctx):
     res = Result()
     # The routers are given the engines in this order (--worker-offset):
@@ -702,7 +710,7 @@ def run_policy(name, engines, reqs, conc, ctx):
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/health", 120, router.p, router.log)
             wait_routed(url, 120, router.p, router.log)
-        elif name.removeprefix("base-").split("+")[0] == "hints":
+        elif hints_policy(name):
             hc = ctx["hints"][name]
 
         def one(i_req):
@@ -902,12 +910,12 @@ def main():
                    "worker_offset": a.worker_offset, "idle_probe": a.idle_probe}
             # hints+--flag+...: another serve (and sidecars) with those flags.
             for hname in [p for p in a.policies
-                          if p.removeprefix("base-").split("+")[0] == "hints"]:
+                          if hints_policy(p)]:
                 g, h = free_port(), free_port()
                 tag = str(len(ctx.get("hints", {})))
                 # base-hints...: the same with --base-bin's serve and sidecars
                 # (the build before a change, in the same run).
-                bin_ = a.base_bin if hname.startswith("base-") else a.bin
+                bin_ = a.base_bin if hname.removeprefix("plain-").startswith("base-") else a.bin
                 if not bin_:
                     sys.exit(f"{hname} needs --base-bin")
                 side.append(Proc([bin_, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
@@ -931,7 +939,7 @@ def main():
                                      work / f"subscribe{tag}-{i}.log"))
                 ctx.setdefault("hints", {})[hname] = HintClient(
                     f"127.0.0.1:{g}", engines, tok, work, deadline=a.hint_deadline_ms / 1000,
-                    caller_load=not a.no_caller_load)
+                    caller_load=not (a.no_caller_load or hname.startswith("plain-")))
             for conc in a.concurrency:
                 for name in a.policies:
                     for e in engines:
@@ -971,7 +979,7 @@ def main():
                     s["engine_busy_wait_s"] = a.engine_busy_wait
                     if ctx.get("router_cpu_s") is not None:
                         s["router_cpu_ms"] = round(ctx.pop("router_cpu_s") * 1000)
-                    if name.removeprefix("base-").split("+")[0] == "hints":
+                    if hints_policy(name):
                         n, p50 = bucket_quantile(ev0, ev1, 0.5)
                         _, p99 = bucket_quantile(ev0, ev1, 0.99)
                         s.update(evictions=n, eviction_visible_p50_le_s=p50,

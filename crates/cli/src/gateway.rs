@@ -115,7 +115,10 @@ pub(crate) struct GatewayArgs {
     pub decode_weight_tokens: u64,
 
     /// Percent of a prefix's tokens the pick charges for caching a second
-    /// copy of it on another engine (0: pure least prefill work).
+    /// copy of it on another engine (0: pure least prefill work). A copy
+    /// that does not fit that engine's cache (or the fleet's: vLLM pool
+    /// sizes from /metrics) would evict a live prompt and is charged
+    /// --intake-weight-pct instead.
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DUPLICATE_WEIGHT_PCT)]
     pub duplicate_weight_pct: u64,
 
@@ -130,7 +133,9 @@ pub(crate) struct GatewayArgs {
     /// engine's cache has taken in beyond the least-filled engine's (capped
     /// at the prompt's own): new prefixes go where there is room unless
     /// that engine's queue is longer by about four of their prefills (0:
-    /// room is only a tie-break, as before).
+    /// room is only a tie-break, as before). Not charged while the engine's
+    /// cache (its vLLM pool size, an eighth kept free) still has room for
+    /// the prompt: then it takes the shorter queue.
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_INTAKE_WEIGHT_PCT)]
     pub intake_weight_pct: u64,
 
@@ -154,10 +159,10 @@ pub(crate) struct GatewayArgs {
     #[arg(long)]
     pub no_eviction_foresight: bool,
 
-    /// Runtime worker threads (default: one per core). On a host whose cores
-    /// the engines share, fewer threads wake each other less: `1` runs the
-    /// whole gateway (proxying, tokenizing, the in-process index) on one
-    /// thread, long prompts still tokenized on the blocking pool.
+    /// Runtime worker threads (default: one per core). `1` runs the whole
+    /// gateway (proxying, tokenizing, the in-process index) on one thread,
+    /// long prompts still tokenized on the blocking pool; on a host whose
+    /// two cores the engines share it measured neither better nor worse.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
 

@@ -237,6 +237,8 @@ pub const DEFAULT_DECODE_WEIGHT_TOKENS: u64 = 64;
 /// tokens: half, so a repeat waits behind its twin's prefill (about the same
 /// wait as prefilling it elsewhere) rather than evicting other prompts from
 /// a second cache, and moves once the twin's engine is a copy's worth busier.
+/// A copy that does not fit the other cache is charged the intake weight
+/// instead ([`crate::pick`]).
 pub const DEFAULT_DUPLICATE_WEIGHT_PCT: u64 = 50;
 
 /// Default `--events-window`: the sidecar's own. The gateway counts what it

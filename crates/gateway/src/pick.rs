@@ -6,9 +6,13 @@
 //!
 //! ```text
 //! cost = pending_prefill + (prompt_tokens - reusable) + decode_weight * in_flight
-//!      + (best_reusable - reusable) * duplicate_weight / 100
+//!      + (best_reusable - reusable) * copy_weight / 100
 //!      + min(intake - least_intake, prompt_tokens) * intake_weight / 100   (new prefixes)
 //! ```
+//!
+//! (`copy_weight`: `duplicate_weight` where the copy fits the engine's
+//! cache and the fleet's, else `intake_weight`; the intake term only where
+//! the new prefix does not fit this engine's cache.)
 //!
 //! `reusable` is the most of the prompt the engine can serve from cache:
 //! the hint's matched tokens for it, or the part of the prompt the gateway
@@ -50,9 +54,29 @@
 //! there is room unless that engine's queue is longer by about four of its
 //! prefills (at 4 clients, never: at most three others are in flight). It applies to new prefixes only (no engine can reuse any of
 //! the prompt): where one holds part of it, the copy term prices filling
-//! another cache. Sequentially (equal, empty queues) it orders the engines
-//! as the tie-break did. `--intake-weight-pct 0` restores the
-//! tie-break alone (sglang-router 0.3.2's cache_aware ignores load until
+//! another cache. Nor while the engine's cache still has room for all it
+//! has taken in and this prompt, with an eighth of it to spare for the
+//! requests' own tails (its pool size from the engine's `/metrics`,
+//! [`crate::foresight`]): a prefix that evicts nothing costs no
+//! repeat a prefill, and the price only made it wait. At 4 clients that
+//! wait was the opening's tail: the fifth and seventh new system prompts
+//! queued behind two and three prefills on the emptier engine (730 and
+//! 454 ms, run W) while the other had room for one more. Sequentially
+//! (equal, empty queues) it orders the engines as the tie-break did.
+//!
+//! The copy term sees room the same way. A second copy that fits (this
+//! engine's cache and the fleet's both have room for its uncached tokens)
+//! evicts nothing and costs `duplicate_weight` % of the copied prefix; one
+//! that does not evicts a live prefix's tokens, which its repeats prefill
+//! again, so it costs `intake_weight` %. Without that, a repeat of a system
+//! prompt still prefilling behind another on a busy engine moved to the
+//! other, full engine as a load override (its queue a prefill shorter than
+//! the copy's 50 %), a fifth system prompt there, and the run ended at 9-11
+//! full misses (runs AA-AC, where the room rule for new prefixes was
+//! blamed and reverted; run AE of session 44 with the price everywhere: 9).
+//! Without a pool size (not vLLM) a copy keeps the duplicate weight and a
+//! new prefix the intake price: the rules before either was known.
+//! `--intake-weight-pct 0` restores the tie-break alone (sglang-router 0.3.2's cache_aware ignores load until
 //! the queues differ by 64 requests and by half).
 //!
 //! Unhealthy engines come last: tried only when nothing healthy is left.
@@ -60,6 +84,16 @@
 use crate::engine::Engine;
 use crate::hints::{Hint, HintKind};
 use std::sync::Arc;
+
+/// The share of an engine's pool (1/N) a prefix must leave free to count
+/// as fitting without evictions.
+const ROOM_HEADROOM_DIV: u64 = 8;
+
+/// Tokens an engine whose pool holds `cap` tokens can still take in
+/// without evicting, having taken in `fresh` ([`Engine::fresh_tokens`]).
+fn room_left(cap: u64, fresh: u64) -> u64 {
+    (cap - cap / ROOM_HEADROOM_DIV).saturating_sub(fresh)
+}
 
 /// One ranked engine.
 #[derive(Debug, Clone)]
@@ -210,6 +244,16 @@ pub fn rank(
         .map(|e| e.fresh_tokens())
         .min()
         .unwrap_or(0);
+    // The fleet's room: what every healthy engine's cache can hold (less
+    // the headroom) against what they have taken in. `None` when an
+    // engine's pool is unknown (not vLLM, or not read yet).
+    let fleet_room = engines
+        .iter()
+        .filter(|e| e.healthy())
+        .try_fold(0u64, |left, e| {
+            let cap = e.foresight.capacity_tokens()?;
+            Some(left.saturating_add(room_left(cap, e.fresh_tokens())))
+        });
     let mut ranked: Vec<(bool, u64, usize, u64, u64, Choice)> = engines
         .iter()
         .zip(reuse)
@@ -222,10 +266,35 @@ pub fn rank(
             // by the gateway's own hash over every engine instead.
             let hint_pos = if reusable > 0 { hint_pos } else { usize::MAX };
             let uncached = prompt_tokens - reusable;
-            let duplicate = best.saturating_sub(reusable) * w.duplicate_weight_pct / 100;
+            // Room: whether this engine's cache holds everything sent to it
+            // so far and this prompt's uncached tokens, an eighth of it to
+            // spare for the requests' own tails (questions, decode: a
+            // prefix that leaves less evicts as soon as they run; five
+            // 52-block prompts in 255 blocks did). Unknown without the
+            // engine's pool size.
+            let cap = e.foresight.capacity_tokens();
+            let room = cap.map(|cap| room_left(cap, e.fresh_tokens()) >= uncached);
+            // A second copy of a prefix another engine holds. Where it fits
+            // (this cache and the fleet's both have room for it) it costs
+            // only the duplicate weight: nothing is evicted. Where it does
+            // not, every copied token evicts a live prefix's token that its
+            // repeats then prefill again, the intake price: a repeat of a
+            // prompt still prefilling on a busy engine otherwise moved to a
+            // full cache as a load override (runs AA-AC, 4 clients: a fifth
+            // system prompt there, 9-11 full misses).
+            let copy = best.saturating_sub(reusable);
+            let copy_fits = room.unwrap_or(true) && fleet_room.is_none_or(|left| left >= uncached);
+            let copy_pct = if copy_fits {
+                w.duplicate_weight_pct
+            } else {
+                w.duplicate_weight_pct.max(w.intake_weight_pct)
+            };
+            let duplicate = copy.saturating_mul(copy_pct) / 100;
             // Only a new prefix: where some engine holds part of the
-            // prompt, the copy term already prices filling another cache.
-            let fuller = if best == 0 {
+            // prompt, the copy term prices filling another cache. And only
+            // where it evicts: while an engine's cache has room for it,
+            // taking it there costs no other prefix its blocks.
+            let fuller = if best == 0 && room != Some(true) {
                 e.fresh_tokens().saturating_sub(least_intake).min(uncached)
             } else {
                 0
@@ -438,8 +507,30 @@ mod tests {
     /// 1.5 K-token system prompts first, then repeats. Returns how many of
     /// the system prompts each engine got first.
     fn opening_at_4_clients(w: &Weights, port: u16, decode: &[u64]) -> [usize; 2] {
+        opening_at_4_clients_on(w, port, decode, None).0
+    }
+
+    /// The same, on engines whose pools are `pool` blocks of 32 tokens when
+    /// given (the gateway read them from the engines' `/metrics`); also
+    /// returns the sum of the eight opening requests' waits (dispatch to
+    /// the end of their prefill, ticks).
+    fn opening_at_4_clients_on(
+        w: &Weights,
+        port: u16,
+        decode: &[u64],
+        pool: Option<usize>,
+    ) -> ([usize; 2], u64, usize) {
         use std::collections::VecDeque;
         let e = engines_on_ports(port);
+        if let Some(blocks) = pool {
+            for e in &e {
+                e.foresight.start(crate::foresight::KvPool {
+                    usable_blocks: blocks,
+                    block_size: 32,
+                });
+            }
+        }
+        let mut opening_wait = 0u64;
         let none = hint(HintKind::None, &[]);
         let total = 24usize;
         // Which system prompt request k asks for (the benchmark's order:
@@ -450,9 +541,15 @@ mod tests {
             prefill_end: u64,
             end: u64,
         }
-        let mut queue: [VecDeque<(crate::engine::Dispatch, u64, u64)>; 2] = Default::default();
+        /// (hold, uncached, decode, sent at, request number)
+        type Queued = (crate::engine::Dispatch, u64, u64, u64, usize);
+        let mut queue: [VecDeque<Queued>; 2] = Default::default();
         let mut running: [Option<Running>; 2] = [None, None];
         let mut first_on = [None::<usize>; 8];
+        // Full misses: requests sent to an engine never sent their system
+        // prompt before (the toy does not model evictions, so a copy is
+        // the miss that costs the hit rate).
+        let (mut sent_to, mut misses) = ([[false; 2]; 8], 0usize);
         let (mut next, mut idle, mut now) = (0usize, 4usize, 0u64);
         loop {
             while idle > 0 && next < total {
@@ -468,14 +565,20 @@ mod tests {
                 let (c, _) = rank(&e, &none, &r, w);
                 let at = usize::from(Arc::ptr_eq(&c[0].engine, &e[1]));
                 first_on[sys].get_or_insert(at);
+                if !std::mem::replace(&mut sent_to[sys][at], true) {
+                    misses += 1;
+                }
                 let d = c[0].engine.dispatch_chain(c[0].uncached, &chain);
-                queue[at].push_back((d, c[0].uncached, decode[next % decode.len()]));
+                queue[at].push_back((d, c[0].uncached, decode[next % decode.len()], now, next));
                 next += 1;
                 idle -= 1;
             }
             for (q, run) in queue.iter_mut().zip(running.iter_mut()) {
                 if run.is_none() {
-                    if let Some((d, prefill, dec)) = q.pop_front() {
+                    if let Some((d, prefill, dec, sent, k)) = q.pop_front() {
+                        if k < 8 {
+                            opening_wait += now + prefill - sent;
+                        }
                         *run = Some(Running {
                             d,
                             prefill_end: now + prefill,
@@ -514,7 +617,7 @@ mod tests {
         for at in first_on.into_iter().flatten() {
             got[at] += 1;
         }
-        got
+        (got, opening_wait, misses)
     }
 
     #[test]
@@ -553,6 +656,72 @@ mod tests {
         // worse (as runs N-P did on real engines).
         assert!(by_queue_alone > 0, "the scenario no longer tests the term");
         eprintln!("split unevenly by the queue alone: {by_queue_alone} of 64");
+    }
+
+    #[test]
+    fn new_prefixes_take_the_shorter_queue_while_the_cache_has_room() {
+        // The same 64 openings on engines whose pools (255 blocks of 32,
+        // the benchmark's) the gateway knows: four system prompts fit, a
+        // fifth (50 blocks each here: 250 of 255) only without the
+        // headroom the requests' own tails need. The split stays 4/4, and
+        // no repeat copies its system prompt into the other engine's cache
+        // (8 full misses: the eight first requests).
+        let mut z: u64 = 0x2545_f491_4f6c_dd1d;
+        let (mut with_room, mut priced, mut copied_unknown) = (0u64, 0u64, 0usize);
+        for case in 0..64u16 {
+            let decode: Vec<u64> = (0..24)
+                .map(|_| {
+                    z ^= z << 13;
+                    z ^= z >> 7;
+                    z ^= z << 17;
+                    50 + z % 1950
+                })
+                .collect();
+            let port = 20_000 + case * 7;
+            let (split, wait, misses) = opening_at_4_clients_on(&W, port, &decode, Some(255));
+            assert_eq!(
+                (split, misses),
+                ([4, 4], 8),
+                "ports {port}/{}, answers {decode:?}",
+                port + 1
+            );
+            with_room += wait;
+            let (_, wait, misses) = opening_at_4_clients_on(&W, port, &decode, None);
+            priced += wait;
+            copied_unknown += misses - 8;
+        }
+        eprintln!("copies with the pools unknown: {copied_unknown} in 64 openings");
+        // The toy's openings rarely reach run W's moment (its clients all
+        // start together and its engines answer at once); they check that
+        // the room rule never costs the split or adds waiting.
+        eprintln!("opening waits: {with_room} ticks with the pools known, {priced} without");
+        assert!(with_room <= priced, "{with_room} > {priced}");
+        // One moment of run W: the engine holding three prompts is idle,
+        // the other (one prompt) prefills two new ones; the fifth new
+        // prefix fits the idle engine's cache.
+        let e = engines(2);
+        for e in &e {
+            e.foresight.start(crate::foresight::KvPool {
+                usable_blocks: 255,
+                block_size: 32,
+            });
+        }
+        for (e, n) in [(&e[0], 1), (&e[1], 3)] {
+            for _ in 0..n {
+                let mut d = e.dispatch(1640);
+                d.prefilled();
+            }
+        }
+        let _queued = [e[0].dispatch(1642), e[0].dispatch(1647)];
+        let none = hint(HintKind::None, &[]);
+        let (c, _) = rank(&e, &none, &req(1643, 7), &W);
+        assert_eq!(c[0].engine.id.as_ref(), "e1");
+        // A sixth would not fit there: the price is back.
+        let mut d = e[1].dispatch(1643);
+        d.prefilled();
+        drop(d);
+        let (c, _) = rank(&e, &none, &req(1644, 7), &W);
+        assert_eq!(c[0].engine.id.as_ref(), "e0");
     }
 
     /// Run S (4 clients, 2026-12-07 04:55): the eighth new system prompt
@@ -607,6 +776,72 @@ mod tests {
         // A request that never got a byte put nothing in the cache.
         drop(e[1].dispatch(500));
         assert_eq!(e[1].fresh_tokens(), e[0].fresh_tokens());
+    }
+
+    /// Session 44's run AE (4 clients, 09:49 UTC), request 10: a repeat of
+    /// the sixth system prompt arrived while it still prefilled on engine 0
+    /// behind the eighth (engine 0 had taken in four system prompts,
+    /// engine 1 four and was idle). At the duplicate weight the idle engine
+    /// was a prefill cheaper: the repeat moved there, a fifth system prompt
+    /// in a 255-block cache, the ninth full miss and partial misses after.
+    #[test]
+    fn a_repeat_does_not_copy_its_prefix_into_a_full_cache() {
+        let pools = |e: &[Arc<Engine>]| {
+            for e in e {
+                e.foresight.start(crate::foresight::KvPool {
+                    usable_blocks: 255,
+                    block_size: 32,
+                });
+            }
+        };
+        let taken_in = |e: &Arc<Engine>, prompts: u64| {
+            for _ in 0..prompts {
+                let mut d = e.dispatch(1640);
+                d.prefilled();
+            }
+        };
+        let sys: Vec<u32> = (0..1536).collect();
+        let ask = |q: u32| {
+            let mut p = sys.clone();
+            p.extend(q..q + 40);
+            p
+        };
+        let first = ask(5000);
+        let first_chain = crate::pending::chain(&first, 32, &["m"]);
+        let repeat = ask(7000);
+        let repeat_chain = crate::pending::chain(&repeat, 32, &["m"]);
+        let none = hint(HintKind::None, &[]);
+        let r = Request {
+            prompt_tokens: repeat.len() as u64,
+            chain: &repeat_chain,
+            seed: 7,
+        };
+        // engine 0: three prompts done, the sixth prefilling, the eighth
+        // queued behind it; engine 1: `on_e1` prompts done, idle.
+        let moment = |known: bool, on_e1: u64| {
+            let e = engines(2);
+            if known {
+                pools(&e);
+            }
+            taken_in(&e[0], 3);
+            taken_in(&e[1], on_e1);
+            let held = vec![e[0].dispatch_chain(1640, &first_chain), e[0].dispatch(1647)];
+            let (c, why) = rank(&e, &none, &r, &W);
+            (c[0].engine.id.to_string(), why, c[0].reusable, held)
+        };
+        let (at, why, reusable, _held) = moment(true, 4);
+        assert_eq!(
+            (at.as_str(), why, reusable),
+            ("e0", PickReason::PendingMatch, 1536)
+        );
+        // Without the engines' pool sizes the room is unknown: the copy
+        // keeps the duplicate weight and moves, as before.
+        let (at, _, reusable, _held) = moment(false, 4);
+        assert_eq!((at.as_str(), reusable), ("e1", 0));
+        // Where the idle engine's cache (and the fleet's) has room for the
+        // copy, it evicts nothing: the duplicate weight, and it moves.
+        let (at, _, _, _held) = moment(true, 2);
+        assert_eq!(at, "e1");
     }
 
     #[test]

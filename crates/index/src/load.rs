@@ -32,7 +32,12 @@
 //! the engine's counts already (or done), so they are dropped with the old
 //! queue. The recent-hint count of the bounded-load rule restarts at each
 //! report as well: with reports, a replica is over the bound only for the
-//! hints it was sent since its engine last counted. Without reports (an older sidecar, a producer that cannot scrape)
+//! hints it was sent since its engine last counted, and it restarts when a
+//! hint finds the replica's queue run dry (the work of every hint before it
+//! done, as far as this server knows): a sequential client's follow-ups to
+//! the idle replica holding their prefix are not load to spread, whatever
+//! their number between two reports (issue 33, session 44: a holder over the
+//! bound sent the fourth follow-up in a row to a cold replica, a full miss). Without reports (an older sidecar, a producer that cannot scrape)
 //! the queue is the delivered-hint window alone, as before; when reports
 //! stop, the last one drains and hints keep adding.
 //!
@@ -405,6 +410,12 @@ impl LoadTracker {
         let mut s = write(&self.state);
         let epoch = s.epoch(now_ns);
         let mut q = *s.queue(replica);
+        if q.reported_ns > 0 && q.finish_ns < now_ns {
+            // A new busy period: with the engine's counts, the bounded-load
+            // count is the hints sent since the engine last counted or since
+            // the replica's queue last ran dry (module docs).
+            q.recent = 0;
+        }
         let work_us = work_us.max(0.0);
         let step = (work_us * 1_000.0).round() as i64;
         let hint = hint_at(now_ns, epoch);
@@ -563,6 +574,26 @@ mod tests {
         let v = t.view(late);
         assert_eq!(v.group_sum(0), u128::from(v.raw_recent(2)));
         assert_eq!(v.over(0.0).count(), usize::from(v.raw_recent(2) > 0));
+    }
+
+    #[test]
+    fn with_reports_the_recent_count_restarts_when_the_queue_ran_dry() {
+        let t = LoadTracker::default();
+        t.report(1, 0, 0, 1_000);
+        // Three sequential hints, each 1 ms of work, 100 ms apart: each
+        // finds the queue dry, so the count is the busy period's, one.
+        for k in 1..=3 {
+            t.add(1, 1_000.0, k * 100_000_000);
+        }
+        assert!((t.recent_hints(1, 300_000_000) - 1.0).abs() < 1e-3);
+        // Hints that overlap (the queue still busy) add up.
+        t.add(1, 1_000.0, 300_500_000);
+        t.add(1, 1_000.0, 300_600_000);
+        assert!((t.recent_hints(1, 300_600_000) - 3.0).abs() < 1e-3);
+        // Without reports the count is the hints' alone, as before.
+        t.add(2, 1_000.0, 100_000_000);
+        t.add(2, 1_000.0, 200_000_000);
+        assert!((t.recent_hints(2, 200_000_000) - 2.0).abs() < 1e-3);
     }
 
     #[test]

@@ -403,18 +403,21 @@ impl Index {
         let ttl = self.request_ttl_ns(req);
         // A partition names its (tenant, model) and scope: from the thread's
         // partition cache, no catalog lock and no string-keyed finds.
-        let (tm, scope, part) =
-            match self.find_partition(req.tenant, req.model, req.hash_scheme, req.adapter) {
-                Some(p) => (Some(p.tm_id), Some(p.scope_id), Some(p)),
-                None => {
-                    let c = read(&self.store.catalog);
-                    (
-                        c.find_tm(req.tenant, req.model),
-                        c.find_scope(req.tenant, req.model, req.hash_scheme),
-                        None,
-                    )
-                }
-            };
+        // Its ids only (no reference count taken).
+        let ids = self.with_partition(req.tenant, req.model, req.hash_scheme, req.adapter, |p| {
+            (p.tm_id, p.scope_id, p.id)
+        });
+        let (tm, scope, part) = match ids {
+            Some((tm, scope, id)) => (Some(tm), Some(scope), Some(id)),
+            None => {
+                let c = read(&self.store.catalog);
+                (
+                    c.find_tm(req.tenant, req.model),
+                    c.find_scope(req.tenant, req.model, req.hash_scheme),
+                    None,
+                )
+            }
+        };
         let Some(tm) = tm else {
             out.result.strategy = self.classify_miss(req.tenant, req.model, req.hash_scheme);
             return out;
@@ -425,21 +428,21 @@ impl Index {
         let mut m = MATCHES.with(|m| std::mem::take(&mut *m.borrow_mut()));
         m.raws.clear();
         m.tentative.clear();
-        if let (Some(pt), false) = (&part, p.ignore_matches) {
+        if let (Some(pt), false) = (part, p.ignore_matches) {
             if chain {
-                self.chain_raws_into(pt.id, req, now, ttl, |_| true, &mut m.raws);
+                self.chain_raws_into(pt, req, now, ttl, |_| true, &mut m.raws);
             } else {
-                self.exact_raws(pt.id, req.prefix_hash, now, ttl, &mut m.raws);
+                self.exact_raws(pt, req.prefix_hash, now, ttl, &mut m.raws);
             }
             if chain && self.routing.tentative.active() {
-                self.tentative_runs_into(pt.id, req, &m.raws, now, &mut m.probe, &mut m.tentative);
+                self.tentative_runs_into(pt, req, &m.raws, now, &mut m.probe, &mut m.tentative);
             }
         }
         self.route_matched(
             req,
             p,
             chain,
-            (tm, scope, part.as_ref().map(|pt| pt.id)),
+            (tm, scope, part),
             (ttl, now),
             &m.raws,
             &m.tentative,
@@ -829,7 +832,7 @@ impl Index {
         if !self
             .routing
             .tentative
-            .may_start(part, hashes.len(), upper, |i| {
+            .may_start(part, hashes.len(), upper, &mut m.keys, |i| {
                 key_hash(part, hashes[i].as_ref())
             })
         {

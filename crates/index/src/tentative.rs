@@ -40,17 +40,22 @@
 //! replica's real run (the index's 64-bit entry hash of (partition, hash
 //! bytes); a collision would only make an approximate holding slightly more
 //! approximate), the position of its first key, the replica and both
-//! expiries. It is filed under its first key and its (partition, replica):
-//! two map writes per delivery, whatever the chain's length. Each file is a
-//! list threaded through the records (the map holds the newest), so filing
+//! expiries. It is filed in the slot of its first key in a table of record
+//! ids (a chained hash table, at least a slot per record, doubled as it
+//! fills) and in its replica's list (by replica id): two array writes per
+//! delivery, no map, whatever the chain's length. Each file is a list
+//! threaded through the records (the table holds the newest), so filing
 //! and dropping allocate nothing, and a record's keys and bits are one
 //! buffer that dropped records hand on to new ones. The same chain
 //! delivered again to the same replica renews (or extends) its record; it
 //! is found in the list of its first key.
 //!
-//! A lookup reads the records as it goes down the request's chain: one probe
-//! per position up to the deepest real run, each finding the records that
-//! begin there with the request's key; a record counts for its replica from
+//! A lookup reads the records as it goes down the request's chain: one
+//! byte per position up to the deepest real run (64 K counts of the heads
+//! by slot, small enough to stay in cache: a sparser table with fewer false
+//! hits fell out of L2 and cost more, docs/decisions.md, issue 36 session
+//! 44), and where it is not zero the table's records that begin there with
+//! the request's key; a record counts for its replica from
 //! the end of the replica's real run, for as long as its keys equal the
 //! request's (block hashes identify their whole prefix, so equal keys at one
 //! position mean equal chains up to it) and are still held. The cost grows
@@ -65,7 +70,7 @@
 
 use crate::hashing::FoldBuild;
 use crate::sync::{read, write};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -101,6 +106,9 @@ struct Record {
     replica: u32,
     /// Chain position of `keys()[0]`.
     from: u32,
+    /// `keys()[0]`, inline: a walk of a head slot compares it without
+    /// reading the buffer.
+    head: u64,
     /// Keys in the record.
     n: u32,
     /// Words of gone bits.
@@ -114,7 +122,10 @@ struct Record {
     /// only.
     buf: Vec<u64>,
     expires: Expiry,
-    /// Next record of the same head (partition, first key).
+    /// When it was filed (a renewal keeps it): the head table's growth
+    /// refiles records in this order.
+    seq: u64,
+    /// Next record in the same head slot.
     next_head: u32,
     /// Neighbours among the records of the same (partition, replica).
     prev_owner: u32,
@@ -132,31 +143,36 @@ impl Record {
     ) -> Self {
         let n = keys.len();
         let gone_words = n.div_ceil(64);
-        let len = n + gone_words + (n * 16).div_ceil(64).max(1);
-        buf.clear();
+        let filter_words = (n * 16).div_ceil(64).max(1);
+        let len = n + gone_words + filter_words;
         // Recycled buffers come in every size: rounded up, most fit the
         // next record without a reallocation.
+        buf.clear();
         buf.reserve(len.next_power_of_two().max(64));
         buf.extend_from_slice(keys);
         buf.resize(len, 0);
-        let mut r = Self {
+        // The keys' filter bits, straight into the buffer.
+        let (head, filter) = buf.split_at_mut(n + gone_words);
+        let bits = filter_words as u64 * 64;
+        for &key in &head[..n] {
+            let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
+            filter[(bit / 64) as usize] |= 1 << (bit % 64);
+        }
+        Self {
             part,
             replica,
             from,
+            head: keys.first().copied().unwrap_or(0),
             n: n as u32,
             gone_words: gone_words as u32,
             live: n as u32,
             buf,
             expires,
+            seq: 0,
             next_head: NONE,
             prev_owner: NONE,
             next_owner: NONE,
-        };
-        for i in 0..n {
-            let (w, b) = r.filter_bit(r.buf[i]);
-            r.filter_mut()[w] |= b;
         }
-        r
     }
 
     fn keys(&self) -> &[u64] {
@@ -175,11 +191,6 @@ impl Record {
 
     fn filter(&self) -> &[u64] {
         &self.buf[self.n as usize + self.gone_words as usize..]
-    }
-
-    fn filter_mut(&mut self) -> &mut [u64] {
-        let at = self.n as usize + self.gone_words as usize;
-        &mut self.buf[at..]
     }
 
     fn filter_bit(&self, key: u64) -> (usize, u64) {
@@ -237,37 +248,58 @@ thread_local! {
     static FOUND_AT: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Slots of [`Overlay::heads`].
-const HEAD_SLOTS: usize = 1 << 16;
+/// Fewest slots of [`Overlay::heads`] (the table doubles as records come).
+const MIN_HEAD_BITS: u32 = 12;
 
-/// The slot of a record head (partition, first key) in [`Overlay::heads`].
-fn head_slot(part: u32, key: u64) -> usize {
-    ((key ^ u64::from(part).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 48) as usize
+/// Slots of [`Overlay::heads`] per filed record, at least.
+const SLOTS_PER_RECORD: usize = 1;
+
+/// Slots of [`Overlay::present`].
+const PRESENT_SLOTS: usize = 1 << 16;
+
+/// A head's slot in [`Overlay::present`].
+fn present_slot(part: u32, key: u64) -> usize {
+    head_slot(part, key, 16)
 }
 
-/// The records and their files. Lists are threaded through the records
-/// (`next_head`, `prev_owner` / `next_owner`), so filing a record is one
-/// map entry per file and no list of its own: a delivery writes two
-/// entries, and neither allocates once the maps have grown.
+/// The slot of a record head (partition, first key) in a table of
+/// `1 << bits` slots: the key is a hash already, its high bits (mixed with
+/// the partition's) pick the slot.
+fn head_slot(part: u32, key: u64, bits: u32) -> usize {
+    ((key ^ u64::from(part).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> (64 - bits)) as usize
+}
+
+/// The records and their files, with no map: a record is filed in its
+/// head's slot of [`Overlay::heads`] (a chained hash table whose lists run
+/// through the records, `next_head`) and in its replica's list
+/// ([`Overlay::by_owner`], by replica id, `prev_owner` / `next_owner`). A
+/// delivery's filing is two array writes and a lookup's probe of a
+/// position one array read; neither allocates once the table has grown.
 #[derive(Default)]
 struct Overlay {
-    /// Records whose head falls in each slot (saturating; a saturated
-    /// slot is never decremented): a lookup probes `by_head` only at
-    /// positions whose slot is not empty, one load instead of a map probe
-    /// at every position of a long matched chain.
-    heads: Vec<u8>,
+    /// Per slot, the newest record whose head (partition, first key) falls
+    /// there (`NONE`: empty); the list goes on through `next_head` and
+    /// holds the slot's records of every head. `1 << head_bits` slots, at
+    /// least [`SLOTS_PER_RECORD`] per record (doubled and refiled past
+    /// that).
+    heads: Vec<u32>,
+    /// Records whose head falls in each of 64 K slots (saturating; a
+    /// saturated slot is never decremented): a lookup's position reads one
+    /// byte of a table that stays in cache, and the head table only where
+    /// this is not zero.
+    present: Vec<u8>,
+    head_bits: u32,
+    /// Records filed (for the table's growth).
+    filed: usize,
+    /// Records added so far (their [`Record::seq`]).
+    seq: u64,
     records: Vec<Option<Record>>,
     free: Vec<u32>,
     /// Buffers of dropped records, for the next ones.
     spare: Vec<Vec<u64>>,
-    /// (partition, first key) → the newest record of that head; the list
-    /// goes on through `next_head`. A delivery finds the record of its
-    /// chain (same replica, same start, one a prefix of the other, so the
-    /// same first key) in this list.
-    by_head: HashMap<(u32, u64), u32, FoldBuild>,
-    /// (partition, replica) → its newest record; the list goes on through
-    /// `next_owner`.
-    by_owner: HashMap<(u32, u32), u32, FoldBuild>,
+    /// Per replica id, its newest record in any partition (`NONE`: none);
+    /// the list goes on through `next_owner`.
+    by_owner: Vec<u32>,
 }
 
 impl Overlay {
@@ -276,8 +308,8 @@ impl Overlay {
     }
 
     /// The ids of a list, from `first` on through `next`.
-    fn list(&self, first: Option<u32>, next: fn(&Record) -> u32) -> impl Iterator<Item = u32> + '_ {
-        let mut id = first.unwrap_or(NONE);
+    fn list(&self, first: u32, next: fn(&Record) -> u32) -> impl Iterator<Item = u32> + '_ {
+        let mut id = first;
         std::iter::from_fn(move || {
             let r = self.record(id)?;
             let this = id;
@@ -286,14 +318,37 @@ impl Overlay {
         })
     }
 
-    fn head_list(&self, part: u32, key: u64) -> impl Iterator<Item = u32> + '_ {
-        self.list(self.by_head.get(&(part, key)).copied(), |r| r.next_head)
+    /// The head slot of (part, key), when the table exists.
+    fn slot(&self, part: u32, key: u64) -> Option<usize> {
+        (!self.heads.is_empty()).then(|| head_slot(part, key, self.head_bits))
     }
 
-    fn owner_list(&self, part: u32, replica: u32) -> impl Iterator<Item = u32> + '_ {
-        self.list(self.by_owner.get(&(part, replica)).copied(), |r| {
-            r.next_owner
+    /// Whether a record may begin with (part, key): false means none does.
+    fn may_head(&self, part: u32, key: u64) -> bool {
+        self.present
+            .get(present_slot(part, key))
+            .is_some_and(|&c| c != 0)
+    }
+
+    /// The records that begin with (part, key), newest first.
+    fn head_list(&self, part: u32, key: u64) -> impl Iterator<Item = u32> + '_ {
+        // The presence counts first: the head table and its records only
+        // where some head may be (each record read is a cache miss or two).
+        let first = if self.may_head(part, key) {
+            self.slot(part, key).map_or(NONE, |s| self.heads[s])
+        } else {
+            NONE
+        };
+        self.list(first, |r| r.next_head).filter(move |&id| {
+            self.record(id)
+                .is_some_and(|r| r.part == part && r.head == key)
         })
+    }
+
+    /// Every record of `replica` (all partitions), newest first.
+    fn owner_list(&self, replica: u32) -> impl Iterator<Item = u32> + '_ {
+        let first = self.by_owner.get(replica as usize).copied().unwrap_or(NONE);
+        self.list(first, |r| r.next_owner)
     }
 
     /// A spare buffer, or a new one.
@@ -301,11 +356,50 @@ impl Overlay {
         self.spare.pop().unwrap_or_default()
     }
 
+    /// Doubles the head table (or makes it) and refiles every record,
+    /// oldest first, so each head's records stay newest first (the order a
+    /// renewal's search relies on).
+    fn grow_heads(&mut self) {
+        let bits = (self.head_bits + 1).max(MIN_HEAD_BITS);
+        self.heads.clear();
+        self.heads.resize(1 << bits, NONE);
+        self.head_bits = bits;
+        let mut ids: Vec<(u64, u32)> = self
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(id, r)| r.as_ref().map(|r| (r.seq, id as u32)))
+            .collect();
+        ids.sort_unstable();
+        for (_, id) in ids {
+            let Some(r) = self.records[id as usize].as_mut() else {
+                continue;
+            };
+            let s = head_slot(r.part, r.head, bits);
+            r.next_head = std::mem::replace(&mut self.heads[s], id);
+        }
+    }
+
     fn add(&mut self, mut r: Record) -> u32 {
-        let (head, owner) = ((r.part, r.keys()[0]), (r.part, r.replica));
+        if self.filed * SLOTS_PER_RECORD >= self.heads.len() {
+            self.grow_heads();
+        }
+        let (part, key, replica) = (r.part, r.head, r.replica);
         let id = self.free.pop().unwrap_or(self.records.len() as u32);
-        r.next_head = self.by_head.insert(head, id).unwrap_or(NONE);
-        r.next_owner = self.by_owner.insert(owner, id).unwrap_or(NONE);
+        self.seq += 1;
+        r.seq = self.seq;
+        let s = head_slot(part, key, self.head_bits);
+        r.next_head = std::mem::replace(&mut self.heads[s], id);
+        if self.present.is_empty() {
+            self.present = vec![0; PRESENT_SLOTS];
+        }
+        let c = &mut self.present[present_slot(part, key)];
+        *c = c.saturating_add(1);
+        let o = replica as usize;
+        if self.by_owner.len() <= o {
+            self.by_owner.resize((o + 1).next_power_of_two(), NONE);
+        }
+        r.next_owner = std::mem::replace(&mut self.by_owner[o], id);
         r.prev_owner = NONE;
         if let Some(next) = self
             .records
@@ -319,11 +413,7 @@ impl Overlay {
         } else {
             self.records[id as usize] = Some(r);
         }
-        if self.heads.is_empty() {
-            self.heads = vec![0; HEAD_SLOTS];
-        }
-        let slot = &mut self.heads[head_slot(head.0, head.1)];
-        *slot = slot.saturating_add(1);
+        self.filed += 1;
         id
     }
 
@@ -333,6 +423,7 @@ impl Overlay {
             return;
         };
         r.next_head = old.next_head;
+        r.seq = old.seq;
         r.prev_owner = old.prev_owner;
         r.next_owner = old.next_owner;
         let old = std::mem::replace(old, r);
@@ -351,22 +442,13 @@ impl Overlay {
             return 0;
         };
         self.free.push(id);
-        let head = (r.part, r.keys()[0]);
-        if let Some(slot) = self.heads.get_mut(head_slot(head.0, head.1)) {
-            if *slot != u8::MAX {
-                *slot = slot.saturating_sub(1);
-            }
-        }
-        // Out of its head's list (short: the records that begin with one
-        // key in one partition).
-        if self.by_head.get(&head) == Some(&id) {
-            if r.next_head == NONE {
-                self.by_head.remove(&head);
-            } else {
-                self.by_head.insert(head, r.next_head);
-            }
+        self.filed -= 1;
+        // Out of its slot's list (short: about one record a slot).
+        let s = head_slot(r.part, r.head, self.head_bits);
+        if self.heads[s] == id {
+            self.heads[s] = r.next_head;
         } else {
-            let mut at = self.by_head.get(&head).copied().unwrap_or(NONE);
+            let mut at = self.heads[s];
             while let Some(x) = self.records.get_mut(at as usize).and_then(Option::as_mut) {
                 if x.next_head == id {
                     x.next_head = r.next_head;
@@ -375,8 +457,12 @@ impl Overlay {
                 at = x.next_head;
             }
         }
+        if let Some(c) = self.present.get_mut(present_slot(r.part, r.head)) {
+            if *c != u8::MAX {
+                *c = c.saturating_sub(1);
+            }
+        }
         // Out of its owner's list.
-        let owner = (r.part, r.replica);
         match self
             .records
             .get_mut(r.prev_owner as usize)
@@ -384,10 +470,8 @@ impl Overlay {
         {
             Some(prev) => prev.next_owner = r.next_owner,
             None => {
-                if r.next_owner == NONE {
-                    self.by_owner.remove(&owner);
-                } else {
-                    self.by_owner.insert(owner, r.next_owner);
+                if let Some(o) = self.by_owner.get_mut(r.replica as usize) {
+                    *o = r.next_owner;
                 }
             }
         }
@@ -450,17 +534,8 @@ impl Tentative {
     pub(crate) fn forget_replica(&self, replica: u32) {
         write(&self.publishers).remove(&replica);
         let mut o = write(&self.overlay);
-        let parts: Vec<u32> = o
-            .by_owner
-            .keys()
-            .filter(|(_, r)| *r == replica)
-            .map(|(p, _)| *p)
-            .collect();
-        let mut removed = 0;
-        for p in parts {
-            let ids: Vec<u32> = o.owner_list(p, replica).collect();
-            removed += ids.into_iter().map(|id| o.drop_record(id)).sum::<u64>();
-        }
+        let ids: Vec<u32> = o.owner_list(replica).collect();
+        let removed: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
         self.len.fetch_sub(removed as usize, Ordering::Relaxed);
     }
 
@@ -578,20 +653,28 @@ impl Tentative {
     /// Whether a record may start at a position `0..=upper` of a chain of
     /// `blocks` blocks whose key at position `i` is `key_at(i)`: false
     /// means [`Tentative::runs`] with `deepest <= upper` finds nothing.
+    /// The keys it made are left in `keys` (cleared first) for
+    /// [`Tentative::runs`].
     pub(crate) fn may_start(
         &self,
         part: u32,
         blocks: usize,
         upper: usize,
+        keys: &mut Vec<u64>,
         key_at: impl Fn(usize) -> u64,
     ) -> bool {
+        keys.clear();
         let o = read(&self.overlay);
-        !o.by_head.is_empty()
-            && (0..blocks.min(upper.saturating_add(1))).any(|p| {
-                o.heads
-                    .get(head_slot(part, key_at(p)))
-                    .is_some_and(|&c| c != 0)
-            })
+        if o.filed == 0 {
+            return false;
+        }
+        let mut any = false;
+        for p in 0..blocks.min(upper.saturating_add(1)) {
+            let key = key_at(p);
+            keys.push(key);
+            any |= o.may_head(part, key);
+        }
+        any
     }
 
     /// Each replica's tentative run over the request's chain of `blocks`
@@ -599,8 +682,9 @@ impl Tentative {
     /// `(replica, start, blocks)` in `found` per replica with a run.
     /// Positions `0..=deepest` are probed (`deepest`: the deepest real run).
     /// `keys` holds the chain's keys (the partition's key hashes) as far as
-    /// they were needed; `key_at(i)` makes the one at position `i` (most
-    /// lookups need the first few only).
+    /// they were made (by [`Tentative::may_start`]; they are extended as
+    /// needed); `key_at(i)` makes the one at position `i` (most lookups need
+    /// the first few only).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn runs(
         &self,
@@ -614,9 +698,8 @@ impl Tentative {
         found: &mut Vec<(u32, usize, usize)>,
     ) {
         found.clear();
-        keys.clear();
         let o = read(&self.overlay);
-        if o.by_head.is_empty() || blocks == 0 {
+        if o.filed == 0 || blocks == 0 {
             return;
         }
         let fill = |keys: &mut Vec<u64>, upto: usize| {
@@ -630,7 +713,7 @@ impl Tentative {
             for p in 0..blocks.min(deepest.saturating_add(1)) {
                 fill(keys, p + 1);
                 let key = keys[p];
-                if o.heads[head_slot(part, key)] == 0 {
+                if !o.may_head(part, key) {
                     continue;
                 }
                 for id in o.head_list(part, key) {
@@ -649,11 +732,15 @@ impl Tentative {
                     // the replica's real run on; of those, the leading held.
                     let j0 = s - p;
                     fill(keys, p + r.keys().len());
-                    let eq = r.keys()[j0..]
-                        .iter()
-                        .zip(&keys[s..])
-                        .take_while(|(a, b)| a == b)
-                        .count();
+                    // Most records that agree agree to their end: one
+                    // slice compare; else key by key to the first
+                    // difference.
+                    let (ours, req) = (&r.keys()[j0..], &keys[s..]);
+                    let eq = if req.len() >= ours.len() && ours == &req[..ours.len()] {
+                        ours.len()
+                    } else {
+                        ours.iter().zip(req).take_while(|(a, b)| a == b).count()
+                    };
                     let n = r.held_from(j0, eq);
                     if n == 0 {
                         continue;
@@ -694,24 +781,25 @@ impl Tentative {
             return 0;
         }
         // Most reports come from replicas without records: a read first.
+        if read(&self.overlay)
+            .by_owner
+            .get(replica as usize)
+            .is_none_or(|&first| first == NONE)
         {
-            let o = read(&self.overlay);
-            if !keys
-                .iter()
-                .any(|(p, _)| o.by_owner.contains_key(&(*p, replica)))
-            {
-                return 0;
-            }
+            return 0;
         }
         let mut o = write(&self.overlay);
         let mut n = 0u64;
         let mut emptied: Vec<u32> = Vec::new();
+        let first = o.by_owner.get(replica as usize).copied().unwrap_or(NONE);
         for &(part, key) in keys {
-            let mut id = o.by_owner.get(&(part, replica)).copied().unwrap_or(NONE);
+            let mut id = first;
             while let Some(r) = o.records.get_mut(id as usize).and_then(Option::as_mut) {
-                n += u64::from(r.take(key));
-                if r.live == 0 && !emptied.contains(&id) {
-                    emptied.push(id);
+                if r.part == part {
+                    n += u64::from(r.take(key));
+                    if r.live == 0 && !emptied.contains(&id) {
+                        emptied.push(id);
+                    }
                 }
                 id = r.next_owner;
             }
@@ -726,11 +814,11 @@ impl Tentative {
     /// `ALL_CLEARED`: every holding of `replica` in the given partitions.
     pub(crate) fn clear(&self, parts_of: &[u32], replica: u32) -> u64 {
         let mut o = write(&self.overlay);
-        let mut n = 0;
-        for p in parts_of {
-            let ids: Vec<u32> = o.owner_list(*p, replica).collect();
-            n += ids.into_iter().map(|id| o.drop_record(id)).sum::<u64>();
-        }
+        let ids: Vec<u32> = o
+            .owner_list(replica)
+            .filter(|&id| o.record(id).is_some_and(|r| parts_of.contains(&r.part)))
+            .collect();
+        let n: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
         self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
     }
@@ -760,17 +848,19 @@ impl Tentative {
     pub(crate) fn counts(&self, now: i64) -> Vec<(u32, u32, u64)> {
         let publishers = read(&self.publishers).clone();
         let o = read(&self.overlay);
-        let mut out = Vec::new();
-        for &(p, r) in o.by_owner.keys() {
+        let mut out: Vec<(u32, u32, u64)> = Vec::new();
+        for r in 0..o.by_owner.len() as u32 {
             let publishes = publishers.contains(&r);
-            let n: u64 = o
-                .owner_list(p, r)
-                .filter_map(|id| o.record(id))
-                .filter(|x| x.expires.of(publishes) > now)
-                .map(|x| u64::from(x.live))
-                .sum();
-            if n > 0 {
-                out.push((p, r, n));
+            // This replica's rows, one per partition (few: a linear find).
+            let from = out.len();
+            for x in o.owner_list(r).filter_map(|id| o.record(id)) {
+                if x.expires.of(publishes) <= now || x.live == 0 {
+                    continue;
+                }
+                match out[from..].iter_mut().find(|e| e.0 == x.part) {
+                    Some(e) => e.2 += u64::from(x.live),
+                    None => out.push((x.part, r, u64::from(x.live))),
+                }
             }
         }
         out
@@ -844,6 +934,35 @@ mod tests {
         assert_eq!(t.sweep(250), 2);
         assert_eq!(t.len(), 0);
         assert!(!t.active());
+    }
+
+    #[test]
+    fn the_head_table_grows_and_keeps_each_heads_records_newest_first() {
+        let t = Tentative::new(1 << 20);
+        // Two records of one head on one replica, the older first; a
+        // delivery of their common prefix renews the older one.
+        t.insert(1, 7, 0, &[1, 2, 3], both(100));
+        t.insert(1, 7, 0, &[1, 2, 4], both(100));
+        // Enough other heads to double the table several times (keys are
+        // hashes: spread over the slots).
+        let key = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for i in 0..20_000u64 {
+            t.insert(1, 8, 0, &[key(i), i], both(100));
+        }
+        assert!(read(&t.overlay).heads.len() >= 20_000);
+        t.insert(1, 7, 0, &[1, 2], both(200));
+        // The older record was renewed (the newer one, expired, agrees
+        // with [1, 2, 4] through the renewed one's prefix only).
+        assert_eq!(run(&t, 7, &[1, 2, 3], 0, 150), 3);
+        assert_eq!(run(&t, 7, &[1, 2, 4], 0, 150), 2);
+        assert_eq!(run(&t, 7, &[1, 2, 4], 0, 50), 3);
+        assert_eq!(run(&t, 8, &[key(5), 5], 0, 50), 2);
+        // Dropping records empties their slots again.
+        assert_eq!(t.sweep(150), 20_000 * 2 + 3);
+        assert_eq!(run(&t, 7, &[1, 2, 3], 0, 150), 3);
+        assert_eq!(t.sweep(250), 3);
+        assert!(!t.active());
+        assert!(read(&t.overlay).present.iter().all(|&c| c == 0));
     }
 
     #[test]

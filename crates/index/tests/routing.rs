@@ -490,6 +490,42 @@ fn sequential_follow_ups_stay_on_the_idle_replica_that_holds_their_prefix() {
 }
 
 #[test]
+fn follow_ups_faster_than_the_reports_stay_on_their_idle_holder() {
+    // Issue 33, session 44 (runs H4 and before: 9 sequential full misses
+    // where 8 is the minimum): the engines report every second, a
+    // sequential client sends a request every ~100 ms. Two replicas report
+    // idle; "a" holds the prompt. Each follow-up is done (its work drained)
+    // before the next, yet the hints counted since "a"'s report put it over
+    // the bounded load at the fourth (3 > 1.25 × 3/2 + 1) and the follow-up
+    // went to the cold replica: a full miss.
+    let env = Env::new();
+    for r in ["a", "b"] {
+        load_report(&env, r, 0, 0, 0.0);
+    }
+    let prefix: Vec<u64> = (1..=8).collect();
+    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    let w = plain();
+    for turn in 0..8u64 {
+        let r = route(&env, &prefix, w);
+        assert_eq!(
+            (r.result.strategy, top(&r)),
+            (Strategy::PrefixMatch, "a".into()),
+            "turn {turn}"
+        );
+        let d = r.delivery.unwrap();
+        deliver(&env, &prefix, "a", d.work_us, Duration::ZERO);
+        env.advance(Duration::from_millis(100));
+    }
+    // Hints that overlap (each before the one ahead is done) still count:
+    // the fourth in one instant is over the bound.
+    for _ in 0..3 {
+        deliver(&env, &prefix, "a", 50_000.0, Duration::ZERO);
+    }
+    let r = route(&env, &prefix, w);
+    assert_ne!(top(&r), "a");
+}
+
+#[test]
 fn a_busy_engine_report_sends_a_follow_up_elsewhere_when_that_is_faster() {
     let env = Env::new();
     for r in ["a", "b"] {

@@ -130,6 +130,15 @@ impl Foresight {
         }
     }
 
+    /// The pool's size in tokens (blocks × block size), when the engine is
+    /// modelled.
+    pub fn capacity_tokens(&self) -> Option<u64> {
+        let g = self.inner.lock().ok()?;
+        let m = g.as_ref()?;
+        let blocks = u64::try_from(m.pool.capacity()).ok()?;
+        Some(blocks.saturating_mul(u64::from(m.pool.block_size())))
+    }
+
     /// Whether the engine is modelled.
     pub fn active(&self) -> bool {
         self.inner.lock().is_ok_and(|g| g.is_some())
