@@ -620,6 +620,19 @@ mod tests {
         (got, opening_wait, misses)
     }
 
+    /// 24 pseudo-random answer times of 50-2,000 ticks (xorshift from
+    /// `z`): the engines' decode and the client's turnaround.
+    fn answer_times(z: &mut u64) -> Vec<u64> {
+        (0..24)
+            .map(|_| {
+                *z ^= *z << 13;
+                *z ^= *z >> 7;
+                *z ^= *z << 17;
+                50 + *z % 1950
+            })
+            .collect()
+    }
+
     #[test]
     fn concurrent_new_prefixes_split_by_room_not_by_the_queue_of_the_moment() {
         // Answers of varied length (the engines' decode, the client's
@@ -629,14 +642,7 @@ mod tests {
         let mut by_queue_alone = 0;
         let mut z: u64 = 0x2545_f491_4f6c_dd1d;
         for case in 0..64u16 {
-            let decode: Vec<u64> = (0..24)
-                .map(|_| {
-                    z ^= z << 13;
-                    z ^= z >> 7;
-                    z ^= z << 17;
-                    50 + z % 1950
-                })
-                .collect();
+            let decode = answer_times(&mut z);
             let port = 20_000 + case * 7;
             assert_eq!(
                 opening_at_4_clients(&W, port, &decode),
@@ -669,14 +675,7 @@ mod tests {
         let mut z: u64 = 0x2545_f491_4f6c_dd1d;
         let (mut with_room, mut priced, mut copied_unknown) = (0u64, 0u64, 0usize);
         for case in 0..64u16 {
-            let decode: Vec<u64> = (0..24)
-                .map(|_| {
-                    z ^= z << 13;
-                    z ^= z >> 7;
-                    z ^= z << 17;
-                    50 + z % 1950
-                })
-                .collect();
+            let decode = answer_times(&mut z);
             let port = 20_000 + case * 7;
             let (split, wait, misses) = opening_at_4_clients_on(&W, port, &decode, Some(255));
             assert_eq!(
