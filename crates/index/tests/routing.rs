@@ -489,6 +489,17 @@ fn sequential_follow_ups_stay_on_the_idle_replica_that_holds_their_prefix() {
     assert_ne!(top(&route(&env, &prefix, w)), "a");
 }
 
+/// Two replicas whose engines report idle; "a" holds an 8-block prefix.
+fn idle_pair_a_holding() -> (Env, Vec<u64>) {
+    let env = Env::new();
+    for r in ["a", "b"] {
+        load_report(&env, r, 0, 0, 0.0);
+    }
+    let prefix: Vec<u64> = (1..=8).collect();
+    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    (env, prefix)
+}
+
 #[test]
 fn follow_ups_faster_than_the_reports_stay_on_their_idle_holder() {
     // Issue 33, session 44 (runs H4 and before: 9 sequential full misses
@@ -498,12 +509,7 @@ fn follow_ups_faster_than_the_reports_stay_on_their_idle_holder() {
     // before the next, yet the hints counted since "a"'s report put it over
     // the bounded load at the fourth (3 > 1.25 × 3/2 + 1) and the follow-up
     // went to the cold replica: a full miss.
-    let env = Env::new();
-    for r in ["a", "b"] {
-        load_report(&env, r, 0, 0, 0.0);
-    }
-    let prefix: Vec<u64> = (1..=8).collect();
-    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    let (env, prefix) = idle_pair_a_holding();
     let w = plain();
     for turn in 0..8u64 {
         let r = route(&env, &prefix, w);
@@ -527,12 +533,7 @@ fn follow_ups_faster_than_the_reports_stay_on_their_idle_holder() {
 
 #[test]
 fn a_busy_engine_report_sends_a_follow_up_elsewhere_when_that_is_faster() {
-    let env = Env::new();
-    for r in ["a", "b"] {
-        load_report(&env, r, 0, 0, 0.0);
-    }
-    let prefix: Vec<u64> = (1..=8).collect();
-    env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
+    let (env, prefix) = idle_pair_a_holding();
     assert_eq!(top(&route(&env, &prefix, plain())), "a");
     // Its engine now reports ten waiting requests (~55 ms each): recomputing
     // 128 tokens on "b" is faster.
