@@ -157,10 +157,14 @@ fn lookup_explains_a_wrong_tenant_and_exits_0() {
 
 #[test]
 fn tools_say_what_to_do_when_the_server_is_down() {
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    // A privileged port nothing here listens on: a freed ephemeral port was
+    // taken by another test's server in a full workspace run (the tool then
+    // connected and failed mid-call instead of being refused).
+    let closed = "127.0.0.1:1".to_string();
+    assert!(
+        std::net::TcpStream::connect(&closed).is_err(),
+        "something listens on {closed}"
+    );
     for tool in [
         &["lookup", "--tenant", "t", "--model", "m", "--tokens", "1"][..],
         &["state", "--tenant", "t", "--model", "m"][..],
