@@ -13,10 +13,7 @@ mod bus_harness;
 mod common;
 
 use bus_harness::*;
-use inferencecache_proto::v1alpha1::{
-    CacheStateUpdate, EngineLoad, GetCacheStateRequest, LookupRouteRequest, PrefixEntry,
-    ReplicaStats,
-};
+use inferencecache_proto::v1alpha1::{GetCacheStateRequest, LookupRouteRequest};
 use std::time::Duration;
 
 /// The (tenant, model) both engines serve, where the picks are compared.
@@ -25,47 +22,6 @@ const SHARED: (&str, &str) = ("team-shared", "m");
 /// to it, whatever the bounded-load rule says.
 const SOLO: (&str, &str) = ("team-solo", "m");
 const ENGINES: [&str; 2] = ["engine-x", "engine-y"];
-
-/// A report of `replica` holding prefix family `family` in `scope`, with an
-/// idle engine's load (a load report restarts the replica's queue).
-fn idle_report(replica: &str, scope: (&str, &str), family: u64) -> CacheStateUpdate {
-    CacheStateUpdate {
-        replica_id: replica.into(),
-        tenant_id: scope.0.into(),
-        model_id: scope.1.into(),
-        hash_scheme: "vllm".into(),
-        prefixes: vec![PrefixEntry {
-            block_hashes: (0..2).map(|i| block(family, i)).collect(),
-            block_token_counts: vec![16; 2],
-            tier: 1,
-            ..Default::default()
-        }],
-        stats: Some(ReplicaStats {
-            replica_id: replica.into(),
-            cache_memory_bytes: 1 << 30,
-            load: Some(EngineLoad {
-                running_requests: 0,
-                waiting_requests: 0,
-                kv_cache_usage: 0.1,
-                kv_cache_capacity_tokens: 100_000,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// A cold 4-block lookup of prefix family `family` in `scope`.
-fn lookup(scope: (&str, &str), family: u64) -> LookupRouteRequest {
-    LookupRouteRequest {
-        tenant_id: scope.0.into(),
-        model_id: scope.1.into(),
-        hash_scheme: "vllm".into(),
-        block_hashes: (0..4).map(|i| block(family, i).into()).collect(),
-        block_token_counts: vec![256; 4],
-        ..Default::default()
-    }
-}
 
 /// The replica a lookup's answer names first.
 async fn pick(r: &Replica, req: &LookupRouteRequest) -> String {
@@ -108,7 +64,7 @@ async fn hints_delivered_through_one_replica_move_the_others_picks() {
     let reports: Vec<_> = ENGINES
         .iter()
         .zip([100, 101])
-        .map(|(e, f)| idle_report(e, SHARED, f))
+        .map(|(e, f)| idle_load_report(e, SHARED, f))
         .collect();
     ca.report_cache_state(futures::stream::iter(reports))
         .await
@@ -148,22 +104,24 @@ async fn hints_delivered_through_one_replica_move_the_others_picks() {
 
     // The idle fleet's pick for a cold prompt (the seed rule): asked of C,
     // which shares nothing, so A and B do not hear of this delivery.
-    let probe = lookup(SHARED, 200);
+    let probe = cold_lookup(SHARED, 200);
     let loaded = pick(&c, &probe).await;
     let other = ENGINES.iter().find(|e| **e != loaded).unwrap().to_string();
 
     // The loaded engine also serves SOLO, alone; its report (an idle
     // engine again) restarts its queue on every replica, C's probe included.
-    ca.report_cache_state(futures::stream::iter([idle_report(&loaded, SOLO, 300)]))
-        .await
-        .unwrap();
+    ca.report_cache_state(futures::stream::iter([idle_load_report(
+        &loaded, SOLO, 300,
+    )]))
+    .await
+    .unwrap();
     let seq = b.metric("inferencecache_bus_applied_sequence").unwrap();
     wait_converged(&all, seq + 1.0, Duration::from_secs(20));
 
     // 24 hints delivered through A, all to the loaded engine.
     const HINTS: u64 = 24;
     for f in 0..HINTS {
-        assert_eq!(pick(&a, &lookup(SOLO, 300 + f)).await, loaded);
+        assert_eq!(pick(&a, &cold_lookup(SOLO, 300 + f)).await, loaded);
     }
     let lag = wait_until(Duration::from_secs(10), "B applied A's hints", || {
         b.metric("inferencecache_bus_load_hints_applied_total")
@@ -211,7 +169,7 @@ async fn hints_delivered_through_one_replica_move_the_others_picks() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for f in 0.. {
         let t = std::time::Instant::now();
-        pick(&a, &lookup(SOLO, 400 + f)).await;
+        pick(&a, &cold_lookup(SOLO, 400 + f)).await;
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         if a.metric(dropped).unwrap_or(0.0) > before {
             break;

@@ -16,9 +16,6 @@ mod bus_harness;
 mod common;
 
 use bus_harness::*;
-use inferencecache_proto::v1alpha1::{
-    CacheStateUpdate, EngineLoad, LookupRouteRequest, PrefixEntry, ReplicaStats,
-};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,48 +26,11 @@ use tokio::sync::watch;
 const SCOPE: (&str, &str) = ("team-shared", "m");
 const ENGINES: [&str; 2] = ["engine-x", "engine-y"];
 
-/// An idle engine holding prefix family `family`.
-fn idle_report(replica: &str, family: u64) -> CacheStateUpdate {
-    CacheStateUpdate {
-        replica_id: replica.into(),
-        tenant_id: SCOPE.0.into(),
-        model_id: SCOPE.1.into(),
-        hash_scheme: "vllm".into(),
-        prefixes: vec![PrefixEntry {
-            block_hashes: (0..2).map(|i| block(family, i)).collect(),
-            block_token_counts: vec![16; 2],
-            tier: 1,
-            ..Default::default()
-        }],
-        stats: Some(ReplicaStats {
-            replica_id: replica.into(),
-            load: Some(EngineLoad {
-                kv_cache_usage: 0.1,
-                kv_cache_capacity_tokens: 100_000,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn lookup(family: u64) -> LookupRouteRequest {
-    LookupRouteRequest {
-        tenant_id: SCOPE.0.into(),
-        model_id: SCOPE.1.into(),
-        hash_scheme: "vllm".into(),
-        block_hashes: (0..4).map(|i| block(family, i).into()).collect(),
-        block_token_counts: vec![256; 4],
-        ..Default::default()
-    }
-}
-
 async fn pick(r: &Replica, family: u64) -> String {
     let a = r
         .client()
         .await
-        .lookup_route(lookup(family))
+        .lookup_route(cold_lookup(SCOPE, family))
         .await
         .unwrap()
         .into_inner();
@@ -167,7 +127,10 @@ async fn all_idle(
     let seq = replicas[1]
         .metric("inferencecache_bus_applied_sequence")
         .unwrap_or(0.0);
-    let reports: Vec<_> = engines.iter().map(|e| idle_report(e, 100)).collect();
+    let reports: Vec<_> = engines
+        .iter()
+        .map(|e| idle_load_report(e, SCOPE, 100))
+        .collect();
     ca.report_cache_state(futures::stream::iter(reports))
         .await
         .unwrap();

@@ -7,7 +7,8 @@
 use super::common::{BIN, http_get};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::{
-    CacheEvent, CacheStateUpdate, LookupRouteRequest, LookupRouteResponse, PrefixEntry,
+    CacheEvent, CacheStateUpdate, EngineLoad, LookupRouteRequest, LookupRouteResponse, PrefixEntry,
+    ReplicaStats,
 };
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -705,4 +706,49 @@ pub(crate) fn subscribe_to_bus(engine: &Engine, nats: &Nats, replica: &str) -> C
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
     child
+}
+
+/// A report of `replica` holding prefix family `family` in `scope`, with an
+/// idle engine's load (a load report restarts the replica's queue).
+pub(crate) fn idle_load_report(
+    replica: &str,
+    scope: (&str, &str),
+    family: u64,
+) -> CacheStateUpdate {
+    CacheStateUpdate {
+        replica_id: replica.into(),
+        tenant_id: scope.0.into(),
+        model_id: scope.1.into(),
+        hash_scheme: "vllm".into(),
+        prefixes: vec![PrefixEntry {
+            block_hashes: (0..2).map(|i| block(family, i)).collect(),
+            block_token_counts: vec![16; 2],
+            tier: 1,
+            ..Default::default()
+        }],
+        stats: Some(ReplicaStats {
+            replica_id: replica.into(),
+            cache_memory_bytes: 1 << 30,
+            load: Some(EngineLoad {
+                running_requests: 0,
+                waiting_requests: 0,
+                kv_cache_usage: 0.1,
+                kv_cache_capacity_tokens: 100_000,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A cold 4-block lookup of prefix family `family` in `scope`.
+pub(crate) fn cold_lookup(scope: (&str, &str), family: u64) -> LookupRouteRequest {
+    LookupRouteRequest {
+        tenant_id: scope.0.into(),
+        model_id: scope.1.into(),
+        hash_scheme: "vllm".into(),
+        block_hashes: (0..4).map(|i| block(family, i).into()).collect(),
+        block_token_counts: vec![256; 4],
+        ..Default::default()
+    }
 }
