@@ -437,14 +437,23 @@ fn the_bounded_load_rule_keeps_the_only_replica() {
 /// The engine's load report (issue 33): running, waiting requests and KV
 /// cache usage, as the sidecar scrapes them every second.
 fn load_report(env: &Env, replica: &str, running: u32, waiting: u32, usage: f32) {
-    let mut u = upd(T, M, "", replica, vec![]);
-    u.stats = Some(ReplicaStatsReport {
-        load: Some(EngineLoad {
+    report_load(
+        env,
+        replica,
+        EngineLoad {
             running_requests: running,
             waiting_requests: waiting,
             kv_cache_usage: usage,
             ..EngineLoad::default()
-        }),
+        },
+    );
+}
+
+/// `replica`'s engine reports `load` (and no entries).
+fn report_load(env: &Env, replica: &str, load: EngineLoad) {
+    let mut u = upd(T, M, "", replica, vec![]);
+    u.stats = Some(ReplicaStatsReport {
+        load: Some(load),
         ..Default::default()
     });
     env.idx.ingest(&u);
@@ -609,15 +618,14 @@ fn an_idle_engine_that_caches_more_has_less_room() {
 
 /// An idle engine's load report (0 % in use) with its pool's capacity.
 fn idle_with_capacity(env: &Env, replica: &str, capacity_tokens: u64) {
-    let mut u = upd(T, M, "", replica, vec![]);
-    u.stats = Some(ReplicaStatsReport {
-        load: Some(EngineLoad {
+    report_load(
+        env,
+        replica,
+        EngineLoad {
             kv_cache_capacity_tokens: capacity_tokens,
             ..EngineLoad::default()
-        }),
-        ..Default::default()
-    });
-    env.idx.ingest(&u);
+        },
+    );
 }
 
 #[test]
