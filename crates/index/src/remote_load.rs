@@ -28,22 +28,17 @@ impl Index {
         hints: u32,
         work_us_each: f64,
     ) -> bool {
-        // Shared with ingest, as in `record_delivery`: the idle-replica
-        // release cannot run between resolving the id and queueing under it.
-        let _gate = read(&self.store.gate);
-        let Some(replica) = read(&self.store.catalog).find_replica(replica_id) else {
-            return false;
-        };
-        let now = self.now();
         let work = if work_us_each.is_finite() {
             work_us_each.max(0.0)
         } else {
             0.0
         };
-        self.routing
-            .load
-            .add_n(replica, work, hints.min(MAX_REMOTE_HINTS), now);
-        true
+        self.on_known_replica(replica_id, |replica| {
+            let now = self.now();
+            self.routing
+                .load
+                .add_n(replica, work, hints.min(MAX_REMOTE_HINTS), now);
+        })
     }
 
     /// Callers (gateways) have `in_flight` requests on `replica_id`, with
@@ -64,16 +59,26 @@ impl Index {
         at_ns: i64,
         hold_until_ns: i64,
     ) -> bool {
+        let w = crate::TtftWeights::default();
+        let work = w.prefill_us_per_token * prefill_tokens as f64
+            + 0.5 * w.request_overhead_us * f64::from(in_flight);
+        self.on_known_replica(replica_id, |replica| {
+            self.routing
+                .load
+                .restart(replica, work, at_ns, hold_until_ns);
+        })
+    }
+
+    /// Runs `f` on `replica_id`'s interned id; false (nothing run) when the
+    /// replica is unknown. Under the store's gate, shared with ingest as in
+    /// `record_delivery`: the idle-replica release cannot run between
+    /// resolving the id and queueing under it.
+    fn on_known_replica(&self, replica_id: &str, f: impl FnOnce(u32)) -> bool {
         let _gate = read(&self.store.gate);
         let Some(replica) = read(&self.store.catalog).find_replica(replica_id) else {
             return false;
         };
-        let w = crate::TtftWeights::default();
-        let work = w.prefill_us_per_token * prefill_tokens as f64
-            + 0.5 * w.request_overhead_us * f64::from(in_flight);
-        self.routing
-            .load
-            .restart(replica, work, at_ns, hold_until_ns);
+        f(replica);
         true
     }
 }
