@@ -48,7 +48,7 @@ def classify(rows, sys_tokens):
             "timing": r.get("server_timing"), "t": t0,
             "route": r.get("route") or r.get("reason"), "hinted": r.get("hinted"),
             "cached": r["cached"], "announced": r.get("announced"),
-            "sent": r.get("t_sent"), "over": r.get("over"),
+            "sent": r.get("t_sent"), "over": r.get("over"), "admit_wait": r.get("admit_wait"),
         })
     return out
 
@@ -130,6 +130,7 @@ def main():
                       + (f" sent=+{1000 * (c['sent'] - c['t']):.0f}"
                          f" first@{1000 * (c['sent'] - t0 + c['ttft_ms'] / 1000):.0f}"
                          if c['sent'] else "")
+                      + (f" admit-wait={1000 * c['admit_wait']:.0f}" if c['admit_wait'] else "")
                       + (f" OVER {c['over']}" if c['over'] else "")
                       + f" {c['load'] or ''} {c['timing'] or ''}")
 

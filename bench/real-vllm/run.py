@@ -537,11 +537,14 @@ def client():
     return c
 
 
-def send(url, prompt, extra_headers=None, meta=None, on_first=None, on_sent=None):
+def send(url, prompt, extra_headers=None, meta=None, on_first=None, on_sent=None,
+         on_headers=None):
     """Streams one completion; returns (ttft seconds, prompt tokens, cached
     tokens). `meta`, when given, receives the gateway's routing headers;
     `on_first` is called at the first token, `on_sent` once the request's
-    bytes are written (before its response is awaited)."""
+    bytes are written (before its response is awaited), `on_headers` at
+    the response's headers (vLLM's API server has rendered the prompt and
+    hands the request to its engine as the stream starts)."""
     body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
@@ -557,6 +560,8 @@ def send(url, prompt, extra_headers=None, meta=None, on_first=None, on_sent=None
         ext["trace"] = trace
     with client().stream("POST", f"{url}/v1/completions", json=body,
                          headers=extra_headers or {}, extensions=ext) as r:
+        if on_headers is not None:
+            on_headers()
         r.raise_for_status()
         if meta is not None:
             # Response headers: the router's routing and its engine's API
@@ -633,6 +638,17 @@ class HintClient:
         # caller of sessions 42-44: threads may forward in another order.
         self.ordered = ordered
         self.order = threading.Lock()
+        # ...and at the engine: vLLM's API server renders (tokenizes) each
+        # prompt before handing it to the engine, and two requests written
+        # a few ms apart can reach the scheduler the other way round (run
+        # F2: request 8, written 7 ms after request 7 of the same new
+        # system prompt, was scheduled first and reused none of the 1,568
+        # tokens claimed on 7's tentative holding). So a request whose
+        # prompt starts with the same block as one sent to the same engine
+        # and not yet admitted (no response headers yet) is sent only once
+        # that one is: `unadmitted` holds (engine url, first block, event)
+        # in lookup order. Requests of other prefixes never wait.
+        self.unadmitted = []
 
     def report_load(self):
         if not self.caller_load:
@@ -685,11 +701,38 @@ class HintClient:
             self.inflight[engine.url] += 1
             self.pending[engine.url] += max(0, len(ids) - hinted)
             info["uncached"] = max(0, len(ids) - hinted)
+            if self.ordered:
+                key = (engine.url, tuple(ids[:BLOCK]))
+                info["after"] = [ev for k, ev in self.unadmitted if k == key]
+                info["admitted"] = threading.Event()
+                self.unadmitted.append((key, info["admitted"]))
         self.report_load()
         return engine, hinted, cost, info
 
+    def admit_after(self, info):
+        """Waits (outside the order lock) until the earlier requests of the
+        same first block on the same engine were admitted; returns the wait."""
+        after = info.pop("after", [])
+        if not after:
+            return 0.0
+        t0 = time.perf_counter()
+        for ev in after:
+            ev.wait(timeout=30)  # set at headers or on failure; never hangs
+        return time.perf_counter() - t0
+
+    def admitted(self, info):
+        """The request's response headers arrived (or it failed)."""
+        ev = info.pop("admitted", None)
+        if ev is not None:
+            ev.set()
+            with self.lock:
+                self.unadmitted = [(k, e) for k, e in self.unadmitted if e is not ev]
+
     def sent(self):
-        """The request's bytes are written (or it failed): the next lookup may run."""
+        """The request's bytes are written (or it failed, or it waits for
+        admission: the lock orders lookups and writes, the wait does the
+        rest): the next lookup may run. Once per request (the caller's
+        guard)."""
         if self.ordered:
             self.order.release()
 
@@ -782,13 +825,20 @@ def run_policy(name, engines, reqs, conc, ctx):
                 e, hinted, cost, lk = hc.pick(prompt)
                 t_lookup = lk.pop("t_lookup")
                 target, eng = e.url, e.url
-                unsent = [True]
+                held = [True]
+
+                def release():
+                    if held:
+                        held.clear()
+                        hc.sent()
 
                 def sent():
-                    if unsent:
-                        unsent.clear()
-                        lk["t_sent"] = time.time()
-                        hc.sent()
+                    lk.setdefault("t_sent", time.time())
+                    release()
+
+                if lk.get("after"):
+                    release()
+                    lk["admit_wait"] = hc.admit_after(lk)
             else:
                 target, eng = url, None
             meta = {}
@@ -801,10 +851,14 @@ def run_policy(name, engines, reqs, conc, ctx):
                     def first():
                         hc.prefilled(e, left.pop("n", 0))
                 ttft, pt, ct = send(target, prompt, meta=meta, on_first=first,
-                                    on_sent=sent if hc is not None else None)
+                                    on_sent=sent if hc is not None else None,
+                                    on_headers=(lambda: hc.admitted(lk)) if hc is not None
+                                    else None)
             finally:
                 if hc is not None:
-                    sent()  # a request that failed before its bytes left
+                    release()  # a request that failed before its bytes left
+                    hc.admitted(lk)
+                    lk.pop("after", None)
                     hc.done(e, left.get("n", 0))
             if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
