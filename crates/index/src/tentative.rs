@@ -365,21 +365,32 @@ impl Overlay {
         if self.log.len() >= 2 * self.log_live + LOG_SLACK {
             self.compact();
         }
-        let shape = Record {
+        let r = Record {
             n: keys.len() as u32,
+            at: self.log.len(),
             ..Record::default()
         };
-        let at = self.log.len();
+        // Stores only, no read of the new lines: the keys, zero gone bits,
+        // then the filter built on the stack (or in a short-lived buffer
+        // past 256 keys), so nothing waits for the fresh lines to arrive.
         self.log.extend_from_slice(keys);
-        self.log.resize(at + shape.words(), 0);
-        // The keys' filter bits, straight into the log.
-        let r = Record { at, ..shape };
+        self.log.extend(std::iter::repeat_n(0, r.gone_words()));
+        let words = r.filter_words();
+        let mut small = [0u64; 64];
+        let mut large = Vec::new();
+        let filter: &mut [u64] = if words <= small.len() {
+            &mut small[..words]
+        } else {
+            large.resize(words, 0);
+            &mut large
+        };
         for &key in keys {
             let (w, b) = r.filter_bit(key);
-            self.log[at + keys.len() + r.gone_words() + w] |= b;
+            filter[w] |= b;
         }
+        self.log.extend_from_slice(filter);
         self.log_live += r.words();
-        at
+        r.at
     }
 
     /// Rewrites the log with the filed records' words only.
@@ -540,6 +551,22 @@ impl Tentative {
         self.len.load(Ordering::Relaxed)
     }
 
+    /// `len += n`. Every writer of `len` holds the overlay's write lock, so
+    /// a load and a store suffice: a locked add would wait for the
+    /// record's fresh lines to be written before the lock is released.
+    fn add_len(&self, n: usize) {
+        self.len
+            .store(self.len.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    /// `len -= n` (as [`Self::add_len`]).
+    fn sub_len(&self, n: usize) {
+        self.len.store(
+            self.len.load(Ordering::Relaxed).saturating_sub(n),
+            Ordering::Relaxed,
+        );
+    }
+
     /// True when anything is stored: the ingest and event hooks skip all
     /// work otherwise.
     pub(crate) fn active(&self) -> bool {
@@ -562,7 +589,7 @@ impl Tentative {
         let mut o = write(&self.overlay);
         let ids: Vec<u32> = o.owner_list(replica).collect();
         let removed: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
-        self.len.fetch_sub(removed as usize, Ordering::Relaxed);
+        self.sub_len(removed as usize);
     }
 
     /// Whether the replica has ever published a KV event.
@@ -646,7 +673,7 @@ impl Tentative {
             r.expires.silent = r.expires.silent.max(expires.silent);
             o.records[id as usize] = r;
             let after = r.live as usize;
-            self.len.fetch_add(after - before, Ordering::Relaxed);
+            self.add_len(after - before);
             return (
                 covered as u64 - dropped.min(covered as u64) + grow_kept as u64,
                 dropped,
@@ -658,7 +685,7 @@ impl Tentative {
             return (0, dropped);
         }
         o.add(part, replica, from, &keys[..kept], expires);
-        self.len.fetch_add(kept, Ordering::Relaxed);
+        self.add_len(kept);
         (kept as u64, dropped)
     }
 
@@ -826,7 +853,7 @@ impl Tentative {
         for id in emptied {
             o.drop_record(id);
         }
-        self.len.fetch_sub(n as usize, Ordering::Relaxed);
+        self.sub_len(n as usize);
         n
     }
 
@@ -838,7 +865,7 @@ impl Tentative {
             .filter(|&id| o.record(id).is_some_and(|r| parts_of.contains(&r.part)))
             .collect();
         let n: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
-        self.len.fetch_sub(n as usize, Ordering::Relaxed);
+        self.sub_len(n as usize);
         n
     }
 
@@ -861,7 +888,7 @@ impl Tentative {
         if o.log.len() >= 2 * o.log_live + LOG_SLACK {
             o.compact();
         }
-        self.len.fetch_sub(n as usize, Ordering::Relaxed);
+        self.sub_len(n as usize);
         n
     }
 
