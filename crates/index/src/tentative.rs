@@ -44,9 +44,14 @@
 //! ids (a chained hash table, at least a slot per record, doubled as it
 //! fills) and in its replica's list (by replica id): two array writes per
 //! delivery, no map, whatever the chain's length. Each file is a list
-//! threaded through the records (the table holds the newest), so filing
-//! and dropping allocate nothing, and a record's keys and bits are one
-//! buffer that dropped records hand on to new ones. The same chain
+//! threaded through a small table of links by record id (the table holds
+//! the newest), so filing and dropping allocate nothing and filing next to
+//! a replica's newest record does not touch that record. A record is one
+//! 64-byte line; its keys, gone bits and filter are appended to one log
+//! with stores only (a delivery writes the lines right after the last
+//! one's, and nothing waits for them to arrive), and the words of dropped
+//! records are reclaimed by compacting the log once it is twice its live
+//! words (at the sweep, or by the append that finds it so). The same chain
 //! delivered again to the same replica renews (or extends) its record; it
 //! is found in the list of its first key.
 //!
@@ -123,9 +128,16 @@ struct Record {
     /// the keys of the records whose filter has its bit only.
     at: usize,
     expires: Expiry,
-    /// When it was filed (a renewal keeps it): the head table's growth
-    /// refiles records in this order.
-    seq: u64,
+    /// One bit per key (the key's top 6 bits), in the record's own line: a
+    /// removal or confirmation reads the log's filter and keys only where
+    /// this has the key's bit, so the writer's reports touch one line per
+    /// record of the replica, not two.
+    mini: u64,
+}
+
+/// [`Record::mini`]'s bit of `key`.
+fn mini_bit(key: u64) -> u64 {
+    1 << (key >> 58)
 }
 
 /// A record's list neighbours, apart from the record (12 bytes an id, so
@@ -217,7 +229,7 @@ impl Record {
 
     /// Marks every held position of `key` gone; returns how many.
     fn take(&mut self, log: &mut [u64], key: u64) -> u32 {
-        if !self.may_hold(log, key) {
+        if self.mini & mini_bit(key) == 0 || !self.may_hold(log, key) {
             return 0;
         }
         let mut n = 0;
@@ -285,8 +297,6 @@ struct Overlay {
     head_bits: u32,
     /// Records filed (for the table's growth).
     filed: usize,
-    /// Records added so far (their [`Record::seq`]).
-    seq: u64,
     /// By id; `n == 0`: vacant (its id in `free`).
     records: Vec<Record>,
     /// By id: the record's list neighbours.
@@ -410,21 +420,24 @@ impl Overlay {
     /// renewal's search relies on).
     fn grow_heads(&mut self) {
         let bits = (self.head_bits + 1).max(MIN_HEAD_BITS);
-        self.heads.clear();
-        self.heads.resize(1 << bits, NONE);
+        let old = std::mem::replace(&mut self.heads, vec![NONE; 1 << bits]);
         self.head_bits = bits;
-        let mut ids: Vec<(u64, u32)> = self
-            .records
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.n != 0)
-            .map(|(id, r)| (r.seq, id as u32))
-            .collect();
-        ids.sort_unstable();
-        for (_, id) in ids {
-            let r = self.records[id as usize];
-            let s = head_slot(r.part, r.head, bits);
-            self.links[id as usize].next_head = std::mem::replace(&mut self.heads[s], id);
+        // A slot's records land in the two slots it splits into (a slot is
+        // the key's top bits): each old list refiled oldest first keeps
+        // them newest first.
+        let mut list = Vec::new();
+        for first in old {
+            list.clear();
+            let mut id = first;
+            while let Some(l) = self.links.get(id as usize) {
+                list.push(id);
+                id = l.next_head;
+            }
+            for &id in list.iter().rev() {
+                let r = self.records[id as usize];
+                let s = head_slot(r.part, r.head, bits);
+                self.links[id as usize].next_head = std::mem::replace(&mut self.heads[s], id);
+            }
         }
     }
 
@@ -436,7 +449,6 @@ impl Overlay {
         let at = self.append(keys);
         let key = keys[0];
         let id = self.free.pop().unwrap_or(self.records.len() as u32);
-        self.seq += 1;
         let r = Record {
             part,
             replica,
@@ -446,7 +458,7 @@ impl Overlay {
             head: key,
             at,
             expires,
-            seq: self.seq,
+            mini: keys.iter().fold(0, |m, &k| m | mini_bit(k)),
         };
         let s = head_slot(part, key, self.head_bits);
         let next_head = std::mem::replace(&mut self.heads[s], id);
@@ -655,6 +667,9 @@ impl Tentative {
                     n: (old_n + grow_kept) as u32,
                     live: (old_n + grow_kept) as u32,
                     at,
+                    mini: keys[..old_n + grow_kept]
+                        .iter()
+                        .fold(0, |m, &k| m | mini_bit(k)),
                     ..old
                 };
                 // Keep what is gone in the old part.
