@@ -46,7 +46,9 @@ def classify(rows, sys_tokens):
             "ahead_prefill": ahead_prefill, "ahead_decode": ahead_decode,
             "other_busy": other_busy, "load": r.get("load"),
             "timing": r.get("server_timing"), "t": t0,
-            "route": r.get("route"), "hinted": r.get("hinted"), "cached": r["cached"],
+            "route": r.get("route") or r.get("reason"), "hinted": r.get("hinted"),
+            "cached": r["cached"], "announced": r.get("announced"),
+            "sent": r.get("t_sent"), "over": r.get("over"), "admit_wait": r.get("admit_wait"),
         })
     return out
 
@@ -109,6 +111,20 @@ def main():
                       f" {statistics.median(hits) if hits else float('nan'):.0f} ms ({len(hits)}),"
                       f" miss median {statistics.median(miss) if miss else float('nan'):.0f} ms"
                       f" ({len(miss)})")
+        claims = [c for c in cs if c["announced"] is not None and c["route"] == "PREFIX_MATCH"]
+        if claims:
+            # Claims past what the engine had announced stored at the lookup
+            # rest on the server's tentative holdings (hints still being
+            # prefilled): what declining those would turn into under-claims.
+            ahead = [c for c in claims if c["hinted"] > c["announced"]]
+            sent = [c for c in cs if c["sent"]]
+            swapped = sum(1 for x in sent for y in sent
+                          if x["t"] < y["t"] and x["sent"] > y["sent"])
+            print(f"PREFIX_MATCH claims: {len(claims)}; past the announced blocks: {len(ahead)}"
+                  f" ({sum(1 for c in ahead if c['hinted'] == c['cached'])} exact,"
+                  f" {sum(1 for c in ahead if c['hinted'] > c['cached'])} over,"
+                  f" {sum(1 for c in ahead if c['hinted'] < c['cached'])} under);"
+                  f" request pairs sent in the other order than looked up: {swapped}")
         if a.rows:
             t0 = min(c["t"] for c in cs)
             for c in sorted(cs, key=lambda c: c["t"]):
@@ -117,6 +133,12 @@ def main():
                       f" hdr={c['headers_ms'] or 0:6.1f} ahead=p{c['ahead_prefill']}/d{c['ahead_decode']}"
                       f" other={c['other_busy']} cached={c['cached']}"
                       + (f" {c['route']} claim={c['hinted']}" if c['route'] else "")
+                      + (f" (announced {c['announced']})" if c['announced'] is not None else "")
+                      + (f" sent=+{1000 * (c['sent'] - c['t']):.0f}"
+                         f" first@{1000 * (c['sent'] - t0 + c['ttft_ms'] / 1000):.0f}"
+                         if c['sent'] else "")
+                      + (f" admit-wait={1000 * c['admit_wait']:.0f}" if c['admit_wait'] else "")
+                      + (f" OVER {c['over']}" if c['over'] else "")
                       + f" {c['load'] or ''} {c['timing'] or ''}")
 
 

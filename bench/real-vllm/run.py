@@ -21,7 +21,11 @@ Policies:
                  the same with --base-bin (a baseline build in the same run);
                  plain-hints, plain-base-hints: the same gateway calling
                  LookupRoute only (no ReportCallerLoad, as every gateway of
-                 the Go reference), beside the reporting one in one run
+                 the Go reference), beside the reporting one in one run.
+                 The Python gateway forwards in lookup order (a request's
+                 lookup and the write of its bytes under one lock, the
+                 caller contract of docs/gateway.md); unordered-<policy>
+                 lets its threads forward in any order (sessions 42-44)
   gateway        `inferencecache gateway --engine A --engine B` (issue 34);
                  gateway+--flag=value runs it with other flags
   vllm-router    vllm-router 0.1.17 --policy cache_aware / kv_aware
@@ -286,6 +290,20 @@ class EventTap:
         self.sock.close(linger=0)
 
 
+def announced(row, ids, tap):
+    """Tokens of a row's claim on blocks its engine had announced stored by
+    the lookup (the rest was claimed on a hint still prefilling there: the
+    server's tentative holding, issue 33 session 45)."""
+    n = row["hinted"] // BLOCK
+    hashes = tap.chain(ids, n)
+    held = 0
+    for h in hashes:
+        if not tap.held(h, row["t_lookup"])[0]:
+            break
+        held += 1
+    return held * BLOCK
+
+
 def classify(row, ids, tap):
     """Why an over-claimed hint claimed more than the engine reused, judged
     on the first claimed block the engine did not reuse (block cached/32):
@@ -532,17 +550,31 @@ def client():
     return c
 
 
-def send(url, prompt, extra_headers=None, meta=None, on_first=None):
+def send(url, prompt, extra_headers=None, meta=None, on_first=None, on_sent=None,
+         on_headers=None):
     """Streams one completion; returns (ttft seconds, prompt tokens, cached
     tokens). `meta`, when given, receives the gateway's routing headers;
-    `on_first` is called at the first token."""
+    `on_first` is called at the first token, `on_sent` once the request's
+    bytes are written (before its response is awaited), `on_headers` at
+    the response's headers (vLLM's API server has rendered the prompt and
+    hands the request to its engine as the stream starts)."""
     body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     ttft = None
     usage = {}
+    ext = {}
+    if on_sent is not None:
+        # httpcore's trace hook: the body is on the socket, the response not
+        # yet read (http.client's request() / getresponse() split).
+        def trace(event, _info):
+            if event == "http11.send_request_body.complete":
+                on_sent()
+        ext["trace"] = trace
     with client().stream("POST", f"{url}/v1/completions", json=body,
-                         headers=extra_headers or {}) as r:
+                         headers=extra_headers or {}, extensions=ext) as r:
+        if on_headers is not None:
+            on_headers()
         r.raise_for_status()
         if meta is not None:
             # Response headers: the router's routing and its engine's API
@@ -573,7 +605,8 @@ def send(url, prompt, extra_headers=None, meta=None, on_first=None):
 class HintClient:
     """The Python gateway: LookupRoute(token_ids) then forward."""
 
-    def __init__(self, grpc_addr, engines, tok, work, deadline=1.0, caller_load=True):
+    def __init__(self, grpc_addr, engines, tok, work, deadline=1.0, caller_load=True,
+                 ordered=True):
         import grpc
         from grpc_tools import protoc
 
@@ -609,6 +642,26 @@ class HintClient:
         self.caller = f"bench-{os.getpid()}-{id(self)}"
         self.pending = {e.url: 0 for e in engines}
         self.names = {e.url: rid for rid, e in self.ids.items()}
+        # Forwarding in lookup order (docs/gateway.md, "The caller contract"):
+        # a request's lookup and the write of its bytes to the engine happen
+        # under one lock, released once the bytes are written (`sent`), so
+        # requests reach the engines in the order the server answered them,
+        # as a gateway that forwards as it picks does. Responses are never
+        # serialized. ordered=False (policy prefix `unordered-`) is the
+        # caller of sessions 42-44: threads may forward in another order.
+        self.ordered = ordered
+        self.order = threading.Lock()
+        # ...and at the engine: vLLM's API server renders (tokenizes) each
+        # prompt before handing it to the engine, and two requests written
+        # a few ms apart can reach the scheduler the other way round (run
+        # F2: request 8, written 7 ms after request 7 of the same new
+        # system prompt, was scheduled first and reused none of the 1,568
+        # tokens claimed on 7's tentative holding). So a request whose
+        # prompt starts with the same block as one sent to the same engine
+        # and not yet admitted (no response headers yet) is sent only once
+        # that one is: `unadmitted` holds (engine url, first block, event)
+        # in lookup order. Requests of other prefixes never wait.
+        self.unadmitted = []
 
     def report_load(self):
         if not self.caller_load:
@@ -627,11 +680,19 @@ class HintClient:
                 self.caller_load = False
 
     def pick(self, prompt):
-        """(engine, hinted tokens, lookup seconds, what the lookup said)."""
+        """(engine, hinted tokens, lookup seconds, what the lookup said).
+        Takes the order lock (when ordered): the caller must call `sent()`
+        once the request's bytes are written, or the request failed."""
         ids = self.tok.encode(prompt)
+        w0 = time.perf_counter()
+        if self.ordered:
+            self.order.acquire()
         t0 = time.perf_counter()
         hinted, engine = 0, None
-        info = {"failed_open": None, "server_us": None, "reason": None}
+        # order_wait: what forwarding in lookup order cost this request
+        # before its lookup (TTFT is counted from the send, after both).
+        info = {"failed_open": None, "server_us": None, "reason": None,
+                "order_wait": t0 - w0, "t_lookup": time.time()}
         try:
             resp = self.stub.LookupRoute(
                 self.pb.LookupRouteRequest(model_id="m", tenant_id="bench", hash_scheme="vllm",
@@ -653,8 +714,40 @@ class HintClient:
             self.inflight[engine.url] += 1
             self.pending[engine.url] += max(0, len(ids) - hinted)
             info["uncached"] = max(0, len(ids) - hinted)
+            if self.ordered:
+                key = (engine.url, tuple(ids[:BLOCK]))
+                info["after"] = [ev for k, ev in self.unadmitted if k == key]
+                info["admitted"] = threading.Event()
+                self.unadmitted.append((key, info["admitted"]))
         self.report_load()
         return engine, hinted, cost, info
+
+    def admit_after(self, info):
+        """Waits (outside the order lock) until the earlier requests of the
+        same first block on the same engine were admitted; returns the wait."""
+        after = info.pop("after", [])
+        if not after:
+            return 0.0
+        t0 = time.perf_counter()
+        for ev in after:
+            ev.wait(timeout=30)  # set at headers or on failure; never hangs
+        return time.perf_counter() - t0
+
+    def admitted(self, info):
+        """The request's response headers arrived (or it failed)."""
+        ev = info.pop("admitted", None)
+        if ev is not None:
+            ev.set()
+            with self.lock:
+                self.unadmitted = [(k, e) for k, e in self.unadmitted if e is not ev]
+
+    def sent(self):
+        """The request's bytes are written (or it failed, or it waits for
+        admission: the lock orders lookups and writes, the wait does the
+        rest): the next lookup may run. Once per request (the caller's
+        guard)."""
+        if self.ordered:
+            self.order.release()
 
     def prefilled(self, engine, uncached):
         """The first token: the prompt's uncached tokens are prefilled."""
@@ -670,8 +763,9 @@ class HintClient:
 
 
 def hints_policy(name):
-    """Whether `name` is a Python-gateway policy: [plain-][base-]hints[+flag...]."""
-    return name.removeprefix("plain-").removeprefix("base-").split("+")[0] == "hints"
+    """Whether `name` is a Python-gateway policy: [unordered-][plain-][base-]hints[+flag...]."""
+    return (name.removeprefix("unordered-").removeprefix("plain-").removeprefix("base-")
+            .split("+")[0] == "hints")
 
 
 def run_policy(name, engines, reqs, conc, ctx):
@@ -750,7 +844,22 @@ def run_policy(name, engines, reqs, conc, ctx):
                 target, eng = e.url, e.url
             elif hc is not None:
                 e, hinted, cost, lk = hc.pick(prompt)
+                t_lookup = lk.pop("t_lookup")
                 target, eng = e.url, e.url
+                held = [True]
+
+                def release():
+                    if held:
+                        held.clear()
+                        hc.sent()
+
+                def sent():
+                    lk.setdefault("t_sent", time.time())
+                    release()
+
+                if lk.get("after"):
+                    release()
+                    lk["admit_wait"] = hc.admit_after(lk)
             else:
                 target, eng = url, None
             meta = {}
@@ -762,9 +871,15 @@ def run_policy(name, engines, reqs, conc, ctx):
                 if hc is not None:
                     def first():
                         hc.prefilled(e, left.pop("n", 0))
-                ttft, pt, ct = send(target, prompt, meta=meta, on_first=first)
+                ttft, pt, ct = send(target, prompt, meta=meta, on_first=first,
+                                    on_sent=sent if hc is not None else None,
+                                    on_headers=(lambda: hc.admitted(lk)) if hc is not None
+                                    else None)
             finally:
                 if hc is not None:
+                    release()  # a request that failed before its bytes left
+                    hc.admitted(lk)
+                    lk.pop("after", None)
                     hc.done(e, left.get("n", 0))
             if name.startswith("gateway") and "x-inferencecache-reusable-tokens" in meta:
                 # The gateway's own claim: what it expected this engine to reuse.
@@ -1041,7 +1156,8 @@ def main():
                 tag = str(len(ctx.get("hints", {})))
                 # base-hints...: the same with --base-bin's serve and sidecars
                 # (the build before a change, in the same run).
-                bin_ = a.base_bin if hname.removeprefix("plain-").startswith("base-") else a.bin
+                core = hname.removeprefix("unordered-")
+                bin_ = a.base_bin if core.removeprefix("plain-").startswith("base-") else a.bin
                 if not bin_:
                     sys.exit(f"{hname} needs --base-bin")
                 side.append(Proc([bin_, "serve", "--grpc-bind-address", f"127.0.0.1:{g}",
@@ -1065,7 +1181,8 @@ def main():
                                      work / f"subscribe{tag}-{i}.log"))
                 ctx.setdefault("hints", {})[hname] = HintClient(
                     f"127.0.0.1:{g}", engines, tok, work, deadline=a.hint_deadline_ms / 1000,
-                    caller_load=not (a.no_caller_load or hname.startswith("plain-")))
+                    caller_load=not (a.no_caller_load or core.startswith("plain-")),
+                    ordered=not hname.startswith("unordered-"))
             warm = workload(tok, a.systems, a.requests, a.system_tokens, a.seed + 1000)
             for conc, pass_, slot, name in run_order(a.concurrency, a.policies, a.repeat):
                 if slot == 0 and pass_ == 0:
@@ -1090,6 +1207,11 @@ def main():
                           for k in (e.url, e.url.removeprefix("http://"))}
                 for r in rows:
                     tap = by_url.get(r.get("engine"))
+                    if r.get("hinted") and tap and hints_policy(name):
+                        try:
+                            r["announced"] = announced(r, tok.encode(reqs[r["i"]][1]), tap)
+                        except Exception as ex:  # a diagnosis, never the run
+                            print(f"announced failed: {ex!r}", file=sys.stderr)
                     if r.get("hinted") and r["hinted"] > r["cached"] and tap:
                         try:
                             ids = tok.encode(reqs[r["i"]][1])

@@ -72,6 +72,17 @@
 //! salted blocks match nothing else, and an unsalted lookup never matches
 //! them.
 //!
+//! **Forward in lookup order.** A hint the server just delivered counts as
+//! a tentative holding of the replica it named, so the next lookup of the
+//! same prefix claims the blocks that request is still bringing there.
+//! That claim holds when requests reach the engine in the order their
+//! lookups were answered; a gateway that forwards them the other way round
+//! sees the later request reuse less than `matched_tokens` and the earlier
+//! one more. Write a request's bytes to the engine before acting on the
+//! next lookup (one lock from `lookup_route` until the request is written,
+//! not until its response), as `inferencecache gateway` does
+//! (`docs/gateway.md`, "forward in lookup order").
+//!
 //! # Producers and tools
 //!
 //! [`Client::report_state`] and [`Client::publish_event`] report cache
