@@ -15,7 +15,8 @@
 # /proc/PID/stat around the measured calls), which holds on a loaded machine
 # where requests/s do not (the server gets a varying share of its core).
 # PERF=FILE records the server's profile during the measured LookupRoute run
-# (`perf record -F 999 --call-graph dwarf`; read it with `perf report -i FILE`).
+# (`perf record -F 999 --call-graph dwarf`; read it with `perf report -i FILE`),
+# and the Check's into FILE.check (the floor the lookup is compared with).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-target/release/inferencecache}
@@ -72,8 +73,10 @@ run() {
   # Warm-up, then the measured run.
   taskset -c 1 h2load -n $((N / 10)) -c "$C" -m "$M" "${hdr[@]}" -d "$body" "$url$path" >/dev/null
   local perf=
-  if [ -n "${PERF:-}" ] && [ "$name" = LookupRoute ]; then
-    perf record -q -F 999 --call-graph dwarf -o "$PERF" -p "$pid" 2>/dev/null &
+  if [ -n "${PERF:-}" ]; then
+    local out=$PERF
+    [ "$name" = Check ] && out=$PERF.check
+    perf record -q -F 999 --call-graph dwarf -o "$out" -p "$pid" 2>/dev/null &
     perf=$!
     sleep 1
   fi

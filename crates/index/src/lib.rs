@@ -204,6 +204,7 @@ mod reserve;
 mod routing;
 #[cfg(test)]
 mod routing_scan;
+mod score_pool;
 mod scratch;
 mod snapshot;
 mod spread_sort;
@@ -231,6 +232,7 @@ pub use remote_load::MAX_REMOTE_HINTS;
 pub use routing::{
     Delivery, DeliveryOutcome, Estimate, RankingMode, RouteParams, TtftRoute, TtftWeights,
 };
+pub use score_pool::recycle_scores;
 pub use types::{
     Aggregate, CacheEvent, CacheState, CacheUpdate, EngineLoad, EventKind, EventOutcome,
     EvictionCounts, IngestOutcome, LfuHits, LookupPolicy, LookupRequest, LookupRouteResult,

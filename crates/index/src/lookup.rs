@@ -102,9 +102,9 @@ fn apply_power(keys: &mut [Key], raws: &[Raw], power: Power) {
 /// sort reads none.
 fn ranked(keys: &mut [Key], mut make: impl FnMut(f32, usize) -> ScoreById) -> Vec<ScoreById> {
     keys.sort_unstable_by(by_rank);
-    keys.iter()
-        .map(|&(score, _, i)| make(score, i as usize))
-        .collect()
+    let mut scores = crate::score_pool::take(keys.len());
+    scores.extend(keys.iter().map(|&(score, _, i)| make(score, i as usize)));
+    scores
 }
 
 thread_local! {

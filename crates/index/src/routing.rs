@@ -757,7 +757,7 @@ impl Index {
                 }
             };
             let n = order.len() + 1;
-            let mut scores = Vec::with_capacity(n);
+            let mut scores = crate::score_pool::take(n);
             scores.extend((0..n).map(|k| {
                 let c = &cands[at(k)];
                 let raw = c.raw.map(|j| &raws[j]);

@@ -1,18 +1,21 @@
 //! Sorting an answer's order keys (`u128`, the estimate's ordered bits in
 //! the high half) in near-linear time: each key is dealt into one of n
-//! buckets by its high half, scaled over the keys' range, and one insertion
-//! sort finishes the job, moving each key only within its bucket.
+//! buckets by its high half, scaled over the keys' range, and each bucket
+//! is sorted on its own (an insertion sort, a comparison sort past
+//! [`SMALL`] keys). Up to [`SMALL`] keys in all, a sorting network.
 //!
 //! Why not `sort_unstable`: at 64 matched replicas the default answer's
 //! comparison sort was 5-6 % of a LookupRoute's server CPU (issue 36,
 //! session 44), ~380 branchy comparisons for keys that the estimates
-//! already spread evenly (they are linear in the matched tokens). The
-//! insertion sort makes the result exact whatever the buckets did: the
-//! bucket of a key is non-decreasing in the key (a conversion, a multiply
-//! by a positive constant and a truncation, each monotone), so a bucket's
-//! keys only move past keys of the same bucket; and it is bounded: past a
-//! budget of moves (a range one outlier stretches) the rest goes to
-//! `sort_unstable`.
+//! already spread evenly (they are linear in the matched tokens). Sorting
+//! the buckets one by one makes the result exact whatever the buckets did:
+//! the bucket of a key is non-decreasing in the key (a conversion, a
+//! multiply by a positive constant and a truncation, each monotone), so
+//! the buckets in order are the keys in order. A crowded bucket (many
+//! matches with one estimate, or a range one outlier stretches) costs
+//! only its own sort: session 44's single insertion sort over the whole
+//! slice ran out of its move budget on those and re-sorted everything
+//! (issue 36, session 45).
 
 /// Up to this many keys a sorting network sorts them (below, `NET16`).
 const SMALL: usize = 16;
@@ -95,9 +98,25 @@ pub(crate) fn sort(keys: &mut [u128], tmp: &mut Vec<u128>, counts: &mut Vec<u32>
         counts[b] += 1;
     }
     keys.copy_from_slice(tmp);
-    // Insertion sort, at most 4 moves a key on average.
-    let mut budget = 4 * n;
-    for i in 1..n {
+    // Each bucket sorted on its own (`counts[b]` is now bucket b's end): a
+    // crowded one (the delivered replicas' tentative extensions give many
+    // matches one estimate) costs its own sort, not the whole slice's.
+    let mut start = 0;
+    for &end in &counts[..n] {
+        let end = end as usize;
+        let bucket = &mut keys[start..end];
+        if bucket.len() > SMALL {
+            bucket.sort_unstable();
+        } else if bucket.len() > 1 {
+            insertion_sort(bucket);
+        }
+        start = end;
+    }
+}
+
+/// Sorts a few keys in place.
+fn insertion_sort(keys: &mut [u128]) {
+    for i in 1..keys.len() {
         let k = keys[i];
         let mut j = i;
         while j > 0 && keys[j - 1] > k {
@@ -105,11 +124,6 @@ pub(crate) fn sort(keys: &mut [u128], tmp: &mut Vec<u128>, counts: &mut Vec<u32>
             j -= 1;
         }
         keys[j] = k;
-        budget = budget.saturating_sub(i - j);
-        if budget == 0 {
-            keys.sort_unstable();
-            return;
-        }
     }
 }
 
@@ -167,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn an_outlier_falls_back_to_the_comparison_sort() {
+    fn an_outlier_leaves_the_rest_in_one_crowded_bucket() {
         let mut keys: Vec<u128> = (0..500u128).rev().map(|i| i << 64).collect();
         keys.push(u128::MAX);
         check(keys).unwrap();

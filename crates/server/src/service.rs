@@ -83,6 +83,28 @@ impl InferenceCacheService {
 }
 
 impl InferenceCacheService {
+    /// [`Self::lookup_wire`] answered without waiting, when nothing in it
+    /// waits: no consumer auth (its review may call the API server) and no
+    /// `prompt_text` (the tokenizer); `None` otherwise.
+    pub(crate) fn lookup_now(
+        &self,
+        request: &Request<crate::lookup_wire::WireLookup>,
+    ) -> Option<Result<Response<crate::lookup_wire::WireAnswer>, Status>> {
+        if self.producers.is_some() {
+            return None;
+        }
+        let req = request.get_ref();
+        let hashes = req.hash_slices();
+        let outcome = self
+            .core
+            .pipeline
+            .route_now(&req.route_request(&hashes), caller_timeout(request))?;
+        Some(Ok(Response::new(crate::lookup_wire::WireAnswer::new(
+            outcome,
+            req.adapter_id(),
+        ))))
+    }
+
     /// LookupRoute as `grpc_lookup` serves it: the generated handler's
     /// logic over the in-place request and the directly encoded answer.
     pub(crate) async fn lookup_wire(

@@ -78,10 +78,16 @@ impl WireAnswer {
             let at = out.len();
             out.push(0);
             put_str_vec(1, o.names.name(s.replica).as_bytes(), out);
-            put_float_vec(2, s.score, out);
-            put_int_vec(3, i64::from(s.matched_tokens), out);
-            put_float_vec(4, hit_prob(s), out);
-            put_int_vec(5, i64::from(s.tier.to_wire()), out);
+            // The numeric fields on the stack, then one fixed-size copy
+            // (inlined moves) cut to their length: pushed one by one they
+            // were ~8 capacity checks a score (issue 36, session 45).
+            let mut tail = Tail::default();
+            tail.float(2, s.score);
+            tail.int(3, i64::from(s.matched_tokens));
+            tail.float(4, hit_prob(s));
+            tail.int(5, i64::from(s.tier.to_wire()));
+            out.extend_from_slice(&tail.b);
+            out.truncate(out.len() - (TAIL_BYTES - tail.n));
             let n = out.len() - at - 1;
             if n < 0x80 {
                 out[at] = n as u8;
@@ -106,6 +112,54 @@ impl WireAnswer {
             }
         }
         put_str_vec(5, self.adapter_id.as_bytes(), out);
+    }
+}
+
+/// The most bytes of a score's numeric fields: two floats (key + 4) and
+/// two varints (key + up to 10).
+const TAIL_BYTES: usize = 2 * 5 + 2 * 11;
+
+/// A score's numeric fields, encoded on the stack.
+struct Tail {
+    b: [u8; TAIL_BYTES],
+    n: usize,
+}
+
+impl Default for Tail {
+    fn default() -> Self {
+        Self {
+            b: [0; TAIL_BYTES],
+            n: 0,
+        }
+    }
+}
+
+impl Tail {
+    fn byte(&mut self, v: u8) {
+        self.b[self.n] = v;
+        self.n += 1;
+    }
+
+    fn float(&mut self, tag: u32, v: f32) {
+        if v != 0.0 {
+            self.byte(key_byte(tag, WireType::ThirtyTwoBit));
+            for x in v.to_le_bytes() {
+                self.byte(x);
+            }
+        }
+    }
+
+    /// int32 / int64 / enum: a negative value is its 64-bit two's complement.
+    fn int(&mut self, tag: u32, v: i64) {
+        if v != 0 {
+            self.byte(key_byte(tag, WireType::Varint));
+            let mut v = v as u64;
+            while v >= 0x80 {
+                self.byte((v as u8) | 0x80);
+                v >>= 7;
+            }
+            self.byte(v as u8);
+        }
     }
 }
 
@@ -135,7 +189,11 @@ fn put_varint_vec(v: u64, out: &mut Vec<u8>) {
     } else {
         let mut b = [0u8; 10];
         let n = varint_into(v, &mut b);
-        out.extend_from_slice(&b[..n]);
+        // All ten bytes (a fixed-size copy, inlined), then cut to the
+        // varint: a copy of `n` bytes was a `memcpy` call per matched-tokens
+        // field, 2 % of a 64-replica lookup (issue 36, session 45).
+        out.extend_from_slice(&b);
+        out.truncate(out.len() - (10 - n));
     }
 }
 
@@ -152,13 +210,6 @@ fn put_int_vec(tag: u32, v: i64, out: &mut Vec<u8>) {
     if v != 0 {
         out.push(key_byte(tag, WireType::Varint));
         put_varint_vec(v as u64, out);
-    }
-}
-
-fn put_float_vec(tag: u32, v: f32, out: &mut Vec<u8>) {
-    if v != 0.0 {
-        out.push(key_byte(tag, WireType::ThirtyTwoBit));
-        out.extend_from_slice(&v.to_le_bytes());
     }
 }
 

@@ -52,8 +52,11 @@ impl Encoder for AnswerEncoder {
     type Error = Status;
 
     fn encode(&mut self, item: WireAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        // `encode` copies the assembled answer in once (its own reserve).
+        // `encode` copies the assembled answer in once (its own reserve);
+        // the scores' buffer goes back to the thread for the next answer
+        // (64 scores are over glibc's thread cache: issue 36, session 45).
         item.encode(dst);
+        inferencecache_index::recycle_scores(item.outcome.scores);
         Ok(())
     }
 

@@ -65,6 +65,15 @@ fn expired(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
+/// What the pipeline needs to go on after tokenizing `prompt_text`.
+struct Tokenize {
+    policy: TenantPolicy,
+    ranking: RankingMode,
+    block_size: u32,
+    chain_enabled: bool,
+    deadline: Option<Instant>,
+}
+
 /// Outcome of tokenizing prompt_text.
 enum Tokenized {
     Ready(Resolved<'static>),
@@ -137,29 +146,62 @@ impl LookupPipeline {
         caller_timeout: Option<Duration>,
     ) -> RouteOutcome {
         let start = Instant::now();
-        if is_reserved(req.tenant) {
-            self.metrics
-                .observe_lookup(req.model, Reason::NoHint, false, 0.0);
-            return RouteOutcome::envelope(Reason::NoHint, Duration::ZERO, Vec::new());
+        let outcome = match self.run_now(req, caller_timeout, start) {
+            Ok(outcome) => outcome,
+            // Boxed: the tokenizer's wait (a blocking task and a timer) would
+            // otherwise size every lookup's future (issue 36).
+            Err(wait) => Box::pin(self.run_tokenized(req, wait, start)).await,
+        };
+        self.observe(req, &outcome);
+        outcome
+    }
+
+    /// [`Self::route`] without a future, for a request without
+    /// `prompt_text` (the only input that waits, for the tokenizer):
+    /// `None` for one with it. The gRPC edge answers such lookups in the
+    /// call itself, with no handler future to allocate (issue 36,
+    /// session 45).
+    pub fn route_now(
+        &self,
+        req: &RouteRequest<'_>,
+        caller_timeout: Option<Duration>,
+    ) -> Option<RouteOutcome> {
+        if !req.prompt_text.is_empty() {
+            return None;
         }
-        let outcome = self.run(req, caller_timeout, start).await;
-        // The histogram observes the latency the response reports (one
-        // clock read fewer per lookup).
+        let outcome = self.run_now(req, caller_timeout, Instant::now()).ok()?;
+        self.observe(req, &outcome);
+        Some(outcome)
+    }
+
+    /// The histogram observes the latency the response reports (one clock
+    /// read fewer per lookup).
+    fn observe(&self, req: &RouteRequest<'_>, outcome: &RouteOutcome) {
         self.metrics.observe_lookup(
             req.model,
             outcome.reason,
             outcome.hint_used(),
             outcome.latency.as_secs_f64(),
         );
-        outcome
     }
 
-    async fn run(
+    /// The whole pipeline when the request resolves without the tokenizer;
+    /// else what [`Self::run_tokenized`] needs to go on. (Not an error: the
+    /// `Err` is a continuation, consumed at once by the caller.)
+    #[allow(clippy::result_large_err)]
+    fn run_now(
         &self,
         req: &RouteRequest<'_>,
         caller_timeout: Option<Duration>,
         start: Instant,
-    ) -> RouteOutcome {
+    ) -> Result<RouteOutcome, Tokenize> {
+        if is_reserved(req.tenant) {
+            return Ok(RouteOutcome::envelope(
+                Reason::NoHint,
+                Duration::ZERO,
+                Vec::new(),
+            ));
+        }
         let policy = self.policies.policy(req.tenant);
         // Step 2-3: the tighter of the caller's deadline and the tenant budget.
         let budget = policy.lookup_timeout;
@@ -179,13 +221,13 @@ impl LookupPipeline {
         }
         // Step 4.
         if expired(deadline) {
-            return envelope(Reason::Timeout, start, Vec::new());
+            return Ok(envelope(Reason::Timeout, start, Vec::new()));
         }
         // Step 5, on the raw request.
         let well_formed_chain =
             !req.block_hashes.is_empty() && req.block_hashes.len() == req.block_token_counts.len();
         if policy.require_chain && !well_formed_chain {
-            return envelope(Reason::PolicyRequiresChain, start, Vec::new());
+            return Ok(envelope(Reason::PolicyRequiresChain, start, Vec::new()));
         }
         // Step 6-8.
         let ranking = policy.ranking.unwrap_or(self.ranking);
@@ -197,19 +239,64 @@ impl LookupPipeline {
             salt: req.cache_salt,
             reuse_rule: ranking != RankingMode::Contract,
         };
-        let mut resolved = match resolve::resolve(req, cut, chain_enabled) {
+        let resolved = match resolve::resolve(req, cut, chain_enabled) {
             Input::Ready(r) => r,
-            Input::FailOpen => return envelope(Reason::NoHint, start, Vec::new()),
-            // Boxed: the tokenizer's wait (a blocking task and a timer) would
-            // otherwise size every lookup's future (issue 36).
+            Input::FailOpen => return Ok(envelope(Reason::NoHint, start, Vec::new())),
             Input::PromptText => {
-                match Box::pin(self.tokenize(req, cut, chain_enabled, deadline)).await {
-                    Tokenized::Ready(r) => r,
-                    Tokenized::FailOpen(echo) => return envelope(Reason::NoHint, start, echo),
-                    Tokenized::Timeout => return envelope(Reason::Timeout, start, Vec::new()),
-                }
+                return Err(Tokenize {
+                    policy,
+                    ranking,
+                    block_size: cut.block_size,
+                    chain_enabled,
+                    deadline,
+                });
             }
         };
+        Ok(self.run_resolved(req, &policy, ranking, resolved, start, deadline))
+    }
+
+    /// The pipeline after the tokenizer: steps 8-13 on its tokens.
+    async fn run_tokenized(
+        &self,
+        req: &RouteRequest<'_>,
+        wait: Tokenize,
+        start: Instant,
+    ) -> RouteOutcome {
+        let cut = resolve::Cut {
+            block_size: wait.block_size,
+            salt: req.cache_salt,
+            reuse_rule: wait.ranking != RankingMode::Contract,
+        };
+        let resolved = match self
+            .tokenize(req, cut, wait.chain_enabled, wait.deadline)
+            .await
+        {
+            Tokenized::Ready(r) => r,
+            Tokenized::FailOpen(echo) => return envelope(Reason::NoHint, start, echo),
+            Tokenized::Timeout => return envelope(Reason::Timeout, start, Vec::new()),
+        };
+        self.run_resolved(
+            req,
+            &wait.policy,
+            wait.ranking,
+            resolved,
+            start,
+            wait.deadline,
+        )
+    }
+
+    /// Steps 8-13 on the resolved input.
+    fn run_resolved(
+        &self,
+        req: &RouteRequest<'_>,
+        policy: &TenantPolicy,
+        ranking: RankingMode,
+        mut resolved: Resolved<'_>,
+        start: Instant,
+        deadline: Option<Instant>,
+    ) -> RouteOutcome {
+        let budget = policy.lookup_timeout;
+        let chain_enabled = policy.enable_chain_matching;
         if expired(deadline) {
             return envelope(Reason::Timeout, start, resolved.echo_tokens);
         }
@@ -225,11 +312,11 @@ impl LookupPipeline {
         }
         self.metrics.routing.ranked(ranking.name());
         if ranking == RankingMode::Ttft {
-            return self.run_ttft(req, &policy, resolved, below_min_prefix, start, deadline);
+            return self.run_ttft(req, policy, resolved, below_min_prefix, start, deadline);
         }
         // Step 11.
         let lookup_start = Instant::now();
-        let mut result = self.index_lookup(req, &policy, &resolved);
+        let mut result = self.index_lookup(req, policy, &resolved);
         if expired(deadline) || budget.is_some_and(|b| lookup_start.elapsed() > b) {
             return envelope(Reason::Timeout, start, resolved.echo_tokens);
         }
@@ -237,7 +324,7 @@ impl LookupPipeline {
         if result.strategy == Strategy::TenantHot && !policy.enable_tenant_hot {
             result.demote();
         }
-        self.respond(req, &policy, resolved, result, below_min_prefix, start)
+        self.respond(req, policy, resolved, result, below_min_prefix, start)
     }
 
     /// The prompt_text branch of §3.3: bounded, concurrent with the deadline,
