@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--policy", default=None, help="only policies starting with this")
     ap.add_argument("--rows", action="store_true", help="print every request")
     ap.add_argument("--system-tokens", type=int, default=1536)
+    ap.add_argument("--opening", type=int, default=10,
+                    help="the first N requests by send time (the cold opening) against the rest")
     a = ap.parse_args()
     rep = json.load(open(a.report))
     for run in rep["runs"]:
@@ -82,7 +84,12 @@ def main():
         ttfts = sorted(c["ttft_ms"] for c in cs)
         p90 = statistics.quantiles(ttfts, n=10)[8]
         hdr = [c["headers_ms"] for c in cs if c["headers_ms"] is not None]
-        print(f"\n## {s['policy']}, {s['concurrency']} client(s): mean {statistics.mean(ttfts):.0f}"
+        where = f" (pass {s['pass_']}, slot {s['slot']})" if "pass_" in s else ""
+        first = [c["ttft_ms"] for c in sorted(cs, key=lambda c: c["t"])[:a.opening]]
+        rest = [c["ttft_ms"] for c in sorted(cs, key=lambda c: c["t"])[a.opening:]]
+        print(f"\n## {s['policy']}{where}, {s['concurrency']} client(s): first {a.opening} requests"
+              f" mean {statistics.mean(first):.0f} ms, the rest {statistics.mean(rest):.0f} ms")
+        print(f"{s['policy']}: mean {statistics.mean(ttfts):.0f}"
               f" p90 {p90:.0f} ms; headers mean {statistics.mean(hdr) if hdr else float('nan'):.1f} ms;"
               f" per engine {[sum(1 for c in cs if c['engine'] == e) for e in (0, 1)]}")
         groups = {}

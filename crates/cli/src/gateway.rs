@@ -159,6 +159,13 @@ pub(crate) struct GatewayArgs {
     #[arg(long)]
     pub no_eviction_foresight: bool,
 
+    /// Charge an engine's in-flight prefills whole, as sent. By default the
+    /// pick prices what is left of the oldest: the engine's prefill rate is
+    /// learned from its own first tokens, and a prefill that started 400 ms
+    /// ago costs a newcomer less than one sent a moment ago.
+    #[arg(long)]
+    pub no_prefill_progress: bool,
+
     /// Runtime worker threads (default: one per core). `1` runs the whole
     /// gateway (proxying, tokenizing, the in-process index) on one thread,
     /// long prompts still tokenized on the blocking pool; on a host whose
@@ -248,6 +255,7 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.events_window = a.events_window;
     c.pending_prefixes = !a.no_pending_prefixes;
     c.eviction_foresight = !a.no_eviction_foresight;
+    c.prefill_progress = !a.no_prefill_progress;
     c.engine_admin = a.engine_admin;
     c.validate().map_err(usage)?;
     Ok(c)

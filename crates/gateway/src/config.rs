@@ -157,6 +157,9 @@ pub struct GatewayConfig {
     /// Withhold from a claim the blocks the requests already sent to an
     /// engine will evict before it gets to this one ([`crate::foresight`]).
     pub eviction_foresight: bool,
+    /// Price what is left of an engine's in-flight prefills, by its learned
+    /// prefill rate, rather than the tokens sent ([`crate::progress`]).
+    pub prefill_progress: bool,
     /// Serve `POST/DELETE /inferencecache/engines` (engines added and
     /// removed at runtime). Off by default: whoever reaches the gateway
     /// could otherwise point it at any host.
@@ -188,6 +191,7 @@ impl GatewayConfig {
             events_window: DEFAULT_EVENTS_WINDOW,
             pending_prefixes: true,
             eviction_foresight: true,
+            prefill_progress: true,
             engine_admin: false,
             max_body_bytes: 32 << 20,
             startup_timeout: Duration::from_secs(120),

@@ -10,6 +10,7 @@
 use crate::config::EngineSpec;
 use crate::foresight::Foresight;
 use crate::pending::Pending;
+use crate::progress::Progress;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -91,6 +92,9 @@ pub struct Engine {
     /// The model of its block pool: which held blocks the requests sent
     /// here will evict ([`crate::foresight`]).
     pub foresight: Foresight,
+    /// Its prefills in flight and how far along they are
+    /// ([`crate::progress`]).
+    pub progress: Progress,
     /// What its answers said (the status page).
     pub stats: Stats,
     /// Cancelled when it is removed (or the gateway stops): ends its
@@ -168,6 +172,7 @@ impl Engine {
             served: RwLock::new(served),
             pending: Pending::default(),
             foresight: Foresight::default(),
+            progress: Progress::default(),
             stats: Stats::default(),
         }
     }
@@ -201,6 +206,12 @@ impl Engine {
     /// Prompt tokens dispatched and not yet prefilled.
     pub fn pending_prefill(&self) -> u64 {
         self.pending_prefill.load(Ordering::Relaxed)
+    }
+
+    /// Prompt tokens still to prefill at `at`, by the engine's learned
+    /// prefill rate ([`crate::progress`]; blocks of `block` tokens).
+    pub fn prefill_left(&self, at: Instant, block: u64) -> u64 {
+        self.progress.left(at, block)
     }
 
     /// Uncached prompt tokens sent here (see the field's docs).
@@ -248,25 +259,39 @@ impl Engine {
         chain: &[u64],
         prompt_tokens: u64,
     ) -> Dispatch {
-        static OWNERS: AtomicU64 = AtomicU64::new(1);
+        self.dispatch_at(uncached, chain, prompt_tokens, Instant::now())
+    }
+
+    /// [`Engine::dispatch_prompt`], sent at `at` (tests run a clock of
+    /// their own).
+    pub fn dispatch_at(
+        self: &Arc<Self>,
+        uncached: u64,
+        chain: &[u64],
+        prompt_tokens: u64,
+        at: Instant,
+    ) -> Dispatch {
+        static REQUESTS: AtomicU64 = AtomicU64::new(1);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.pending_prefill.fetch_add(uncached, Ordering::Relaxed);
         self.fresh_tokens.fetch_add(uncached, Ordering::Relaxed);
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let seq = REQUESTS.fetch_add(1, Ordering::Relaxed);
+        self.progress.dispatched(seq, uncached, at);
         let owner = if chain.is_empty() {
             0
         } else {
-            let o = OWNERS.fetch_add(1, Ordering::Relaxed);
-            self.pending.insert(o, chain, Instant::now());
+            self.pending.insert(seq, chain, at);
             if prompt_tokens > 0 {
-                self.foresight.dispatched(o, chain, prompt_tokens);
+                self.foresight.dispatched(seq, chain, prompt_tokens);
             }
-            o
+            seq
         };
         LOAD_CHANGED.notify_waiters();
         Dispatch {
             engine: Arc::clone(self),
             pending: uncached,
+            seq,
             owner,
             prefilled: false,
         }
@@ -336,6 +361,8 @@ impl EngineSet {
 pub struct Dispatch {
     engine: Arc<Engine>,
     pending: u64,
+    /// The request's number ([`Progress`]).
+    seq: u64,
     /// Its entries in the engine's [`Pending`] (0: none).
     owner: u64,
     prefilled: bool,
@@ -350,12 +377,18 @@ impl Dispatch {
     /// The prompt is prefilled (first output arrived): its tokens no longer
     /// wait.
     pub fn prefilled(&mut self) {
+        self.prefilled_at(Instant::now());
+    }
+
+    /// [`Dispatch::prefilled`], the first output having come at `at`.
+    pub fn prefilled_at(&mut self, at: Instant) {
         if std::mem::replace(&mut self.prefilled, true) {
             return;
         }
         self.release_prefill();
+        self.engine.progress.first_token(self.seq, at);
         if self.owner != 0 {
-            self.engine.pending.confirm(self.owner, Instant::now());
+            self.engine.pending.confirm(self.owner, at);
             self.engine.foresight.scheduled(self.owner);
         }
     }
@@ -387,6 +420,9 @@ impl Drop for Dispatch {
                     });
         }
         self.release_prefill();
+        if !self.prefilled {
+            self.engine.progress.abandoned(self.seq);
+        }
         if !self.prefilled && self.owner != 0 {
             // Never got a byte: the engine may not hold the prefix at all.
             self.engine.pending.release(self.owner);

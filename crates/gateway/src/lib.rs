@@ -36,6 +36,7 @@ pub mod http;
 pub mod metrics;
 pub mod pending;
 pub mod pick;
+pub mod progress;
 pub mod prompt;
 pub mod proxy;
 pub mod status;
@@ -229,6 +230,7 @@ impl Gateway {
                 duplicate_weight_pct: config.duplicate_weight_pct,
                 intake_weight_pct: config.intake_weight_pct,
                 pending_prefixes: config.pending_prefixes,
+                prefill_progress: config.prefill_progress,
             },
             pending_prefixes: config.pending_prefixes,
             eviction_foresight: config.eviction_foresight,

@@ -5,12 +5,14 @@
 //! first token, ranks every engine that serves the model:
 //!
 //! ```text
-//! cost = pending_prefill + (prompt_tokens - reusable) + decode_weight * in_flight
+//! cost = prefill_left + (prompt_tokens - reusable) + decode_weight * in_flight
 //!      + (best_reusable - reusable) * copy_weight / 100
 //!      + min(intake - least_intake, prompt_tokens) * intake_weight / 100   (new prefixes)
 //! ```
 //!
-//! (`copy_weight`: `duplicate_weight` where the copy fits the engine's
+//! (`prefill_left`: the prompt tokens the engine has been sent and not yet
+//! answered, less what its learned prefill rate says is done of the oldest,
+//! [`crate::progress`]; `copy_weight`: `duplicate_weight` where the copy fits the engine's
 //! cache and the fleet's, else `intake_weight`; the intake term only where
 //! the new prefix does not fit this engine's cache.)
 //!
@@ -114,7 +116,9 @@ pub struct Choice {
     pub withheld: u64,
     /// The engine's requests in flight when it was ranked.
     pub in_flight: u64,
-    /// The engine's prompt tokens still to prefill when it was ranked.
+    /// The engine's prompt tokens still to prefill when it was ranked (what
+    /// is left of them by its learned rate, [`crate::progress`], unless
+    /// [`Weights::prefill_progress`] is off).
     pub queued_prefill: u64,
 }
 
@@ -187,6 +191,9 @@ pub struct Weights {
     pub intake_weight_pct: u64,
     /// Count the prefixes the gateway routed moments ago ([`crate::pending`]).
     pub pending_prefixes: bool,
+    /// Price what is left of the engines' prefills ([`crate::progress`]),
+    /// not the tokens sent.
+    pub prefill_progress: bool,
 }
 
 /// Ranks `engines` for `req`.
@@ -196,9 +203,19 @@ pub fn rank(
     req: &Request<'_>,
     w: &Weights,
 ) -> (Vec<Choice>, PickReason) {
+    rank_at(engines, hint, req, w, std::time::Instant::now())
+}
+
+/// [`rank`] at `now` (tests run a clock of their own).
+pub fn rank_at(
+    engines: &[Arc<Engine>],
+    hint: &Hint,
+    req: &Request<'_>,
+    w: &Weights,
+    now: std::time::Instant,
+) -> (Vec<Choice>, PickReason) {
     let prompt_tokens = req.prompt_tokens;
     let cap = reusable_cap(prompt_tokens, w.block_size);
-    let now = std::time::Instant::now();
     let block = u64::from(w.block_size.max(1));
     let reuse: Vec<(usize, u64, bool, u64)> = engines
         .iter()
@@ -300,7 +317,15 @@ pub fn rank(
                 0
             };
             let intake = fuller.saturating_mul(w.intake_weight_pct) / 100;
-            let (in_flight, queued_prefill) = (e.in_flight(), e.pending_prefill());
+            // What the engine must still prefill before this request: what
+            // is left of its oldest prefill by its learned rate, the rest
+            // whole ([`crate::progress`]).
+            let queued_prefill = if w.prefill_progress {
+                e.prefill_left(now, block)
+            } else {
+                e.pending_prefill()
+            };
+            let in_flight = e.in_flight();
             let cost = queued_prefill
                 .saturating_add(uncached)
                 .saturating_add(w.decode_weight.saturating_mul(in_flight))
@@ -385,6 +410,7 @@ mod tests {
         duplicate_weight_pct: 50,
         intake_weight_pct: crate::DEFAULT_INTAKE_WEIGHT_PCT,
         pending_prefixes: true,
+        prefill_progress: true,
     };
 
     fn req(prompt_tokens: u64, seed: u64) -> Request<'static> {
@@ -533,6 +559,11 @@ mod tests {
         let mut opening_wait = 0u64;
         let none = hint(HintKind::None, &[]);
         let total = 24usize;
+        // The toy's ticks on the gateway's clock: a microsecond each, so
+        // the pending records' grace (2 s) outlasts the opening as it does
+        // on real engines (the toy has no index to take over).
+        let t0 = std::time::Instant::now();
+        let at = |tick: u64| t0 + std::time::Duration::from_micros(tick);
         // Which system prompt request k asks for (the benchmark's order:
         // each once, then a fixed pseudo-random sequence).
         let sys_of = |k: usize| if k < 8 { k } else { (k * 5 + 3) % 8 };
@@ -562,14 +593,14 @@ mod tests {
                     chain: &chain,
                     seed: sys as u64,
                 };
-                let (c, _) = rank(&e, &none, &r, w);
-                let at = usize::from(Arc::ptr_eq(&c[0].engine, &e[1]));
-                first_on[sys].get_or_insert(at);
-                if !std::mem::replace(&mut sent_to[sys][at], true) {
+                let (c, _) = rank_at(&e, &none, &r, w, at(now));
+                let on = usize::from(Arc::ptr_eq(&c[0].engine, &e[1]));
+                first_on[sys].get_or_insert(on);
+                if !std::mem::replace(&mut sent_to[sys][on], true) {
                     misses += 1;
                 }
-                let d = c[0].engine.dispatch_chain(c[0].uncached, &chain);
-                queue[at].push_back((d, c[0].uncached, decode[next % decode.len()], now, next));
+                let d = c[0].engine.dispatch_at(c[0].uncached, &chain, 0, at(now));
+                queue[on].push_back((d, c[0].uncached, decode[next % decode.len()], now, next));
                 next += 1;
                 idle -= 1;
             }
@@ -605,7 +636,7 @@ mod tests {
             for run in &mut running {
                 let Some(r) = run else { continue };
                 if !r.d.is_prefilled() && r.prefill_end <= now {
-                    r.d.prefilled();
+                    r.d.prefilled_at(at(now));
                 }
                 if r.d.is_prefilled() && r.end <= now {
                     *run = None;
@@ -639,7 +670,7 @@ mod tests {
         // turnaround) decide which queue is shorter when each new prefix
         // arrives: 64 pseudo-random draws of 24 answer times, 50-2,000
         // ticks (a prefill of a new system prompt is ~1,580).
-        let mut by_queue_alone = 0;
+        let (mut by_queue_alone, mut by_progress_alone) = (0, 0);
         let mut z: u64 = 0x2545_f491_4f6c_dd1d;
         for case in 0..64u16 {
             let decode = answer_times(&mut z);
@@ -650,18 +681,31 @@ mod tests {
                 "ports {port}/{}, answers {decode:?}",
                 port + 1
             );
+            // The pick before the intake term and the prefills' progress:
+            // queues charged whole, room a tie-break.
             let tie_break_only = Weights {
                 intake_weight_pct: 0,
+                prefill_progress: false,
                 ..W
             };
             if opening_at_4_clients(&tie_break_only, port, &decode) != [4, 4] {
                 by_queue_alone += 1;
             }
+            let progress_only = Weights {
+                intake_weight_pct: 0,
+                ..W
+            };
+            if opening_at_4_clients(&progress_only, port, &decode) != [4, 4] {
+                by_progress_alone += 1;
+            }
         }
         // Without the intake term some of the same openings split 5/3 or
         // worse (as runs N-P did on real engines).
         assert!(by_queue_alone > 0, "the scenario no longer tests the term");
-        eprintln!("split unevenly by the queue alone: {by_queue_alone} of 64");
+        eprintln!(
+            "split unevenly by the queue alone: {by_queue_alone} of 64; \
+             by the queue's progress alone: {by_progress_alone}"
+        );
     }
 
     #[test]
@@ -756,6 +800,46 @@ mod tests {
             ..W
         };
         let (c, _) = rank(&e, &none, &req(1643, 7), &at_200);
+        assert_eq!(c[0].engine.id.as_ref(), "e1");
+    }
+
+    /// Session 44's next step: a prefill that started 400 ms ago was
+    /// charged its full tokens, the same as one sent a moment ago, so a new
+    /// prefix went by the tie-break, not to the engine that frees first.
+    #[test]
+    fn a_new_prefix_goes_to_the_engine_whose_prefill_is_nearly_done() {
+        let e = engines(2);
+        for e in &e {
+            e.foresight.start(crate::foresight::KvPool {
+                usable_blocks: 255,
+                block_size: 32,
+            });
+        }
+        let t0 = std::time::Instant::now();
+        let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+        // Each engine prefilled one system prompt alone, 1,600 tokens in
+        // 400 ms: 4,000 tokens/s learned.
+        for e in &e {
+            let mut d = e.dispatch_at(1600, &[], 0, t0);
+            d.prefilled_at(ms(400));
+        }
+        // e1's cache took in less (the tie-break's favourite); e0 is 350 ms
+        // into its next prefill, e1 just started one.
+        let mut more = e[0].dispatch_at(200, &[], 0, ms(400));
+        more.prefilled_at(ms(450));
+        let _e0 = e[0].dispatch_at(1600, &[], 0, ms(450));
+        let _e1 = e[1].dispatch_at(1600, &[], 0, ms(790));
+        let none = hint(HintKind::None, &[]);
+        let (c, why) = rank_at(&e, &none, &req(1600, 7), &W, ms(800));
+        assert_eq!(why, PickReason::LeastLoaded);
+        assert_eq!(c[0].engine.id.as_ref(), "e0");
+        assert_eq!((c[0].queued_prefill, c[1].queued_prefill), (200, 1560));
+        // Charged whole, the two queues tie and the emptier cache wins.
+        let whole = Weights {
+            prefill_progress: false,
+            ..W
+        };
+        let (c, _) = rank_at(&e, &none, &req(1600, 7), &whole, ms(800));
         assert_eq!(c[0].engine.id.as_ref(), "e1");
     }
 
