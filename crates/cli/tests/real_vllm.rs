@@ -19,7 +19,7 @@ mod engine;
 mod real_chain;
 
 use inferencecache_proto::v1alpha1::EngineLoad;
-use real_chain::{Chain, Judged, cat, qwen_chain, tokens};
+use real_chain::{Chain, Judged, cat, hint_for, qwen_chain, replica, tokens};
 use serde_json::json;
 use std::time::Duration;
 
@@ -49,6 +49,7 @@ async fn hints_equal_what_the_engine_reuses() {
     the_last_token_is_recomputed(&chain, &mut judged).await;
     no_hint_across_a_salt(&chain, &mut judged).await;
     follow_ups_stay_on_their_idle_holder(&chain, &mut judged).await;
+    a_block_still_prefilling_is_claimed_in_lookup_order(&chain, &mut judged).await;
     removals_reach_lookups_at_once(&chain, &mut judged).await;
     the_load_is_reported(&chain).await;
     a_hung_engine_stops_getting_hints(&chain).await;
@@ -164,6 +165,98 @@ async fn follow_ups_stay_on_their_idle_holder(chain: &Chain, judged: &mut Vec<Ju
         judged.push(j);
     }
     eprintln!("12 sequential follow-ups in {:?}", t0.elapsed());
+}
+
+/// The caller contract (docs/gateway.md, "forward in lookup order"): a
+/// request looked up right after another that shares blocks neither
+/// engine holds yet is claimed on that block (the server's tentative
+/// holding of the first hint), and when the caller forwards in lookup order
+/// (the first request's bytes on the engine's socket before the second
+/// lookup, as a gateway that forwards as it picks does) the engine reuses
+/// exactly that. `bench/real-vllm` at 4 clients: requests 20 and 21 of one
+/// system prompt share `...Question 2`.
+async fn a_block_still_prefilling_is_claimed_in_lookup_order(
+    chain: &Chain,
+    judged: &mut Vec<Judged>,
+) {
+    // 600 tokens: 18 full blocks (576) held on r0; then two blocks both
+    // requests share (the system prompt's tail and 40 more tokens).
+    let system = tokens(20, 600);
+    chain.complete(0, &system, json!({})).await;
+    chain.wait_held(0, &system, "", 576).await;
+    let shared = cat(&system, &tokens(21, 40));
+    let first = cat(&shared, &tokens(22, 40));
+    let second = cat(&shared, &tokens(23, 40));
+
+    let a = chain.lookup(chain.request(0, &first, "")).await;
+    let (a_reason, a_hinted) = hint_for(&a, &replica(0));
+    assert_eq!(
+        (
+            a.replica_scores[0].replica_id.as_str(),
+            a_reason.as_str(),
+            a_hinted
+        ),
+        ("r0", "PREFIX_MATCH", 576),
+        "{a:?}"
+    );
+    let first_reply = send_written(&chain.engines[0], &first);
+    let b = chain.lookup(chain.request(0, &second, "")).await;
+    let (b_reason, b_hinted) = hint_for(&b, &replica(0));
+    assert_eq!(
+        (
+            b.replica_scores[0].replica_id.as_str(),
+            b_reason.as_str(),
+            b_hinted
+        ),
+        ("r0", "PREFIX_MATCH", 640),
+        "the second request claims the shared blocks the first is bringing: {b:?}"
+    );
+    let (_, b_reused) = chain.complete(0, &second, json!({})).await;
+    let a_reused = first_reply.await.unwrap();
+    for (step, reason, hinted, reused) in [
+        ("lookup order: first", a_reason, a_hinted, a_reused),
+        ("lookup order: second", b_reason, b_hinted, b_reused),
+    ] {
+        let j = Judged {
+            step: step.into(),
+            engine: 0,
+            reason,
+            hinted,
+            reused,
+        };
+        eprintln!("{j:?}");
+        judged.push(j);
+    }
+}
+
+/// Writes a completion of `prompt` to `engine`'s socket and returns once
+/// its bytes are written (a gateway's forward); the handle yields the
+/// cached tokens the engine reported.
+fn send_written(
+    engine: &inferencecache_testkit::vllm::Engine,
+    prompt: &[u32],
+) -> tokio::task::JoinHandle<u64> {
+    use std::io::{Read, Write};
+    let body = json!({"model": engine.config.served_name, "prompt": prompt,
+                      "max_tokens": 1, "temperature": 0})
+    .to_string();
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", engine.port)).unwrap();
+    write!(
+        conn,
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        engine.port,
+        body.len()
+    )
+    .unwrap();
+    conn.flush().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).unwrap();
+        let (head, json) = reply.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{reply}");
+        inferencecache_testkit::vllm::usage_of(&serde_json::from_str(json).unwrap()).1
+    })
 }
 
 /// Finding 4: vLLM always recomputes the last prompt token, so a fully

@@ -75,13 +75,15 @@
 //! **Forward in lookup order.** A hint the server just delivered counts as
 //! a tentative holding of the replica it named, so the next lookup of the
 //! same prefix claims the blocks that request is still bringing there.
-//! That claim holds when requests reach the engine in the order their
-//! lookups were answered; a gateway that forwards them the other way round
-//! sees the later request reuse less than `matched_tokens` and the earlier
-//! one more. Write a request's bytes to the engine before acting on the
-//! next lookup (one lock from `lookup_route` until the request is written,
-//! not until its response), as `inferencecache gateway` does
-//! (`docs/gateway.md`, "forward in lookup order").
+//! That claim holds when the engine schedules requests in the order their
+//! lookups were answered; scheduled the other way round, the later request
+//! reuses less than `matched_tokens` and the earlier one more. Write a
+//! request's bytes to the engine before acting on the next lookup (one
+//! lock from `lookup_route` until the request is written, not until its
+//! response), and send a request that starts with the same block as one
+//! still waiting for the same engine's response headers only after them
+//! (vLLM renders prompts before scheduling them): `docs/gateway.md`,
+//! "forward in lookup order".
 //!
 //! # Producers and tools
 //!
