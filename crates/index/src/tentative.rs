@@ -1016,18 +1016,7 @@ mod tests {
     }
 
     fn run(t: &Tentative, replica: u32, keys: &[u64], start: usize, now: i64) -> usize {
-        let mut found = Vec::new();
-        t.runs(
-            1,
-            keys.len(),
-            &mut Vec::new(),
-            |i| keys[i],
-            start,
-            |r| if r == replica { start } else { usize::MAX },
-            now,
-            &mut found,
-        );
-        found.iter().find(|f| f.0 == replica).map_or(0, |f| f.2)
+        run2(t, 1, replica, keys, start, now)
     }
 
     #[test]
