@@ -32,7 +32,7 @@
 //! Same answers: the property test in `routing_scan.rs` holds the pick, the
 //! delivery and the scores to the straightforward scan's.
 
-use crate::cold_sets::{Class, ColdSet, FLEET_CHANGES, MAX_SETS, SetKey, fleet_changed};
+use crate::cold_sets::{Class, ColdSet, FLEET_CHANGES, MAX_SETS};
 use crate::fleet::{Cand, Fleet};
 use crate::index::Index;
 use crate::lookup::Raw;
@@ -45,12 +45,6 @@ use std::sync::atomic::Ordering;
 thread_local! {
     static GATHER: std::cell::RefCell<Fleet> = std::cell::RefCell::default();
     static BUFS: std::cell::RefCell<Bufs> = std::cell::RefCell::default();
-    /// This thread's last fleet set: (index uid, key, set). A lookup that
-    /// finds it still valid reads it from here, without the sets' lock,
-    /// their map or a reference count (`ColdSet::valid` covers every
-    /// change; clearing the map bumps [`FLEET_CHANGES`]).
-    static LAST_SET: std::cell::RefCell<Option<(u64, SetKey, Arc<ColdSet>)>> =
-        const { std::cell::RefCell::new(None) };
 }
 
 /// Per-thread buffers of one lookup.
@@ -139,9 +133,6 @@ impl Index {
             None => {
                 if m.len() >= MAX_SETS {
                     m.clear();
-                    // Slots are handed out again: no thread's kept set
-                    // may stay valid.
-                    fleet_changed();
                     self.routing.load.clear_groups();
                 }
                 m.values().map(|s| s.slot + 1).max().unwrap_or(0)
@@ -252,53 +243,7 @@ impl Index {
         prompt: f64,
         out: &mut IdRoute,
     ) -> bool {
-        // The thread's kept set when it is this one and still valid (taken
-        // and put back: no reference count), else the shared one.
-        let key = (tm, scope.unwrap_or(u32::MAX), ttl);
-        let uid = self.settings.uid;
-        let kept = LAST_SET.with(|c| {
-            let mut c = c.try_borrow_mut().ok()?;
-            match c.as_ref() {
-                Some((u, k, s))
-                    if *u == uid
-                        && *k == key
-                        && s.valid(
-                            now,
-                            FLEET_CHANGES.load(Ordering::Acquire),
-                            self.store.table_epoch.load(Ordering::Acquire),
-                        ) =>
-                {
-                    c.take().map(|x| x.2)
-                }
-                _ => None,
-            }
-        });
-        let set = kept.unwrap_or_else(|| self.cold_set(tm, scope, ttl, now));
-        let answered =
-            self.route_with_set(req, p, chain, part, &set, now, raws, tentative, prompt, out);
-        LAST_SET.with(|c| {
-            if let Ok(mut c) = c.try_borrow_mut() {
-                *c = Some((uid, key, set));
-            }
-        });
-        answered
-    }
-
-    /// [`Index::route_cold`] with its fleet set.
-    #[allow(clippy::too_many_arguments)]
-    fn route_with_set<H: AsRef<[u8]>>(
-        &self,
-        req: &LookupRequest<'_, H>,
-        p: &RouteParams<'_>,
-        chain: bool,
-        part: Option<u32>,
-        set: &ColdSet,
-        now: i64,
-        raws: &[Raw],
-        tentative: &[(u32, i32)],
-        prompt: f64,
-        out: &mut IdRoute,
-    ) -> bool {
+        let set = self.cold_set(tm, scope, ttl, now);
         if set.exotic {
             return false;
         }
@@ -308,7 +253,7 @@ impl Index {
         }
         crate::scratch::with(&BUFS, |b: &mut Bufs| {
             self.pick_cold(
-                req, p, chain, part, set, now, raws, tentative, prompt, b, out,
+                req, p, chain, part, &set, now, raws, tentative, prompt, b, out,
             );
             // Clear the marks for the next lookup.
             for c in &b.e {

@@ -62,7 +62,7 @@
 //! - the **estimated-TTFT** ranking ([`Index::route_ttft`], the server's
 //!   default): every live replica scored by `queued + overhead + per-token ×
 //!   uncached tokens (tier-weighted) + pressure cost`, ties by the seed
-//!   (a hash of its last 32 bytes, the affinity rule's shape); delivered hints are reported back with
+//!   (XXH3, the affinity rule's shape); delivered hints are reported back with
 //!   [`Index::record_delivery`], which feeds the per-replica queue estimate
 //!   (the delivered-hint window) and approximate mode's tentative holdings.
 //!   A lookup estimates the matched and busy replicas one by one and takes

@@ -47,9 +47,8 @@
 //! would otherwise keep attracting more of them (1.29× the mean request count
 //! at 16 replicas on the synthetic trace, BENCHMARKS.md). Among the rest, the
 //! replicas with the lowest estimate tie, and the tie goes by the seed
-//! (a hash of the chain seed's last 32 bytes scaled to the name-sorted tied set,
-//! `affinity.rs` `tie_index`: the AFFINITY_HINT rule's shape with a
-//! cheaper hash), so
+//! (XXH3-64 of the chain seed mod the name-sorted tied set, `affinity.rs`
+//! `tie_index`: the AFFINITY_HINT rule's shape with a cheaper hash), so
 //! identical prompts still co-locate and an idle fleet is spread by the
 //! prompt's hash. Where replicas report their KV cache usage
 //! (`EngineLoad`), the tie first keeps those with the most room (usage in 5 %

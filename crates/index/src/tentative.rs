@@ -44,14 +44,9 @@
 //! ids (a chained hash table, at least a slot per record, doubled as it
 //! fills) and in its replica's list (by replica id): two array writes per
 //! delivery, no map, whatever the chain's length. Each file is a list
-//! threaded through a small table of links by record id (the table holds
-//! the newest), so filing and dropping allocate nothing and filing next to
-//! a replica's newest record does not touch that record. A record is one
-//! 64-byte line; its keys, gone bits and filter are appended to one log
-//! with stores only (a delivery writes the lines right after the last
-//! one's, and nothing waits for them to arrive), and the words of dropped
-//! records are reclaimed by compacting the log once it is twice its live
-//! words (at the sweep, or by the append that finds it so). The same chain
+//! threaded through the records (the table holds the newest), so filing
+//! and dropping allocate nothing, and a record's keys and bits are one
+//! buffer that dropped records hand on to new ones. The same chain
 //! delivered again to the same replica renews (or extends) its record; it
 //! is found in the list of its first key.
 //!
@@ -81,7 +76,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Both expiries of a holding (Unix ns): on a replica that publishes KV
 /// events, on one that never has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Expiry {
     /// Replica publishes events: the policy's `tentativeTTLSeconds`.
     pub(crate) publishing: i64,
@@ -102,123 +97,126 @@ impl Expiry {
 /// No record (the end of a list).
 const NONE: u32 = u32::MAX;
 
-/// Words the log may hold past twice its live words before it is
-/// compacted (512 KiB).
-const LOG_SLACK: usize = 1 << 16;
+/// Spare record buffers kept for reuse (a delivery then allocates nothing).
+const MAX_SPARES: usize = 4_096;
 
-/// One delivered chain on one replica: 64 bytes, one cache line, its keys
-/// in the overlay's log ([`Overlay::log`]). `n == 0`: a vacant id.
-#[derive(Clone, Copy, Default)]
-#[repr(align(64))]
+/// One delivered chain on one replica.
 struct Record {
     part: u32,
     replica: u32,
-    /// Chain position of the first key.
+    /// Chain position of `keys()[0]`.
     from: u32,
-    /// Keys in the record (0: vacant).
+    /// `keys()[0]`, inline: a walk of a head slot compares it without
+    /// reading the buffer.
+    head: u64,
+    /// Keys in the record.
     n: u32,
+    /// Words of gone bits.
+    gone_words: u32,
     /// Keys still held.
     live: u32,
-    /// The first key, inline: a walk of a head slot compares it without
-    /// reading the log.
-    head: u64,
-    /// Where its words start in the log: the keys; then one bit per key,
-    /// no longer held (confirmed by a real report or removed); then a
-    /// one-hash bit filter of the keys (16 bits per key): a removal reads
-    /// the keys of the records whose filter has its bit only.
-    at: usize,
+    /// One buffer, recycled through [`Overlay::spare`]: the keys; then one
+    /// bit per key, no longer held (confirmed by a real report or
+    /// removed); then a one-hash bit filter of the keys (16 bits per key):
+    /// a removal reads the keys of the records whose filter has its bit
+    /// only.
+    buf: Vec<u64>,
     expires: Expiry,
-    /// One bit per key (the key's top 6 bits), in the record's own line: a
-    /// removal or confirmation reads the log's filter and keys only where
-    /// this has the key's bit, so the writer's reports touch one line per
-    /// record of the replica, not two.
-    mini: u64,
-}
-
-/// [`Record::mini`]'s bit of `key`.
-fn mini_bit(key: u64) -> u64 {
-    1 << (key >> 58)
-}
-
-/// A record's list neighbours, apart from the record (12 bytes an id, so
-/// filing a record next to its replica's newest one touches a small table,
-/// not that record's line).
-#[derive(Clone, Copy)]
-struct Links {
+    /// When it was filed (a renewal keeps it): the head table's growth
+    /// refiles records in this order.
+    seq: u64,
     /// Next record in the same head slot.
     next_head: u32,
-    /// Neighbours among the records of the same replica.
+    /// Neighbours among the records of the same (partition, replica).
     prev_owner: u32,
     next_owner: u32,
 }
 
-impl Default for Links {
-    fn default() -> Self {
+impl Record {
+    fn new(
+        part: u32,
+        replica: u32,
+        from: u32,
+        keys: &[u64],
+        expires: Expiry,
+        mut buf: Vec<u64>,
+    ) -> Self {
+        let n = keys.len();
+        let gone_words = n.div_ceil(64);
+        let filter_words = (n * 16).div_ceil(64).max(1);
+        let len = n + gone_words + filter_words;
+        // Recycled buffers come in every size: rounded up, most fit the
+        // next record without a reallocation.
+        buf.clear();
+        buf.reserve(len.next_power_of_two().max(64));
+        buf.extend_from_slice(keys);
+        buf.resize(len, 0);
+        // The keys' filter bits, straight into the buffer.
+        let (head, filter) = buf.split_at_mut(n + gone_words);
+        let bits = filter_words as u64 * 64;
+        for &key in &head[..n] {
+            let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
+            filter[(bit / 64) as usize] |= 1 << (bit % 64);
+        }
         Self {
+            part,
+            replica,
+            from,
+            head: keys.first().copied().unwrap_or(0),
+            n: n as u32,
+            gone_words: gone_words as u32,
+            live: n as u32,
+            buf,
+            expires,
+            seq: 0,
             next_head: NONE,
             prev_owner: NONE,
             next_owner: NONE,
         }
     }
-}
 
-impl Record {
-    fn gone_words(&self) -> usize {
-        (self.n as usize).div_ceil(64)
+    fn keys(&self) -> &[u64] {
+        &self.buf[..self.n as usize]
     }
 
-    fn filter_words(&self) -> usize {
-        (self.n as usize * 16).div_ceil(64).max(1)
+    fn gone(&self) -> &[u64] {
+        let n = self.n as usize;
+        &self.buf[n..n + self.gone_words as usize]
     }
 
-    /// Its words in the log.
-    fn words(&self) -> usize {
-        self.n as usize + self.gone_words() + self.filter_words()
+    fn gone_mut(&mut self) -> &mut [u64] {
+        let n = self.n as usize;
+        &mut self.buf[n..n + self.gone_words as usize]
     }
 
-    fn keys<'a>(&self, log: &'a [u64]) -> &'a [u64] {
-        &log[self.at..self.at + self.n as usize]
-    }
-
-    fn gone<'a>(&self, log: &'a [u64]) -> &'a [u64] {
-        let s = self.at + self.n as usize;
-        &log[s..s + self.gone_words()]
-    }
-
-    fn set_gone(&self, log: &mut [u64], i: usize, gone: bool) {
-        let w = &mut log[self.at + self.n as usize + i / 64];
-        if gone {
-            *w |= 1 << (i % 64);
-        } else {
-            *w &= !(1 << (i % 64));
-        }
+    fn filter(&self) -> &[u64] {
+        &self.buf[self.n as usize + self.gone_words as usize..]
     }
 
     fn filter_bit(&self, key: u64) -> (usize, u64) {
         // The key is a hash already: its high bits scaled to the filter
         // (a multiply, where a modulo was a division per key).
-        let bits = self.filter_words() as u64 * 64;
+        let bits = self.filter().len() as u64 * 64;
         let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
         ((bit / 64) as usize, 1 << (bit % 64))
     }
 
-    fn may_hold(&self, log: &[u64], key: u64) -> bool {
+    fn may_hold(&self, key: u64) -> bool {
         let (w, b) = self.filter_bit(key);
-        log[self.at + self.n as usize + self.gone_words() + w] & b != 0
+        self.filter()[w] & b != 0
     }
 
-    fn held(&self, log: &[u64], i: usize) -> bool {
-        self.gone(log)[i / 64] & (1 << (i % 64)) == 0
+    fn held(&self, i: usize) -> bool {
+        self.gone()[i / 64] & (1 << (i % 64)) == 0
     }
 
     /// How many keys from position `from` on are held, up to `max`: a
     /// scan of the gone bits a word at a time.
-    fn held_from(&self, log: &[u64], from: usize, max: usize) -> usize {
-        let gone = self.gone(log);
+    fn held_from(&self, from: usize, max: usize) -> usize {
         let end = from + max;
         let mut j = from;
         while j < end {
-            let w = gone.get(j / 64).map_or(0, |w| w >> (j % 64));
+            let w = self.gone().get(j / 64).map_or(0, |w| w >> (j % 64));
             if w != 0 {
                 return (j + w.trailing_zeros() as usize).min(end) - from;
             }
@@ -228,14 +226,14 @@ impl Record {
     }
 
     /// Marks every held position of `key` gone; returns how many.
-    fn take(&mut self, log: &mut [u64], key: u64) -> u32 {
-        if self.mini & mini_bit(key) == 0 || !self.may_hold(log, key) {
+    fn take(&mut self, key: u64) -> u32 {
+        if !self.may_hold(key) {
             return 0;
         }
         let mut n = 0;
         for i in 0..self.n as usize {
-            if log[self.at + i] == key && self.held(log, i) {
-                self.set_gone(log, i, true);
+            if self.buf[i] == key && self.held(i) {
+                self.gone_mut()[i / 64] |= 1 << (i % 64);
                 n += 1;
             }
         }
@@ -273,14 +271,10 @@ fn head_slot(part: u32, key: u64, bits: u32) -> usize {
 
 /// The records and their files, with no map: a record is filed in its
 /// head's slot of [`Overlay::heads`] (a chained hash table whose lists run
-/// through [`Overlay::links`], `next_head`) and in its replica's list
+/// through the records, `next_head`) and in its replica's list
 /// ([`Overlay::by_owner`], by replica id, `prev_owner` / `next_owner`). A
 /// delivery's filing is two array writes and a lookup's probe of a
 /// position one array read; neither allocates once the table has grown.
-/// Records' keys are appended to one log ([`Overlay::log`]), so a
-/// delivery writes the lines after the last one's, not a recycled
-/// buffer's cold ones; dropped records' words are reclaimed by compacting
-/// the log once it holds twice the live words.
 #[derive(Default)]
 struct Overlay {
     /// Per slot, the newest record whose head (partition, first key) falls
@@ -297,15 +291,12 @@ struct Overlay {
     head_bits: u32,
     /// Records filed (for the table's growth).
     filed: usize,
-    /// By id; `n == 0`: vacant (its id in `free`).
-    records: Vec<Record>,
-    /// By id: the record's list neighbours.
-    links: Vec<Links>,
+    /// Records added so far (their [`Record::seq`]).
+    seq: u64,
+    records: Vec<Option<Record>>,
     free: Vec<u32>,
-    /// Every record's words (keys, gone bits, filter), appended.
-    log: Vec<u64>,
-    /// Words of the log that belong to filed records.
-    log_live: usize,
+    /// Buffers of dropped records, for the next ones.
+    spare: Vec<Vec<u64>>,
     /// Per replica id, its newest record in any partition (`NONE`: none);
     /// the list goes on through `next_owner`.
     by_owner: Vec<u32>,
@@ -313,24 +304,16 @@ struct Overlay {
 
 impl Overlay {
     fn record(&self, id: u32) -> Option<&Record> {
-        self.records.get(id as usize).filter(|r| r.n != 0)
-    }
-
-    fn next_head(&self, id: u32) -> u32 {
-        self.links.get(id as usize).map_or(NONE, |l| l.next_head)
-    }
-
-    fn next_owner(&self, id: u32) -> u32 {
-        self.links.get(id as usize).map_or(NONE, |l| l.next_owner)
+        self.records.get(id as usize).and_then(Option::as_ref)
     }
 
     /// The ids of a list, from `first` on through `next`.
-    fn list(&self, first: u32, next: fn(&Self, u32) -> u32) -> impl Iterator<Item = u32> + '_ {
+    fn list(&self, first: u32, next: fn(&Record) -> u32) -> impl Iterator<Item = u32> + '_ {
         let mut id = first;
         std::iter::from_fn(move || {
-            self.record(id)?;
+            let r = self.record(id)?;
             let this = id;
-            id = next(self, id);
+            id = next(r);
             Some(this)
         })
     }
@@ -350,13 +333,13 @@ impl Overlay {
     /// The records that begin with (part, key), newest first.
     fn head_list(&self, part: u32, key: u64) -> impl Iterator<Item = u32> + '_ {
         // The presence counts first: the head table and its records only
-        // where some head may be (each record read is a cache miss).
+        // where some head may be (each record read is a cache miss or two).
         let first = if self.may_head(part, key) {
             self.slot(part, key).map_or(NONE, |s| self.heads[s])
         } else {
             NONE
         };
-        self.list(first, Self::next_head).filter(move |&id| {
+        self.list(first, |r| r.next_head).filter(move |&id| {
             self.record(id)
                 .is_some_and(|r| r.part == part && r.head == key)
         })
@@ -365,54 +348,12 @@ impl Overlay {
     /// Every record of `replica` (all partitions), newest first.
     fn owner_list(&self, replica: u32) -> impl Iterator<Item = u32> + '_ {
         let first = self.by_owner.get(replica as usize).copied().unwrap_or(NONE);
-        self.list(first, Self::next_owner)
+        self.list(first, |r| r.next_owner)
     }
 
-    /// Appends the words of a record of `keys` to the log (keys, no gone
-    /// bits, the keys' filter); returns where they start. Compacts the log
-    /// first when dropped records' words are more than half of it.
-    fn append(&mut self, keys: &[u64]) -> usize {
-        if self.log.len() >= 2 * self.log_live + LOG_SLACK {
-            self.compact();
-        }
-        let r = Record {
-            n: keys.len() as u32,
-            at: self.log.len(),
-            ..Record::default()
-        };
-        // Stores only, no read of the new lines: the keys, zero gone bits,
-        // then the filter built on the stack (or in a short-lived buffer
-        // past 256 keys), so nothing waits for the fresh lines to arrive.
-        self.log.extend_from_slice(keys);
-        self.log.extend(std::iter::repeat_n(0, r.gone_words()));
-        let words = r.filter_words();
-        let mut small = [0u64; 64];
-        let mut large = Vec::new();
-        let filter: &mut [u64] = if words <= small.len() {
-            &mut small[..words]
-        } else {
-            large.resize(words, 0);
-            &mut large
-        };
-        for &key in keys {
-            let (w, b) = r.filter_bit(key);
-            filter[w] |= b;
-        }
-        self.log.extend_from_slice(filter);
-        self.log_live += r.words();
-        r.at
-    }
-
-    /// Rewrites the log with the filed records' words only.
-    fn compact(&mut self) {
-        let mut log = Vec::with_capacity((2 * self.log_live).max(LOG_SLACK));
-        for r in self.records.iter_mut().filter(|r| r.n != 0) {
-            let at = log.len();
-            log.extend_from_slice(&self.log[r.at..r.at + r.words()]);
-            r.at = at;
-        }
-        self.log_live = log.len();
-        self.log = log;
+    /// A spare buffer, or a new one.
+    fn buffer(&mut self) -> Vec<u64> {
+        self.spare.pop().unwrap_or_default()
     }
 
     /// Doubles the head table (or makes it) and refiles every record,
@@ -420,48 +361,35 @@ impl Overlay {
     /// renewal's search relies on).
     fn grow_heads(&mut self) {
         let bits = (self.head_bits + 1).max(MIN_HEAD_BITS);
-        let old = std::mem::replace(&mut self.heads, vec![NONE; 1 << bits]);
+        self.heads.clear();
+        self.heads.resize(1 << bits, NONE);
         self.head_bits = bits;
-        // A slot's records land in the two slots it splits into (a slot is
-        // the key's top bits): each old list refiled oldest first keeps
-        // them newest first.
-        let mut list = Vec::new();
-        for first in old {
-            list.clear();
-            let mut id = first;
-            while let Some(l) = self.links.get(id as usize) {
-                list.push(id);
-                id = l.next_head;
-            }
-            for &id in list.iter().rev() {
-                let r = self.records[id as usize];
-                let s = head_slot(r.part, r.head, bits);
-                self.links[id as usize].next_head = std::mem::replace(&mut self.heads[s], id);
-            }
+        let mut ids: Vec<(u64, u32)> = self
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(id, r)| r.as_ref().map(|r| (r.seq, id as u32)))
+            .collect();
+        ids.sort_unstable();
+        for (_, id) in ids {
+            let Some(r) = self.records[id as usize].as_mut() else {
+                continue;
+            };
+            let s = head_slot(r.part, r.head, bits);
+            r.next_head = std::mem::replace(&mut self.heads[s], id);
         }
     }
 
-    /// Files a new record of `keys` (chain positions `from..`).
-    fn add(&mut self, part: u32, replica: u32, from: u32, keys: &[u64], expires: Expiry) -> u32 {
+    fn add(&mut self, mut r: Record) -> u32 {
         if self.filed * SLOTS_PER_RECORD >= self.heads.len() {
             self.grow_heads();
         }
-        let at = self.append(keys);
-        let key = keys[0];
+        let (part, key, replica) = (r.part, r.head, r.replica);
         let id = self.free.pop().unwrap_or(self.records.len() as u32);
-        let r = Record {
-            part,
-            replica,
-            from,
-            n: keys.len() as u32,
-            live: keys.len() as u32,
-            head: key,
-            at,
-            expires,
-            mini: keys.iter().fold(0, |m, &k| m | mini_bit(k)),
-        };
+        self.seq += 1;
+        r.seq = self.seq;
         let s = head_slot(part, key, self.head_bits);
-        let next_head = std::mem::replace(&mut self.heads[s], id);
+        r.next_head = std::mem::replace(&mut self.heads[s], id);
         if self.present.is_empty() {
             self.present = vec![0; PRESENT_SLOTS];
         }
@@ -471,45 +399,59 @@ impl Overlay {
         if self.by_owner.len() <= o {
             self.by_owner.resize((o + 1).next_power_of_two(), NONE);
         }
-        let next_owner = std::mem::replace(&mut self.by_owner[o], id);
-        if let Some(next) = self.links.get_mut(next_owner as usize) {
+        r.next_owner = std::mem::replace(&mut self.by_owner[o], id);
+        r.prev_owner = NONE;
+        if let Some(next) = self
+            .records
+            .get_mut(r.next_owner as usize)
+            .and_then(Option::as_mut)
+        {
             next.prev_owner = id;
         }
-        let links = Links {
-            next_head,
-            prev_owner: NONE,
-            next_owner,
-        };
         if id as usize == self.records.len() {
-            self.records.push(r);
-            self.links.push(links);
+            self.records.push(Some(r));
         } else {
-            self.records[id as usize] = r;
-            self.links[id as usize] = links;
+            self.records[id as usize] = Some(r);
         }
         self.filed += 1;
         id
     }
 
+    /// Puts `r` in the place of record `id` (same head, same owner).
+    fn replace(&mut self, id: u32, mut r: Record) {
+        let Some(old) = self.records.get_mut(id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        r.next_head = old.next_head;
+        r.seq = old.seq;
+        r.prev_owner = old.prev_owner;
+        r.next_owner = old.next_owner;
+        let old = std::mem::replace(old, r);
+        self.recycle(old.buf);
+    }
+
+    fn recycle(&mut self, buf: Vec<u64>) {
+        if self.spare.len() < MAX_SPARES {
+            self.spare.push(buf);
+        }
+    }
+
     /// Drops record `id`; returns its held keys.
     fn drop_record(&mut self, id: u32) -> u64 {
-        let Some(r) = self.record(id).copied() else {
+        let Some(r) = self.records.get_mut(id as usize).and_then(Option::take) else {
             return 0;
         };
-        self.records[id as usize].n = 0;
-        let l = self.links[id as usize];
         self.free.push(id);
         self.filed -= 1;
-        self.log_live -= r.words();
         // Out of its slot's list (short: about one record a slot).
         let s = head_slot(r.part, r.head, self.head_bits);
         if self.heads[s] == id {
-            self.heads[s] = l.next_head;
+            self.heads[s] = r.next_head;
         } else {
             let mut at = self.heads[s];
-            while let Some(x) = self.links.get_mut(at as usize) {
+            while let Some(x) = self.records.get_mut(at as usize).and_then(Option::as_mut) {
                 if x.next_head == id {
-                    x.next_head = l.next_head;
+                    x.next_head = r.next_head;
                     break;
                 }
                 at = x.next_head;
@@ -521,19 +463,28 @@ impl Overlay {
             }
         }
         // Out of its owner's list.
-        match self.links.get_mut(l.prev_owner as usize) {
-            Some(prev) => prev.next_owner = l.next_owner,
+        match self
+            .records
+            .get_mut(r.prev_owner as usize)
+            .and_then(Option::as_mut)
+        {
+            Some(prev) => prev.next_owner = r.next_owner,
             None => {
                 if let Some(o) = self.by_owner.get_mut(r.replica as usize) {
-                    *o = l.next_owner;
+                    *o = r.next_owner;
                 }
             }
         }
-        if let Some(next) = self.links.get_mut(l.next_owner as usize) {
-            next.prev_owner = l.prev_owner;
+        if let Some(next) = self
+            .records
+            .get_mut(r.next_owner as usize)
+            .and_then(Option::as_mut)
+        {
+            next.prev_owner = r.prev_owner;
         }
-        self.links[id as usize] = Links::default();
-        u64::from(r.live)
+        let live = u64::from(r.live);
+        self.recycle(r.buf);
+        live
     }
 }
 
@@ -563,22 +514,6 @@ impl Tentative {
         self.len.load(Ordering::Relaxed)
     }
 
-    /// `len += n`. Every writer of `len` holds the overlay's write lock, so
-    /// a load and a store suffice: a locked add would wait for the
-    /// record's fresh lines to be written before the lock is released.
-    fn add_len(&self, n: usize) {
-        self.len
-            .store(self.len.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-    }
-
-    /// `len -= n` (as [`Self::add_len`]).
-    fn sub_len(&self, n: usize) {
-        self.len.store(
-            self.len.load(Ordering::Relaxed).saturating_sub(n),
-            Ordering::Relaxed,
-        );
-    }
-
     /// True when anything is stored: the ingest and event hooks skip all
     /// work otherwise.
     pub(crate) fn active(&self) -> bool {
@@ -601,7 +536,7 @@ impl Tentative {
         let mut o = write(&self.overlay);
         let ids: Vec<u32> = o.owner_list(replica).collect();
         let removed: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
-        self.sub_len(removed as usize);
+        self.len.fetch_sub(removed as usize, Ordering::Relaxed);
     }
 
     /// Whether the replica has ever published a KV event.
@@ -632,63 +567,66 @@ impl Tentative {
             .head_list(part, keys[0])
             .filter(|&id| {
                 o.record(id).is_some_and(|r| {
-                    let rk = r.keys(&o.log);
-                    let n = rk.len().min(keys.len());
-                    r.replica == replica && r.from == from && rk[..n] == keys[..n]
+                    let n = r.keys().len().min(keys.len());
+                    r.replica == replica && r.from == from && r.keys()[..n] == keys[..n]
                 })
             })
             .last();
         if let Some(id) = same {
-            let mut r = o.records[id as usize];
+            let spare = o.buffer();
+            let Some(r) = o.records[id as usize].as_mut() else {
+                return (0, 0);
+            };
             let before = r.live as usize;
-            let old_n = r.n as usize;
             // Held again: what the new delivery covers, plus the rest of the
             // record as it was.
-            let covered = keys.len().min(old_n);
-            let regained = (0..covered).filter(|&i| !r.held(&o.log, i)).count();
-            let grow = keys.len().saturating_sub(old_n);
+            let covered = keys.len().min(r.keys().len());
+            let regained = (0..covered).filter(|&i| !r.held(i)).count();
+            let grow = keys.len().saturating_sub(r.keys().len());
             let allowed = (regained + grow).min(room);
             let dropped = (regained + grow - allowed) as u64;
             let (mut regain_left, grow_kept) =
                 (allowed.min(regained), allowed.saturating_sub(regained));
             for i in 0..covered {
-                if regain_left > 0 && !r.held(&o.log, i) {
-                    r.set_gone(&mut o.log, i, false);
+                if regain_left > 0 && !r.held(i) {
+                    r.gone_mut()[i / 64] &= !(1 << (i % 64));
                     regain_left -= 1;
                 }
             }
+            let mut longer = None;
             if grow_kept > 0 {
-                // Longer: its words again at the log's end (the old ones
-                // are reclaimed by the next compaction, which may run here
-                // and move the old ones: read them after).
-                let at = o.append(&keys[..old_n + grow_kept]);
-                let old = o.records[id as usize];
-                let mut longer = Record {
-                    n: (old_n + grow_kept) as u32,
-                    live: (old_n + grow_kept) as u32,
-                    at,
-                    mini: keys[..old_n + grow_kept]
-                        .iter()
-                        .fold(0, |m, &k| m | mini_bit(k)),
-                    ..old
-                };
+                let old_n = r.keys().len();
+                let mut l = Record::new(
+                    part,
+                    replica,
+                    from,
+                    &keys[..old_n + grow_kept],
+                    expires,
+                    spare,
+                );
                 // Keep what is gone in the old part.
                 for i in 0..old_n {
-                    if !old.held(&o.log, i) {
-                        longer.set_gone(&mut o.log, i, true);
-                        longer.live -= 1;
+                    if !r.held(i) {
+                        l.gone_mut()[i / 64] |= 1 << (i % 64);
+                        l.live -= 1;
                     }
                 }
-                o.log_live -= old.words();
-                r = longer;
+                l.expires = r.expires;
+                longer = Some(l);
             } else {
-                r.live = (0..old_n).filter(|&i| r.held(&o.log, i)).count() as u32;
+                r.live = (0..r.keys().len()).filter(|&i| r.held(i)).count() as u32;
+                o.recycle(spare);
             }
+            if let Some(l) = longer {
+                o.replace(id, l);
+            }
+            let Some(r) = o.records[id as usize].as_mut() else {
+                return (0, 0);
+            };
             r.expires.publishing = r.expires.publishing.max(expires.publishing);
             r.expires.silent = r.expires.silent.max(expires.silent);
-            o.records[id as usize] = r;
             let after = r.live as usize;
-            self.add_len(after - before);
+            self.len.fetch_add(after - before, Ordering::Relaxed);
             return (
                 covered as u64 - dropped.min(covered as u64) + grow_kept as u64,
                 dropped,
@@ -699,8 +637,16 @@ impl Tentative {
         if kept == 0 {
             return (0, dropped);
         }
-        o.add(part, replica, from, &keys[..kept], expires);
-        self.add_len(kept);
+        let buf = o.buffer();
+        o.add(Record::new(
+            part,
+            replica,
+            from,
+            &keys[..kept],
+            expires,
+            buf,
+        ));
+        self.len.fetch_add(kept, Ordering::Relaxed);
         (kept as u64, dropped)
     }
 
@@ -775,10 +721,9 @@ impl Tentative {
                         continue;
                     };
                     let s = start_of(r.replica);
-                    let rk = r.keys(&o.log);
                     if r.from as usize != p
                         || s < p
-                        || s >= p + rk.len()
+                        || s >= p + r.keys().len()
                         || r.expires.of(publishers.contains(&r.replica)) <= now
                     {
                         continue;
@@ -786,17 +731,17 @@ impl Tentative {
                     // The record agrees with the request for `eq` keys from
                     // the replica's real run on; of those, the leading held.
                     let j0 = s - p;
-                    fill(keys, p + rk.len());
+                    fill(keys, p + r.keys().len());
                     // Most records that agree agree to their end: one
                     // slice compare; else key by key to the first
                     // difference.
-                    let (ours, req) = (&rk[j0..], &keys[s..]);
+                    let (ours, req) = (&r.keys()[j0..], &keys[s..]);
                     let eq = if req.len() >= ours.len() && ours == &req[..ours.len()] {
                         ours.len()
                     } else {
                         ours.iter().zip(req).take_while(|(a, b)| a == b).count()
                     };
-                    let n = r.held_from(&o.log, j0, eq);
+                    let n = r.held_from(j0, eq);
                     if n == 0 {
                         continue;
                     }
@@ -847,28 +792,22 @@ impl Tentative {
         let mut n = 0u64;
         let mut emptied: Vec<u32> = Vec::new();
         let first = o.by_owner.get(replica as usize).copied().unwrap_or(NONE);
-        let Overlay {
-            records,
-            links,
-            log,
-            ..
-        } = &mut *o;
         for &(part, key) in keys {
             let mut id = first;
-            while let Some(r) = records.get_mut(id as usize).filter(|r| r.n != 0) {
+            while let Some(r) = o.records.get_mut(id as usize).and_then(Option::as_mut) {
                 if r.part == part {
-                    n += u64::from(r.take(log, key));
+                    n += u64::from(r.take(key));
                     if r.live == 0 && !emptied.contains(&id) {
                         emptied.push(id);
                     }
                 }
-                id = links[id as usize].next_owner;
+                id = r.next_owner;
             }
         }
         for id in emptied {
             o.drop_record(id);
         }
-        self.sub_len(n as usize);
+        self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
     }
 
@@ -880,7 +819,7 @@ impl Tentative {
             .filter(|&id| o.record(id).is_some_and(|r| parts_of.contains(&r.part)))
             .collect();
         let n: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
-        self.sub_len(n as usize);
+        self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
     }
 
@@ -895,15 +834,13 @@ impl Tentative {
             .records
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.n != 0 && r.expires.of(publishers.contains(&r.replica)) <= now)
-            .map(|(id, _)| id as u32)
+            .filter_map(|(id, r)| {
+                let r = r.as_ref()?;
+                (r.expires.of(publishers.contains(&r.replica)) <= now).then_some(id as u32)
+            })
             .collect();
         let n: u64 = expired.into_iter().map(|id| o.drop_record(id)).sum();
-        // The dropped records' words go now, off the lookup path.
-        if o.log.len() >= 2 * o.log_live + LOG_SLACK {
-            o.compact();
-        }
-        self.sub_len(n as usize);
+        self.len.fetch_sub(n as usize, Ordering::Relaxed);
         n
     }
 
@@ -936,76 +873,26 @@ mod tests {
 
     #[test]
     fn held_keys_are_counted_across_words_of_gone_bits() {
-        let mut o = Overlay::default();
-        let id = o.add(0, 1, 0, &(0..150).collect::<Vec<u64>>(), both(10));
-        let r = o.records[id as usize];
-        assert_eq!(r.held_from(&o.log, 3, 140), 140);
+        let mut r = Record::new(
+            0,
+            1,
+            0,
+            &(0..150).collect::<Vec<u64>>(),
+            both(10),
+            Vec::new(),
+        );
+        assert_eq!(r.held_from(3, 140), 140);
         for gone in [70, 130] {
-            r.set_gone(&mut o.log, gone, true);
+            r.gone_mut()[gone / 64] |= 1 << (gone % 64);
         }
-        let naive = |log: &[u64], from: usize, max: usize| {
-            (from..from + max).take_while(|&i| r.held(log, i)).count()
+        let naive = |r: &Record, from: usize, max: usize| {
+            (from..from + max).take_while(|&i| r.held(i)).count()
         };
         for from in [0, 5, 63, 64, 69, 70, 71, 128, 131] {
             for max in [0, 1, 6, 60, 150 - from] {
-                assert_eq!(
-                    r.held_from(&o.log, from, max),
-                    naive(&o.log, from, max),
-                    "{from} {max}"
-                );
+                assert_eq!(r.held_from(from, max), naive(&r, from, max), "{from} {max}");
             }
         }
-    }
-
-    #[test]
-    fn the_log_is_compacted_and_records_keep_their_keys() {
-        let t = Tentative::new(1 << 30);
-        // Far more words than the slack, most of them dropped by the sweep.
-        for i in 0..20_000u64 {
-            let at = if i % 10 == 0 { 1_000 } else { 100 };
-            t.insert(
-                2,
-                (i % 7) as u32,
-                0,
-                &[i * 4 + 1, i * 4 + 2, i * 4 + 3],
-                both(at),
-            );
-        }
-        assert_eq!(t.sweep(500), 18_000 * 3);
-        {
-            let o = read(&t.overlay);
-            assert!(
-                o.log.len() < 2 * o.log_live + LOG_SLACK,
-                "{} {}",
-                o.log.len(),
-                o.log_live
-            );
-        }
-        // Every kept record still reads its own keys; renewals and
-        // removals still find them.
-        for i in (0..20_000u64).step_by(10) {
-            let keys = [i * 4 + 1, i * 4 + 2, i * 4 + 3];
-            assert_eq!(run2(&t, 2, (i % 7) as u32, &keys, 0, 900), 3, "{i}");
-        }
-        assert_eq!(t.insert(2, 0, 0, &[1, 2, 3, 4], both(1_000)), (4, 0));
-        assert_eq!(run2(&t, 2, 0, &[1, 2, 3, 4], 0, 900), 4);
-        assert_eq!(t.remove_many(0, &[(2, 3)]), 1);
-        assert_eq!(run2(&t, 2, 0, &[1, 2, 3, 4], 0, 900), 2);
-    }
-
-    fn run2(t: &Tentative, part: u32, replica: u32, keys: &[u64], start: usize, now: i64) -> usize {
-        let mut found = Vec::new();
-        t.runs(
-            part,
-            keys.len(),
-            &mut Vec::new(),
-            |i| keys[i],
-            start,
-            |r| if r == replica { start } else { usize::MAX },
-            now,
-            &mut found,
-        );
-        found.iter().find(|f| f.0 == replica).map_or(0, |f| f.2)
     }
 
     fn both(at: i64) -> Expiry {
@@ -1016,7 +903,18 @@ mod tests {
     }
 
     fn run(t: &Tentative, replica: u32, keys: &[u64], start: usize, now: i64) -> usize {
-        run2(t, 1, replica, keys, start, now)
+        let mut found = Vec::new();
+        t.runs(
+            1,
+            keys.len(),
+            &mut Vec::new(),
+            |i| keys[i],
+            start,
+            |r| if r == replica { start } else { usize::MAX },
+            now,
+            &mut found,
+        );
+        found.iter().find(|f| f.0 == replica).map_or(0, |f| f.2)
     }
 
     #[test]
