@@ -472,14 +472,7 @@ fn sequential_follow_ups_stay_on_the_idle_replica_that_holds_their_prefix() {
     env.put_chain(T, M, S, "a", &prefix, &[16; 8]);
     let w = plain();
     for turn in 0..4u64 {
-        let r = route(&env, &prefix, w);
-        assert_eq!(
-            (r.result.strategy, top(&r)),
-            (Strategy::PrefixMatch, "a".into()),
-            "turn {turn}"
-        );
-        let d = r.delivery.unwrap();
-        deliver(&env, &prefix, "a", d.work_us, Duration::ZERO);
+        follow_up_on_a(&env, &prefix, w, turn);
         // The turn is answered before the next one starts: the engine says
         // it is idle again.
         env.advance(Duration::from_secs(2));
@@ -496,6 +489,19 @@ fn sequential_follow_ups_stay_on_the_idle_replica_that_holds_their_prefix() {
         env.advance(Duration::from_secs(2));
     }
     assert_ne!(top(&route(&env, &prefix, w)), "a");
+}
+
+/// One follow-up of `prefix`: routed to its holder "a" as PREFIX_MATCH
+/// (asserted, naming `turn`), and delivered there with the route's work.
+fn follow_up_on_a(env: &Env, prefix: &[u64], w: TtftWeights, turn: u64) {
+    let r = route(env, prefix, w);
+    assert_eq!(
+        (r.result.strategy, top(&r)),
+        (Strategy::PrefixMatch, "a".into()),
+        "turn {turn}"
+    );
+    let d = r.delivery.unwrap();
+    deliver(env, prefix, "a", d.work_us, Duration::ZERO);
 }
 
 /// Two replicas whose engines report idle; "a" holds an 8-block prefix.
@@ -521,14 +527,7 @@ fn follow_ups_faster_than_the_reports_stay_on_their_idle_holder() {
     let (env, prefix) = idle_pair_a_holding();
     let w = plain();
     for turn in 0..8u64 {
-        let r = route(&env, &prefix, w);
-        assert_eq!(
-            (r.result.strategy, top(&r)),
-            (Strategy::PrefixMatch, "a".into()),
-            "turn {turn}"
-        );
-        let d = r.delivery.unwrap();
-        deliver(&env, &prefix, "a", d.work_us, Duration::ZERO);
+        follow_up_on_a(&env, &prefix, w, turn);
         env.advance(Duration::from_millis(100));
     }
     // Hints that overlap (each before the one ahead is done) still count:
