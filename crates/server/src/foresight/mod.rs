@@ -33,10 +33,14 @@
 //! - **a start**: the first of its new blocks reported stored (and, first
 //!   come first served, every request hinted to that replica before it);
 //! - **an end or a start that stores nothing** (a full hit): not seen. The
-//!   load report (`EngineLoad` running + waiting, scraped every second by
-//!   the sidecar) bounds how many hinted requests can still be ahead (of
-//!   those hinted at least a scrape interval before the report), and
-//!   a request not seen to start within 30 s is forgotten;
+//!   load report (`EngineLoad`, scraped every second by the sidecar)
+//!   bounds how many hinted requests can still be ahead: of those hinted
+//!   at least a scrape interval before the report, the engine's *waiting*
+//!   ones. vLLM stores a request's blocks when it schedules it, so a
+//!   running one not seen to start made its allocation already (a full
+//!   hit) or is not the hinted request (never sent: a lookup whose caller
+//!   did not follow it). A request not seen to start within 30 s is
+//!   forgotten;
 //! - **the pool size**: `EngineLoad.kv_cache_capacity_tokens` over the
 //!   block size the producer reports. Until a replica reports it, its
 //!   claims are the index's.
@@ -265,6 +269,10 @@ impl Foresight {
     /// producers report). Returns how many requests hinted to another
     /// replica it showed arriving here instead (moved to this model).
     pub fn ingest(&self, u: &CacheUpdate, block_size: u32) -> u64 {
+        self.ingest_at(u, block_size, Instant::now())
+    }
+
+    fn ingest_at(&self, u: &CacheUpdate, block_size: u32, now: Instant) -> u64 {
         if !self.enabled {
             return 0;
         }
@@ -295,7 +303,6 @@ impl Foresight {
                 }
             }
         }
-        let now = Instant::now();
         let reconcile = !blocks.is_empty() && self.ends_len.load(Ordering::Acquire) > 0;
         let hybrid = u.prefixes.iter().any(|p| p.no_match_end);
         let (started, unexplained, went_hybrid) = r
@@ -614,6 +621,39 @@ mod tests {
         // Stores r0 itself was hinted for are its own start, not a move.
         f.ingest(&update(300..305, None), BS);
         assert_eq!(f.retired(), 1);
+    }
+
+    /// `replica`'s load report: `running` and `waiting` requests, its pool.
+    fn busy(replica: &str, running: u32, waiting: u32) -> CacheUpdate {
+        let mut u = on(replica, update(0..0, pool(12)));
+        if let Some(l) = u.stats.as_mut().and_then(|s| s.load.as_mut()) {
+            l.running_requests = running;
+            l.waiting_requests = waiting;
+        }
+        u
+    }
+
+    #[test]
+    fn probes_never_followed_stop_shortening_claims_while_other_traffic_runs() {
+        // `real_vllm`'s lookup-order step: a test waits for r0's blocks by
+        // looking the prompt up until r0 is claimed; the probes answered
+        // before its stores arrived named r1 (AFFINITY_HINT) and were never
+        // sent. r0's stores take one of them back; r1 then runs traffic
+        // the server did not hint, one request at every report.
+        let f = Foresight::new(true);
+        f.ingest(&on("r0", update(900..901, pool(12))), BS);
+        f.ingest(&on("r1", update(1..10, pool(12))), BS);
+        let counts = vec![BS as i32; 8];
+        let sys = chain(1, 8);
+        let probe = chain(200, 5);
+        f.delivered("t", "m", "r1", &probe, 21);
+        f.delivered("t", "m", "r1", &probe, 21);
+        f.ingest(&on("r0", update(200..205, None)), BS);
+        assert_eq!(f.retired(), 1);
+        assert_eq!(f.claimable("t", "m", "r1", &sys, &counts, 32), 24);
+        let later = Instant::now() + replica::LOAD_GRACE;
+        f.ingest_at(&busy("r1", 1, 0), BS, later);
+        assert_eq!(f.claimable("t", "m", "r1", &sys, &counts, 32), 32);
     }
 
     #[test]

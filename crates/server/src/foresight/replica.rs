@@ -224,18 +224,26 @@ impl Model {
     /// The engine's load as scraped just before `now`: `running` and
     /// `waiting` requests. Of the hinted requests not seen to start that
     /// the scrape could see (hinted more than [`LOAD_GRACE`] ago), at most
-    /// `running + waiting` (the newest: first come, first served) can still
-    /// be ahead; the others have started or ended unseen.
+    /// `waiting` (the newest: first come, first served) can still be
+    /// ahead. A running one has been scheduled, and vLLM allocates and
+    /// stores a request's blocks when it schedules it, publishing both
+    /// (with the evictions its allocation made) at the end of that step,
+    /// before the step's stats: a running request never seen to start
+    /// stored nothing (a full hit: its allocation is made), or it is not
+    /// the hinted one, which went elsewhere or never came (a lookup its
+    /// caller did not follow). Counted among the running, such a request
+    /// stayed "ahead" for as long as other traffic kept the engine busy
+    /// (`real_vllm`'s lookup-order step: its probes left one on the small
+    /// cache, which then withheld a prompt's surviving blocks).
     pub(crate) fn load(&mut self, running: u32, waiting: u32, now: Instant) {
         self.expire(now);
         self.running = running as usize;
-        let requests = u64::from(running) + u64::from(waiting);
         let visible = self
             .queued
             .iter()
             .filter(|q| now.saturating_duration_since(q.at) >= LOAD_GRACE)
             .count();
-        let keep = usize::try_from(requests).unwrap_or(usize::MAX);
+        let keep = waiting as usize;
         for _ in 0..visible.saturating_sub(keep) {
             self.queued.pop_front();
         }
@@ -441,8 +449,8 @@ mod tests {
         // Hinted just now: the scrape may not have seen them.
         m.load(0, 0, t0 + Duration::from_millis(500));
         assert_eq!(m.queued(), 3);
-        // One request in the engine: only the newest can still wait.
-        m.load(1, 0, t0 + LOAD_GRACE);
+        // One request waits in the engine: only the newest can be it.
+        m.load(2, 1, t0 + LOAD_GRACE);
         assert_eq!(m.queued(), 1);
         m.delivered(
             chain(900, 2),
@@ -450,6 +458,27 @@ mod tests {
             t0 + MAX_QUEUED_AGE + Duration::from_secs(1),
         );
         assert_eq!(m.queued(), 1, "the old one expired");
+    }
+
+    #[test]
+    fn a_running_request_not_seen_to_start_is_not_ahead() {
+        // A lookup its caller never followed (a probe), then the engine
+        // busy with traffic the server did not hint: one request runs at
+        // every report, none waits. vLLM stores a request's blocks when it
+        // schedules it, so the one running is not the hinted one: it no
+        // longer shortens claims.
+        let mut m = replica(12);
+        let t0 = Instant::now();
+        m.stored(&blocks(1, 9));
+        m.delivered(chain(200, 5), 21, t0);
+        assert_eq!(m.claimable(&chain(1, 8)), 6);
+        m.load(1, 0, t0 + LOAD_GRACE / 2);
+        assert_eq!(m.claimable(&chain(1, 8)), 6, "the scrape may predate it");
+        m.stored(&blocks(300, 2));
+        m.load(1, 0, t0 + LOAD_GRACE);
+        assert_eq!(m.queued(), 0);
+        assert!(!m.pressure());
+        assert_eq!(m.claimable(&chain(1, 8)), 8);
     }
 
     #[test]
