@@ -440,21 +440,31 @@ def per_engine(rows, before, after):
     return out
 
 
-def eviction_buckets(urls):
+def eviction_buckets(urls, series="inferencecache_subscriber_eviction_visible_seconds_bucket"):
     """Σ over the sidecars of `eviction_visible_seconds` (engine batch with
     an eviction at the sidecar -> the server's ack: lookups no longer see
-    the block): {upper bound: cumulative count}."""
+    the block): {upper bound: cumulative count}. With `series` the
+    `PublishEvent` call alone (RPC_SERIES): what of the eviction's time is
+    the call, the rest waited in the sidecar before it."""
     out = {}
     for u in urls:
         try:
             body = httpx.get(f"{u}/metrics", timeout=5).text
         except httpx.HTTPError:
             continue
+        name, _, label = series.partition("{")
         for line in body.splitlines():
-            if line.startswith("inferencecache_subscriber_eviction_visible_seconds_bucket"):
+            if line.startswith(name) and label in line:
                 le = line.split('le="')[1].split('"')[0]
                 out[le] = out.get(le, 0) + float(line.rsplit(" ", 1)[1])
     return out
+
+
+# The sidecar's PublishEvent calls (start -> ack), one per eviction, and its
+# waits for the report stream's ack (an eviction of a block reported on the
+# open stream waits for it first).
+RPC_SERIES = 'inferencecache_subscriber_send_latency_seconds_bucket{rpc="PublishEvent"'
+ACK_SERIES = 'inferencecache_subscriber_send_latency_seconds_bucket{rpc="ReportCacheState_ack"'
 
 
 def bucket_quantile(before, after, q):
@@ -1191,11 +1201,15 @@ def main():
                     e.reset()
                 time.sleep(0.5)  # let the clear reach the index before the first lookup
                 ev0 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
+                rpc0 = eviction_buckets(ctx.get("sidecars", {}).get(name, []), RPC_SERIES)
+                ack0 = eviction_buckets(ctx.get("sidecars", {}).get(name, []), ACK_SERIES)
                 sl0 = serve_lookups(ctx.get("serve_http", {}).get(name))
                 es0 = [engine_sums(e.url) for e in engines]
                 rows = run_policy(name, engines, reqs, conc, ctx)
                 es1 = [engine_sums(e.url) for e in engines]
                 ev1 = eviction_buckets(ctx.get("sidecars", {}).get(name, []))
+                rpc1 = eviction_buckets(ctx.get("sidecars", {}).get(name, []), RPC_SERIES)
+                ack1 = eviction_buckets(ctx.get("sidecars", {}).get(name, []), ACK_SERIES)
                 time.sleep(0.3)  # the last request's KV events reach the taps
                 for r in rows:
                     try:
@@ -1235,8 +1249,11 @@ def main():
                 if hints_policy(name):
                     n, p50 = bucket_quantile(ev0, ev1, 0.5)
                     _, p99 = bucket_quantile(ev0, ev1, 0.99)
+                    _, rpc_p99 = bucket_quantile(rpc0, rpc1, 0.99)
+                    acks, ack_p99 = bucket_quantile(ack0, ack1, 0.99)
                     s.update(evictions=n, eviction_visible_p50_le_s=p50,
-                             eviction_visible_p99_le_s=p99)
+                             eviction_visible_p99_le_s=p99, eviction_rpc_p99_le_s=rpc_p99,
+                             stream_acks=acks, stream_ack_p99_le_s=ack_p99)
                     s.update(serve_lookup_delta(sl0, serve_lookups(ctx["serve_http"][name])))
                 report["runs"].append({"summary": s, "rows": rows})
                 print(json.dumps(s), flush=True)
