@@ -100,16 +100,33 @@ impl Chain {
     /// `tokens` (under `salt`): the engine's events have arrived. Probes with
     /// a prompt the replica already holds, so the hints it delivers claim
     /// nothing new.
+    ///
+    /// Each probe that answers otherwise is still a hint the server counts
+    /// as delivered (a request on its way to the replica it names, which
+    /// never arrives): printed, so a later step's claims can be read
+    /// against them.
     pub(crate) async fn wait_held(&self, i: usize, tokens: &[u32], salt: &str, want: i32) {
         let req = self.request(i, tokens, salt);
         let r = replica(i);
+        let early = std::sync::Mutex::new(Vec::new());
         self.wait_for(
             &req,
             Duration::from_secs(20),
             "stored blocks reach lookups",
-            |a| hint_for(a, &r).1 == want,
+            |a| {
+                let held = hint_for(a, &r).1 == want;
+                if !held {
+                    let top = a.replica_scores.first().map(|s| s.replica_id.clone());
+                    early.lock().unwrap().push((a.reason_code.clone(), top));
+                }
+                held
+            },
         )
         .await;
+        let early = early.into_inner().unwrap();
+        if !early.is_empty() {
+            eprintln!("wait_held {r}: probes answered before its blocks: {early:?}");
+        }
     }
 
     /// One LookupRoute.
