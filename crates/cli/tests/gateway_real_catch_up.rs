@@ -11,7 +11,8 @@
 //! then many fresh prompts that fill the 160-block cache and make the
 //! engine evict (each eviction is flushed to the index as the replay
 //! reaches it, D's stores with the first), D repeated between them so it
-//! stays cached, then the reset. The test polls the gateway's dry run for D
+//! stays cached, then the reset (and a tiny request: the engine publishes
+//! the reset's `AllBlocksCleared` only at its next step). The test polls the gateway's dry run for D
 //! from its start until a probe sent after the start is claimed (live
 //! events are applied after the replay), then sends D through it. Without
 //! the vLLM venv the test skips, unless INFERENCECACHE_REQUIRE_REAL_PARTS=1.
@@ -81,6 +82,10 @@ async fn a_fresh_gateway_claims_no_block_the_engine_dropped_before_it_started() 
         assert_eq!(cached, 10 * BLOCK as u64, "D stayed cached");
     }
     engine.reset_prefix_cache().await;
+    // vLLM publishes KV events once per scheduler step and an idle engine
+    // does not step: one tiny request puts the reset's AllBlocksCleared
+    // into the history (as bench/real-vllm does after every reset).
+    engine.complete(json!(ids(3, 8)), json!({})).await;
 
     let gw = Proc::start(&[
         "gateway",
