@@ -110,6 +110,14 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub startup_timeout: Duration,
 
+    /// How long the gateway ignores an engine's claims while the
+    /// in-process index replays the engine's KV-event history (blocks the
+    /// history later drops, e.g. at a prefix-cache reset, would otherwise be
+    /// claimed); requests go by load meanwhile (reason catching_up). Past
+    /// it, the claims are used on live events alone (a warning).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub catch_up_timeout: Duration,
+
     /// A running request's weight in the pick, in prompt tokens to prefill.
     #[arg(long, default_value_t = inferencecache_gateway::DEFAULT_DECODE_WEIGHT_TOKENS)]
     pub decode_weight_tokens: u64,
@@ -246,6 +254,7 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
     c.connect_timeout = a.connect_timeout;
     c.engine_idle_timeout = a.engine_idle_timeout;
     c.startup_timeout = a.startup_timeout;
+    c.catch_up_timeout = a.catch_up_timeout;
     c.decode_weight_tokens = a.decode_weight_tokens;
     c.duplicate_weight_pct = a.duplicate_weight_pct;
     c.intake_weight_pct = a.intake_weight_pct;

@@ -25,6 +25,8 @@ pub(crate) struct Attach {
     pub(crate) eviction_foresight: bool,
     /// The subscribers' report window.
     pub(crate) events_window: Duration,
+    /// How long an engine's claims wait for its history to reach the index.
+    pub(crate) catch_up_timeout: Duration,
 }
 
 impl std::fmt::Debug for Attach {
@@ -97,6 +99,8 @@ impl Attach {
             tracing::warn!(model = %model, "no tokenizer for this model (its directory is not local): give --tokenizer MODEL=DIR; routed by load only");
         }
         let Some(grpc) = self.index_grpc else {
+            // A remote index is followed by its own sidecars.
+            engine.indexed.set();
             return Ok(None);
         };
         let sources = discover::event_sources(&self.http, &engine.spec).await?;
@@ -105,6 +109,7 @@ impl Attach {
             replica_id: engine.spec.id.clone(),
             model,
             sources,
+            caught_up: engine.indexed.clone(),
         };
         let mut set = JoinSet::new();
         embedded::start_subscriber(
@@ -118,6 +123,7 @@ impl Attach {
         )
         .await
         .map_err(|e| e.to_string())?;
+        self.watch_catch_up(engine, cancel.clone());
         let id = engine.id.clone();
         Ok(Some(Box::pin(async move {
             while let Some(r) = set.join_next().await {
@@ -126,6 +132,31 @@ impl Attach {
                 }
             }
         })))
+    }
+
+    /// Logs when the engine's history reaches the index, or gives up
+    /// waiting after `catch_up_timeout` and uses its claims on live events
+    /// alone (loudly: they may name blocks dropped before the gateway
+    /// started until the engine evicts or restores them).
+    fn watch_catch_up(&self, engine: &Arc<Engine>, cancel: CancellationToken) {
+        let (signal, id, wait) = (
+            engine.indexed.clone(),
+            engine.id.clone(),
+            self.catch_up_timeout,
+        );
+        let started = std::time::Instant::now();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = signal.wait() => {
+                    tracing::info!(engine = %id, after_ms = started.elapsed().as_millis() as u64, "KV-event history indexed; hints for this engine count from now");
+                }
+                () = tokio::time::sleep(wait) => {
+                    tracing::warn!(engine = %id, waited_ms = wait.as_millis() as u64, "the engine's KV-event history has not reached the index (replay unanswered or the event endpoint unreachable); using its hints on live events from now: they may claim blocks it dropped before the gateway started");
+                    signal.set();
+                }
+            }
+        });
     }
 
     /// Reads the engine's KV pool from its `/metrics` and starts modelling

@@ -168,6 +168,10 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// How long discovery waits for the engines at startup.
     pub startup_timeout: Duration,
+    /// How long an engine's claims wait for its event history to reach the
+    /// in-process index (its subscriber's first replay) before the gateway
+    /// uses them anyway, on live events only (a warning).
+    pub catch_up_timeout: Duration,
 }
 
 impl GatewayConfig {
@@ -195,6 +199,7 @@ impl GatewayConfig {
             engine_admin: false,
             max_body_bytes: 32 << 20,
             startup_timeout: Duration::from_secs(120),
+            catch_up_timeout: DEFAULT_CATCH_UP_TIMEOUT,
         }
     }
 
@@ -244,6 +249,12 @@ pub const DEFAULT_DECODE_WEIGHT_TOKENS: u64 = 64;
 /// A copy that does not fit the other cache is charged the intake weight
 /// instead ([`crate::pick`]).
 pub const DEFAULT_DUPLICATE_WEIGHT_PCT: u64 = 50;
+
+/// `--catch-up-timeout`: a replay of a long event history takes seconds on a
+/// loaded host; one that has not reached the index in this long is taken to
+/// be stuck (the engine's replay socket unreachable, a subscriber that cannot
+/// connect), and the engine's claims are used on live events alone.
+pub const DEFAULT_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default `--events-window`: the sidecar's own. The gateway counts what it
 /// routed from dispatch ([`crate::pending`]), so a store reaching the index

@@ -18,6 +18,7 @@ use inferencecache_server::core::RankingMode;
 use inferencecache_server::route::LookupPipeline;
 use inferencecache_subscriber::forward::{ForwardConfig, Identity};
 use inferencecache_subscriber::mapping::MappingConfig;
+use inferencecache_subscriber::sequence::CaughtUpSignal;
 use inferencecache_subscriber::sidecar::{self, SidecarConfig};
 use inferencecache_subscriber::{DecodeOptions, TransportConfig, TupleLayout};
 use std::net::SocketAddr;
@@ -47,6 +48,8 @@ pub struct SubscriberSpec {
     pub model: String,
     /// Where it publishes.
     pub sources: EventSources,
+    /// Set once its event history is in the index.
+    pub caught_up: CaughtUpSignal,
 }
 
 /// Starts the index; its tasks end when `cancel` fires.
@@ -120,6 +123,7 @@ pub async fn start_subscriber(
             // routed before the index hears of it: `pending`); removals
             // are flushed as they arrive.
             window,
+            caught_up: Some(spec.caught_up.clone()),
             ..ForwardConfig::default()
         },
         stats: None,

@@ -11,6 +11,7 @@ use crate::config::EngineSpec;
 use crate::foresight::Foresight;
 use crate::pending::Pending;
 use crate::progress::Progress;
+use inferencecache_subscriber::sequence::CaughtUpSignal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -97,6 +98,11 @@ pub struct Engine {
     pub progress: Progress,
     /// What its answers said (the status page).
     pub stats: Stats,
+    /// Set once the index has its event history (the subscriber's first
+    /// replay applied and acknowledged, or the wait for it given up, or no
+    /// in-process index): until then the index may still list blocks the
+    /// engine has since dropped, and its claims for this engine are ignored.
+    pub indexed: CaughtUpSignal,
     /// Cancelled when it is removed (or the gateway stops): ends its
     /// attach loop and its KV-event subscriber.
     retired: CancellationToken,
@@ -174,6 +180,7 @@ impl Engine {
             foresight: Foresight::default(),
             progress: Progress::default(),
             stats: Stats::default(),
+            indexed: CaughtUpSignal::new(),
         }
     }
 

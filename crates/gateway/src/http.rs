@@ -139,6 +139,24 @@ struct Decision {
     first: Option<crate::engine::Dispatch>,
 }
 
+/// The hint reason of a lookup skipped, or emptied, because the engines'
+/// histories are not indexed yet.
+const CATCHING_UP: &str = "CATCHING_UP";
+
+/// Drops the candidates of engines whose history the index does not have
+/// yet; a hint left without candidates is no hint.
+fn without_unindexed(hint: &mut Hint, engines: &[Arc<Engine>]) {
+    let before = hint.candidates.len();
+    hint.candidates.retain(|c| {
+        !engines
+            .iter()
+            .any(|e| e.id == c.replica_id && !e.indexed.is_set())
+    });
+    if hint.candidates.is_empty() && before > 0 {
+        *hint = Hint::none(CATCHING_UP);
+    }
+}
+
 /// Parses, tokenizes, looks up and ranks; an `Err` is the answer to send.
 async fn decide(
     s: &Arc<Shared>,
@@ -162,6 +180,10 @@ async fn decide(
     let mut p = prompt::header_fields(&json);
     let (engines, keys) = eligible(s, &p.model);
     let mut chain = Vec::new();
+    // An engine whose event history is still on its way to the index may
+    // be listed with blocks it dropped since (a prefix-cache reset, an
+    // eviction the replay has not reached): its claims wait.
+    let catching_up = engines.iter().any(|e| !e.indexed.is_set());
     let (hint, tokens_len, seed) = match &keys {
         None => {
             s.metrics.fallback("unknown_model");
@@ -197,13 +219,22 @@ async fn decide(
                         tokens: &p.tokens,
                         cache_salt: p.cache_salt.as_deref(),
                     };
-                    let t = Instant::now();
-                    let hint = s.hints.lookup(&q, s.block_size, s.lookup_timeout).await;
-                    s.metrics.lookup(&hint.reason, t.elapsed().as_secs_f64());
+                    let hint = if engines.iter().any(|e| e.indexed.is_set()) {
+                        let t = Instant::now();
+                        let mut hint = s.hints.lookup(&q, s.block_size, s.lookup_timeout).await;
+                        s.metrics.lookup(&hint.reason, t.elapsed().as_secs_f64());
+                        if catching_up {
+                            without_unindexed(&mut hint, &engines);
+                        }
+                        hint
+                    } else {
+                        Hint::none(CATCHING_UP)
+                    };
                     if hint.candidates.is_empty() {
                         s.metrics.fallback(match hint.reason.as_str() {
                             "TIMEOUT" | "DEADLINE_EXCEEDED" => "timeout",
                             "UNAVAILABLE" => "hint_server_unavailable",
+                            CATCHING_UP => "catching_up",
                             _ => "no_hint",
                         });
                     }
@@ -225,7 +256,10 @@ async fn decide(
     };
     let (choices, reason, first) = {
         let _one = s.placing.lock().unwrap_or_else(|e| e.into_inner());
-        let (choices, reason) = pick::rank(&engines, &hint, &req, &s.weights);
+        let (choices, mut reason) = pick::rank(&engines, &hint, &req, &s.weights);
+        if catching_up && reason == PickReason::LeastLoaded {
+            reason = PickReason::CatchingUp;
+        }
         let first = choices.first().filter(|_| forwarding).map(|c| {
             c.engine
                 .dispatch_prompt(c.uncached, &chain, c.reusable + c.uncached)

@@ -44,9 +44,9 @@ pub mod upstream;
 pub mod usage;
 
 pub use config::{
-    DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT, DEFAULT_ENGINE_IDLE_TIMEOUT,
-    DEFAULT_EVENTS_WINDOW, DEFAULT_INTAKE_WEIGHT_PCT, DEFAULT_TENANT, EmbeddedIndex, EngineSpec,
-    GatewayConfig, HintMode,
+    DEFAULT_CATCH_UP_TIMEOUT, DEFAULT_DECODE_WEIGHT_TOKENS, DEFAULT_DUPLICATE_WEIGHT_PCT,
+    DEFAULT_ENGINE_IDLE_TIMEOUT, DEFAULT_EVENTS_WINDOW, DEFAULT_INTAKE_WEIGHT_PCT, DEFAULT_TENANT,
+    EmbeddedIndex, EngineSpec, GatewayConfig, HintMode,
 };
 pub use error::GatewayError;
 
@@ -161,6 +161,7 @@ impl Gateway {
             index_grpc: index.map(|i| i.grpc),
             eviction_foresight: config.eviction_foresight,
             events_window: config.events_window,
+            catch_up_timeout: config.catch_up_timeout,
         };
         let mut pending = JoinSet::new();
         for e in &engines {

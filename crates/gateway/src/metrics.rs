@@ -145,7 +145,7 @@ impl Metrics {
             m.duration.clone(),
         );
         r.register("time_to_first_token_seconds", "Time from the request's arrival to the engine's first response byte, by route and worker", m.ttft.clone());
-        r.register("routing_decisions", "Why each request went where it went: prefix_match, affinity, least_loaded, load_override", m.decisions.clone());
+        r.register("routing_decisions", "Why each request went where it went: prefix_match, pending_match, affinity, least_loaded, load_override, catching_up", m.decisions.clone());
         r.register("hint_lookups", "Hint lookups by reason code (the contract's codes; DEADLINE_EXCEEDED / UNAVAILABLE from the SDK)", m.lookups.clone());
         r.register(
             "hint_lookup_duration_seconds",

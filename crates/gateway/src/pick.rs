@@ -136,6 +136,9 @@ pub enum PickReason {
     LeastLoaded,
     /// A hint named another engine, whose load made it the costlier one.
     LoadOverride,
+    /// By load, while an engine's KV-event history is still on its way to
+    /// the index (its claims are not used yet; set by the caller).
+    CatchingUp,
 }
 
 impl PickReason {
@@ -147,6 +150,7 @@ impl PickReason {
             Self::Affinity => "affinity",
             Self::LeastLoaded => "least_loaded",
             Self::LoadOverride => "load_override",
+            Self::CatchingUp => "catching_up",
         }
     }
 }

@@ -61,6 +61,13 @@ pub struct Prompt {
     pub no_tokens: Option<&'static str>,
 }
 
+/// Text for the tokenizer's warm-up: words, digits, punctuation and
+/// whitespace runs, as prompts mix them.
+const WARM_UP_TEXT: &str = "You are a helpful assistant. Answer the question below in \
+    2-3 sentences; cite sources (e.g. [1], [2]) where you can.\n\n  Question 42: \
+    What's the capital of France, and how many people lived there in 1999?\t\
+    {\"key\": \"value\", \"n\": 3.14}  <tag>ÄÖÜ ß café naïve — “quoted” 東京 😀</tag>";
+
 /// Tokenizers by base model name (filled as engines are discovered).
 #[derive(Debug, Default)]
 pub struct Tokenizers {
@@ -77,9 +84,17 @@ impl Tokenizers {
     pub fn load(&self, model: &str, dir: &Path) -> Result<(), String> {
         // The server's prefix cache: a re-sent conversation (the next turn
         // of a chat) reuses the ids of the part it already encoded.
-        let t = ChatTokenizer::load(model, dir)
-            .map_err(|e| e.to_string())?
-            .with_prefix_cache(DEFAULT_BUDGET_BYTES, &PrefixCacheMetrics::default());
+        let t = ChatTokenizer::load(model, dir).map_err(|e| e.to_string())?;
+        // The first render and encode of a process paid its one-off costs
+        // (the template's first evaluation, the encoder's first pages and
+        // caches): 4-40 ms on the first request of a fresh gateway on the
+        // loaded benchmark host, against 2-10 ms for other cold prompts.
+        // Paid here, at attach, off the request path; before the prefix
+        // cache exists, so it keeps nothing of this text.
+        if let Err(e) = t.encode_chat(WARM_UP_TEXT) {
+            tracing::debug!(model, error = %e, "tokenizer warm-up failed");
+        }
+        let t = t.with_prefix_cache(DEFAULT_BUDGET_BYTES, &PrefixCacheMetrics::default());
         if let Ok(mut m) = self.by_model.write() {
             m.insert(model.to_owned(), Arc::new(t));
         }

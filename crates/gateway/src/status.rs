@@ -33,6 +33,7 @@ fn engine_row(e: &Engine) -> Value {
         "id": e.id.as_ref(),
         "url": e.spec.url,
         "healthy": e.healthy(),
+        "indexed": e.indexed.is_set(),
         "in_flight": e.in_flight(),
         "pending_prefill_tokens": e.pending_prefill(),
         "pending_prefix_blocks": e.pending.len(),

@@ -24,6 +24,56 @@
 //! has an id; answers to an abandoned replay are ignored.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a subscriber's engine history has reached its server: every
+/// rank's first [`Action::CaughtUp`] handled and everything up to it
+/// acknowledged by the server (so a lookup there no longer sees stores that
+/// the history's later events remove). Set once, never cleared: after that
+/// the server follows live events, and a later restart is a clear
+/// acknowledged before anything after it. Cheap to clone and to read.
+#[derive(Debug, Clone, Default)]
+pub struct CaughtUpSignal(Arc<CaughtUpInner>);
+
+#[derive(Debug, Default)]
+struct CaughtUpInner {
+    set: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl CaughtUpSignal {
+    /// Not set yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets it (idempotent) and wakes every [`CaughtUpSignal::wait`].
+    pub fn set(&self) {
+        if !self.0.set.swap(true, Ordering::AcqRel) {
+            self.0.notify.notify_waiters();
+        }
+    }
+
+    /// Whether it is set.
+    pub fn is_set(&self) -> bool {
+        self.0.set.load(Ordering::Acquire)
+    }
+
+    /// Returns once it is set.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a `set` in between still wakes it.
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
 
 /// Identifies one replay request; answers carrying another id are stale.
 pub type ReplayId = u64;
@@ -90,6 +140,13 @@ pub enum Action<P> {
     /// after every in-order live message and at the end of every replay;
     /// [`Mapping::drop_pending`](crate::Mapping::drop_pending) is O(1) when
     /// nothing is held.
+    ///
+    /// The first one after [`Sequencer::start`] also says the engine's
+    /// history is applied: the replay from 0 ended, failed or timed out
+    /// (whatever it did not deliver is lost), or there is no replay endpoint
+    /// (then there is no history to apply). Until then the state holds
+    /// stores the history may still undo (a later eviction, a prefix-cache
+    /// reset): [`CaughtUpSignal`] carries that moment to a router.
     CaughtUp,
 }
 

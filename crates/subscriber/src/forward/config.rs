@@ -35,6 +35,10 @@ pub struct ForwardConfig {
     /// `--server-token-file`: bearer token for `--producer-auth token`,
     /// re-read on every reconnect.
     pub token_file: Option<std::path::PathBuf>,
+    /// Set once every rank's event history is applied and acknowledged by
+    /// the server (not in bus mode); a router ignores this replica's claims
+    /// until then.
+    pub caught_up: Option<crate::sequence::CaughtUpSignal>,
 }
 
 impl Default for ForwardConfig {
@@ -58,6 +62,7 @@ impl Default for ForwardConfig {
             stream_buffer: 64,
             bus: None,
             token_file: None,
+            caught_up: None,
         }
     }
 }

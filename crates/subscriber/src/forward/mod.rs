@@ -256,7 +256,14 @@ pub async fn run(
     let mut tick = tokio::time::interval(fw.config.window);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut updates: Vec<Update> = Vec::new();
+    let mut history = History::new(
+        fw.config.caught_up.clone(),
+        transports.iter().map(|(rank, _)| *rank),
+    );
     loop {
+        if history.due() && fw.connected {
+            fw.confirm_history(&mut history).await;
+        }
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
@@ -271,6 +278,7 @@ pub async fn run(
             d = deliveries.recv() => {
                 let Some(d) = d else { break };
                 let received = Instant::now();
+                history.delivered(&d);
                 updates.clear();
                 state.handle(&d, &mut updates);
                 let (tracked, pending) = state.mappings().fold((0, 0), |(t, p), (_, m)| {
@@ -368,7 +376,62 @@ pub async fn run(
     Ok(())
 }
 
+/// Whether every rank's history (its first [`Delivery::CaughtUp`]) has
+/// been applied, and whether the server has acknowledged it yet.
+struct History {
+    signal: Option<crate::sequence::CaughtUpSignal>,
+    waiting: std::collections::BTreeSet<u32>,
+}
+
+impl History {
+    fn new(
+        signal: Option<crate::sequence::CaughtUpSignal>,
+        ranks: impl Iterator<Item = u32>,
+    ) -> Self {
+        Self {
+            signal: signal.filter(|s| !s.is_set()),
+            waiting: ranks.collect(),
+        }
+    }
+
+    fn delivered(&mut self, d: &Delivery) {
+        if let Delivery::CaughtUp { rank } = d {
+            self.waiting.remove(rank);
+        }
+    }
+
+    /// Applied everywhere, not yet confirmed.
+    fn due(&self) -> bool {
+        self.waiting.is_empty() && self.signal.as_ref().is_some_and(|s| !s.is_set())
+    }
+}
+
 impl Forwarder {
+    /// Sends what is buffered and waits for the server's acknowledgement of
+    /// everything sent (evictions drained, the report stream's `Ack`): then
+    /// the history is in the server's index and the signal is set. A
+    /// failure disconnects; the resync that follows sends the whole state,
+    /// and the next loop turn confirms again.
+    async fn confirm_history(&mut self, history: &mut History) {
+        self.flush().await;
+        if !self.connected {
+            return;
+        }
+        let acked = async {
+            self.evictions.drain_all().await?;
+            self.close_stream().await
+        }
+        .await;
+        match acked {
+            Ok(()) => {
+                if let Some(s) = history.signal.take() {
+                    s.set();
+                }
+            }
+            Err(e) => self.disconnect(e),
+        }
+    }
+
     /// The engine is gone or hung (its metrics dead past the grace): the
     /// server drops every block of the replica (`ALL_CLEARED`, ordered after
     /// whatever is in flight), so no hint sends requests to it.

@@ -1,0 +1,149 @@
+//! The caught-up signal (`ForwardConfig::caught_up`): set once the engine's
+//! event history (the first replay) is in the server, acknowledged, so a
+//! router that waits for it never sees blocks the history itself drops.
+//! Real parts: the ZMQ engine publisher (PUB + replay ROUTER) and the real
+//! server in-process on loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "common/engine.rs"]
+mod engine;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use inferencecache_proto::v1alpha1::LookupRouteRequest;
+use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
+use inferencecache_server::config::ListenAddr;
+use inferencecache_server::{Server, ServerConfig};
+use inferencecache_subscriber::mapping::MappingConfig;
+use inferencecache_subscriber::sequence::CaughtUpSignal;
+use inferencecache_subscriber::sidecar;
+use rmpv::Value;
+use tokio_util::sync::CancellationToken;
+
+use common::*;
+use engine::FakeEngine;
+
+const REPLICA: &str = "replica-a";
+
+fn stored(base: u64, n: u64, parent: Option<u64>, first_token: u32) -> Value {
+    let hashes: Vec<u64> = (base..base + n).collect();
+    vllm_stored(
+        &hashes,
+        parent,
+        first_token..first_token + 16 * n as u32,
+        16,
+    )
+}
+
+async fn publish(engine: &mut FakeEngine, events: Vec<Value>) {
+    engine
+        .publish_raw(Bytes::from(vllm_batch(1.0, events)), false)
+        .await;
+}
+
+/// Matched tokens of our replica for `tokens` (plus one last token).
+async fn matched(grpc: SocketAddr, tokens: std::ops::Range<u32>) -> i32 {
+    let mut c = InferenceCacheClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let r = c
+        .lookup_route(LookupRouteRequest {
+            model_id: "m".into(),
+            tenant_id: "t".into(),
+            hash_scheme: "vllm".into(),
+            token_ids: tokens.chain(std::iter::once(7)).collect(),
+            ..LookupRouteRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.replica_scores
+        .iter()
+        .find(|s| s.replica_id == REPLICA && r.reason_code == "PREFIX_MATCH")
+        .map_or(0, |s| s.matched_tokens)
+}
+
+async fn server(cancel: &CancellationToken) -> SocketAddr {
+    let mut config = ServerConfig::ephemeral();
+    config.grpc_addr = ListenAddr(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let server = Server::bind(&config).await.expect("bind");
+    let grpc = server.grpc_addr();
+    tokio::spawn(server.serve(cancel.clone()));
+    grpc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signal_comes_once_the_history_is_in_the_server() {
+    let cancel = CancellationToken::new();
+    let grpc = server(&cancel).await;
+    let mut engine = FakeEngine::start("kv-events", true).await;
+    // D (tokens 0..160), then a long churn whose evictions are flushed one
+    // by one as the replay reaches them (D's stores go with the first),
+    // then a prefix-cache reset, then P (tokens 5000..5064).
+    publish(&mut engine, vec![stored(1, 10, None, 0)]).await;
+    for i in 0..300u64 {
+        let base = 1_000 + 2 * i;
+        let mut events = vec![stored(base, 2, None, 10_000 + 32 * i as u32)];
+        if i > 0 {
+            events.push(vllm_removed(&[base - 2, base - 1], "GPU"));
+        }
+        publish(&mut engine, events).await;
+    }
+    publish(
+        &mut engine,
+        vec![map(vec![("type", s("AllBlocksCleared"))])],
+    )
+    .await;
+    publish(&mut engine, vec![stored(9_000, 4, None, 5_000)]).await;
+
+    let signal = CaughtUpSignal::new();
+    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
+    config.forward.caught_up = Some(signal.clone());
+    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), signal.wait())
+        .await
+        .expect("caught up");
+    // Nothing left to wait for: the server has the history's end state.
+    assert_eq!(matched(grpc, 0..160).await, 0, "D was dropped by the reset");
+    assert_eq!(matched(grpc, 5_000..5_064).await, 64, "P is held");
+    cancel.cancel();
+    let _ = sc.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_replay_still_ends_the_wait() {
+    let cancel = CancellationToken::new();
+    let grpc = server(&cancel).await;
+    // The ROUTER never answers: the replay times out (2 s here), and the
+    // engine is followed on live events from then on.
+    let engine = FakeEngine::start("kv-events", false).await;
+    let signal = CaughtUpSignal::new();
+    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
+    config.forward.caught_up = Some(signal.clone());
+    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), signal.wait())
+        .await
+        .expect("caught up after the replay timed out");
+    cancel.cancel();
+    let _ = sc.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_replay_endpoint_there_is_no_history_to_wait_for() {
+    let cancel = CancellationToken::new();
+    let grpc = server(&cancel).await;
+    let engine = FakeEngine::start("kv-events", true).await;
+    let signal = CaughtUpSignal::new();
+    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
+    config.transport.replay_endpoint = None;
+    config.forward.caught_up = Some(signal.clone());
+    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), signal.wait())
+        .await
+        .expect("caught up at once");
+    cancel.cancel();
+    let _ = sc.wait().await;
+}
