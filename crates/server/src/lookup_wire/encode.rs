@@ -68,6 +68,22 @@ impl WireAnswer {
         });
     }
 
+    /// The answer as one gRPC message on the wire: the 5-byte prefix
+    /// (uncompressed, big-endian length) and the message, written into a
+    /// recycled buffer (`answer_buffers`: 64 scores are over glibc's thread
+    /// cache) that goes back to its pool once sent; the scores' buffer goes
+    /// back to the thread for the next answer (issue 36). The bytes tonic's
+    /// server encoder sends for the same answer (`lookup_wire/tests.rs`).
+    pub fn into_framed(self) -> bytes::Bytes {
+        let mut out = crate::answer_buffers::take();
+        out.extend_from_slice(&[0; 5]);
+        self.encode_to(&mut out);
+        let len = u32::try_from(out.len() - 5).unwrap_or(u32::MAX);
+        out[1..5].copy_from_slice(&len.to_be_bytes());
+        inferencecache_index::recycle_scores(self.outcome.scores);
+        crate::answer_buffers::freeze(out)
+    }
+
     /// Appends the encoded message to `out`.
     fn encode_to(&self, out: &mut Vec<u8>) {
         let o = &self.outcome;

@@ -149,6 +149,10 @@ proptest! {
         let mut got = Vec::new();
         answer.encode(&mut got);
         prop_assert_eq!(answer.encoded_len(), got.len());
+        // On the lean route: the same message behind gRPC's prefix.
+        let framed = answer.into_framed();
+        prop_assert_eq!(&framed[..5], &[&[0u8][..], &(want.len() as u32).to_be_bytes()].concat()[..]);
+        prop_assert_eq!(&framed[5..], &want[..]);
         prop_assert_eq!(got, want);
     }
 }
