@@ -195,7 +195,7 @@ fn hold(core: &crate::core::Core, replica: &str, blocks: usize, chain: &[Bytes])
         tenant_id: "t".into(),
         hash_scheme: "vllm".into(),
         prefixes: vec![pb::PrefixEntry {
-            block_hashes: chain[..blocks].to_vec(),
+            block_hashes: chain[..blocks].iter().map(|b| b.to_vec()).collect(),
             block_token_counts: vec![16; blocks],
             ..Default::default()
         }],
