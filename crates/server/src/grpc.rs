@@ -12,7 +12,7 @@ use tonic::transport::server::Router;
 /// Builds the gRPC router with every service registered. Request messages
 /// longer than `max_message_bytes` are refused with RESOURCE_EXHAUSTED
 /// (`grpc_limits`); `refused` counts them. LookupRoute is served by
-/// `grpc_lookup` in front of the router, inside the size limit.
+/// `grpc_lookup` in front of the router, with the same size limit.
 pub(crate) async fn router(
     service: InferenceCacheService,
     max_message_bytes: usize,
@@ -20,8 +20,8 @@ pub(crate) async fn router(
 ) -> Result<
     Router<
         tower::layer::util::Stack<
-            LookupRouteLayer,
-            tower::layer::util::Stack<MessageLimitLayer, tower::layer::util::Identity>,
+            MessageLimitLayer,
+            tower::layer::util::Stack<LookupRouteLayer, tower::layer::util::Identity>,
         >,
     >,
     ServeError,
@@ -43,12 +43,17 @@ pub(crate) async fn router(
 
     // TLS, when on, is terminated in front of the router (crate::tls), so the
     // certificate can be reloaded without restarting the server.
+    // LookupRoute's route is the outer layer: it checks its bodies against
+    // the size limit itself (one boxed body per call fewer); every other
+    // request gets the limit's layer behind it.
+    let limit = MessageLimitLayer::new(max_message_bytes, refused);
     Ok(Server::builder()
-        .layer(MessageLimitLayer::new(max_message_bytes, refused))
         .layer(LookupRouteLayer::new(
             service.clone(),
+            limit.clone(),
             max_message_bytes.saturating_add(1),
         ))
+        .layer(limit)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

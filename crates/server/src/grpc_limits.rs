@@ -38,6 +38,30 @@ impl MessageLimitLayer {
     }
 }
 
+impl MessageLimitLayer {
+    /// `body` checked as this layer checks every request body (for a
+    /// route in front of the layer: `grpc_lookup`).
+    pub(crate) fn limit(&self, body: tonic::body::Body) -> tonic::body::Body {
+        tonic::body::Body::new(LimitedBody {
+            inner: body,
+            scan: PrefixScan::new(self.max),
+            refused: self.refused.clone(),
+        })
+    }
+
+    /// A new scan of one request's message prefixes against the limit.
+    pub(crate) fn scan(&self) -> PrefixScan {
+        PrefixScan::new(self.max)
+    }
+
+    /// The refusal of a message declaring `len` bytes, counted: what a
+    /// limited body fails with.
+    pub(crate) fn refuse(&self, len: usize) -> Status {
+        self.refused.inc();
+        GrpcError::MessageTooLarge { len, max: self.max }.into()
+    }
+}
+
 impl<S> Layer<S> for MessageLimitLayer {
     type Service = MessageLimit<S>;
 
@@ -84,7 +108,7 @@ where
 
 /// Tracks where the message prefixes are in the byte stream.
 #[derive(Debug, Clone, Copy)]
-struct PrefixScan {
+pub(crate) struct PrefixScan {
     max: usize,
     /// Bytes of the current message body still to pass.
     skip: usize,
@@ -103,7 +127,7 @@ impl PrefixScan {
     }
 
     /// Feeds one chunk; `Err(len)` for the first message longer than `max`.
-    fn feed(&mut self, mut chunk: &[u8]) -> Result<(), usize> {
+    pub(crate) fn feed(&mut self, mut chunk: &[u8]) -> Result<(), usize> {
         while !chunk.is_empty() {
             if self.skip > 0 {
                 let n = self.skip.min(chunk.len());

@@ -65,6 +65,7 @@ mod templates;
 mod watch;
 
 // Leaves: metrics, limits, errors and small shared types.
+mod answer_buffers;
 mod auth;
 mod block_size;
 pub mod caller_loads;

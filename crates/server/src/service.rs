@@ -85,24 +85,25 @@ impl InferenceCacheService {
 impl InferenceCacheService {
     /// [`Self::lookup_wire`] answered without waiting, when nothing in it
     /// waits: no consumer auth (its review may call the API server) and no
-    /// `prompt_text` (the tokenizer); `None` otherwise.
+    /// `prompt_text` (the tokenizer); `None` otherwise. `caller_timeout` is
+    /// the request's `grpc-timeout` ([`grpc_timeout`]).
     pub(crate) fn lookup_now(
         &self,
-        request: &Request<crate::lookup_wire::WireLookup>,
-    ) -> Option<Result<Response<crate::lookup_wire::WireAnswer>, Status>> {
+        req: &crate::lookup_wire::WireLookup,
+        caller_timeout: Option<Duration>,
+    ) -> Option<crate::lookup_wire::WireAnswer> {
         if self.producers.is_some() {
             return None;
         }
-        let req = request.get_ref();
         let hashes = req.hash_slices();
         let outcome = self
             .core
             .pipeline
-            .route_now(&req.route_request(&hashes), caller_timeout(request))?;
-        Some(Ok(Response::new(crate::lookup_wire::WireAnswer::new(
+            .route_now(&req.route_request(&hashes), caller_timeout)?;
+        Some(crate::lookup_wire::WireAnswer::new(
             outcome,
             req.adapter_id(),
-        ))))
+        ))
     }
 
     /// LookupRoute as `grpc_lookup` serves it: the generated handler's
@@ -110,7 +111,7 @@ impl InferenceCacheService {
     pub(crate) async fn lookup_wire(
         &self,
         request: Request<crate::lookup_wire::WireLookup>,
-    ) -> Result<Response<crate::lookup_wire::WireAnswer>, Status> {
+    ) -> Result<crate::lookup_wire::WireAnswer, Status> {
         self.consumer_check(&request).await?;
         let caller_timeout = caller_timeout(&request);
         let req = request.get_ref();
@@ -120,20 +121,24 @@ impl InferenceCacheService {
             .pipeline
             .route(&req.route_request(&hashes), caller_timeout)
             .await;
-        Ok(Response::new(crate::lookup_wire::WireAnswer::new(
+        Ok(crate::lookup_wire::WireAnswer::new(
             outcome,
             req.adapter_id(),
-        )))
+        ))
     }
 }
 
 /// The caller's deadline (`grpc-timeout`), when it sent one.
-fn caller_timeout<T>(request: &Request<T>) -> Option<Duration> {
-    request
-        .metadata()
+pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    headers
         .get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout)
+}
+
+/// The caller's deadline of a request, when it sent one.
+fn caller_timeout<T>(request: &Request<T>) -> Option<Duration> {
+    grpc_timeout(request.metadata().as_ref())
 }
 
 /// RESOURCE_EXHAUSTED for an update from a new replica past the limit.

@@ -68,6 +68,22 @@ impl WireAnswer {
         });
     }
 
+    /// The answer as one gRPC message on the wire: the 5-byte prefix
+    /// (uncompressed, big-endian length) and the message, written into a
+    /// recycled buffer (`answer_buffers`: 64 scores are over glibc's thread
+    /// cache) that goes back to its pool once sent; the scores' buffer goes
+    /// back to the thread for the next answer (issue 36). The bytes tonic's
+    /// server encoder sends for the same answer (`lookup_wire/tests.rs`).
+    pub fn into_framed(self) -> bytes::Bytes {
+        let mut out = crate::answer_buffers::take();
+        out.extend_from_slice(&[0; 5]);
+        self.encode_to(&mut out);
+        let len = u32::try_from(out.len() - 5).unwrap_or(u32::MAX);
+        out[1..5].copy_from_slice(&len.to_be_bytes());
+        inferencecache_index::recycle_scores(self.outcome.scores);
+        crate::answer_buffers::freeze(out)
+    }
+
     /// Appends the encoded message to `out`.
     fn encode_to(&self, out: &mut Vec<u8>) {
         let o = &self.outcome;
@@ -78,16 +94,24 @@ impl WireAnswer {
             let at = out.len();
             out.push(0);
             put_str_vec(1, o.names.name(s.replica).as_bytes(), out);
-            // The numeric fields on the stack, then one fixed-size copy
-            // (inlined moves) cut to their length: pushed one by one they
-            // were ~8 capacity checks a score (issue 36, session 45).
-            let mut tail = Tail::default();
+            // The numeric fields written in place into room made with one
+            // fixed-size extend, then cut to their length: pushed one by one
+            // they were ~8 capacity checks a score (issue 36, session 45).
+            // Written on the stack and copied, the copy's wide loads waited
+            // on the byte stores just made (a failed store forward: half of
+            // this function's time at 64 replicas, session 46).
+            let start = out.len();
+            out.extend_from_slice(&[0; TAIL_BYTES]);
+            let mut tail = Tail {
+                b: &mut out[start..],
+                n: 0,
+            };
             tail.float(2, s.score);
             tail.int(3, i64::from(s.matched_tokens));
             tail.float(4, hit_prob(s));
             tail.int(5, i64::from(s.tier.to_wire()));
-            out.extend_from_slice(&tail.b);
-            out.truncate(out.len() - (TAIL_BYTES - tail.n));
+            let n = tail.n;
+            out.truncate(start + n);
             let n = out.len() - at - 1;
             if n < 0x80 {
                 out[at] = n as u8;
@@ -119,22 +143,14 @@ impl WireAnswer {
 /// two varints (key + up to 10).
 const TAIL_BYTES: usize = 2 * 5 + 2 * 11;
 
-/// A score's numeric fields, encoded on the stack.
-struct Tail {
-    b: [u8; TAIL_BYTES],
+/// A score's numeric fields, encoded into the answer's room for them
+/// ([`TAIL_BYTES`] long).
+struct Tail<'a> {
+    b: &'a mut [u8],
     n: usize,
 }
 
-impl Default for Tail {
-    fn default() -> Self {
-        Self {
-            b: [0; TAIL_BYTES],
-            n: 0,
-        }
-    }
-}
-
-impl Tail {
+impl Tail<'_> {
     fn byte(&mut self, v: u8) {
         self.b[self.n] = v;
         self.n += 1;
@@ -187,13 +203,22 @@ fn put_varint_vec(v: u64, out: &mut Vec<u8>) {
     if v < 0x80 {
         out.push(v as u8);
     } else {
-        let mut b = [0u8; 10];
-        let n = varint_into(v, &mut b);
-        // All ten bytes (a fixed-size copy, inlined), then cut to the
-        // varint: a copy of `n` bytes was a `memcpy` call per matched-tokens
-        // field, 2 % of a 64-replica lookup (issue 36, session 45).
-        out.extend_from_slice(&b);
-        out.truncate(out.len() - (10 - n));
+        // Room for the longest varint (a fixed-size extend, inlined), the
+        // bytes written in place, then cut to the varint: a copy of `n`
+        // bytes was a `memcpy` call per matched-tokens field, 2 % of a
+        // 64-replica lookup (issue 36, session 45), and a copy from the
+        // stack waits on the byte stores (session 46).
+        let start = out.len();
+        out.extend_from_slice(&[0; 10]);
+        let mut v = v;
+        let mut i = start;
+        while v >= 0x80 {
+            out[i] = (v as u8) | 0x80;
+            v >>= 7;
+            i += 1;
+        }
+        out[i] = v as u8;
+        out.truncate(i + 1);
     }
 }
 

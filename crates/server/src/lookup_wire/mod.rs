@@ -19,6 +19,12 @@ use inferencecache_proto::codec::CALL_BUFFER_BYTES;
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
+/// An undecodable request: `INVALID_ARGUMENT`, with the contract codec's
+/// message.
+pub fn decode_status(e: WireError) -> Status {
+    Status::invalid_argument(format!("request is not a valid protobuf message: {e}"))
+}
+
 /// The buffers of one call, as the contract codec's.
 fn buffer_settings() -> BufferSettings {
     BufferSettings::new(CALL_BUFFER_BYTES, 32 * 1024)
@@ -76,9 +82,7 @@ impl Decoder for LookupDecoder {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<WireLookup>, Status> {
         let raw = src.copy_to_bytes(src.remaining());
-        WireLookup::decode(raw).map(Some).map_err(|e| {
-            Status::invalid_argument(format!("request is not a valid protobuf message: {e}"))
-        })
+        WireLookup::decode(raw).map(Some).map_err(decode_status)
     }
 
     fn buffer_settings(&self) -> BufferSettings {

@@ -149,6 +149,10 @@ proptest! {
         let mut got = Vec::new();
         answer.encode(&mut got);
         prop_assert_eq!(answer.encoded_len(), got.len());
+        // On the lean route: the same message behind gRPC's prefix.
+        let framed = answer.into_framed();
+        prop_assert_eq!(&framed[..5], &[&[0u8][..], &(want.len() as u32).to_be_bytes()].concat()[..]);
+        prop_assert_eq!(&framed[5..], &want[..]);
         prop_assert_eq!(got, want);
     }
 }
@@ -171,4 +175,77 @@ fn refuses_a_string_that_is_not_utf8() {
     let bytes = [0x0a, 2, 0xc3, 0x28];
     assert!(WireLookup::decode(Bytes::copy_from_slice(&bytes)).is_err());
     agree(&bytes).unwrap();
+}
+
+/// A lookup answered by the pipeline over a real index (its names are the
+/// index's published table).
+fn indexed_outcome(core: &crate::core::Core, req: &pb::LookupRouteRequest) -> RouteOutcome {
+    let bytes = req.encode_to_vec();
+    let wire = WireLookup::decode(Bytes::from(bytes)).unwrap();
+    let hashes = wire.hash_slices();
+    core.pipeline
+        .route_now(&wire.route_request(&hashes), None)
+        .unwrap()
+}
+
+fn hold(core: &crate::core::Core, replica: &str, blocks: usize, chain: &[Bytes]) {
+    let update = pb::CacheStateUpdate {
+        replica_id: replica.into(),
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        prefixes: vec![pb::PrefixEntry {
+            block_hashes: chain[..blocks].iter().map(|b| b.to_vec()).collect(),
+            block_token_counts: vec![16; blocks],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert!(core.ingest(&crate::convert::update_from_proto(update)));
+}
+
+/// A real index's answers framed as prost encodes them: names of many
+/// lengths (one past a one-byte score length), each answer twice (the
+/// second over recycled buffers), and again after a replica joins (a new
+/// names table).
+#[test]
+fn names_kept_encoded_per_table_encode_as_prost() {
+    let core = crate::core::Core::with_defaults();
+    let chain: Vec<Bytes> = (0..8u64)
+        .map(|i| Bytes::copy_from_slice(&(0xB10C_0000 + i).to_be_bytes()))
+        .collect();
+    let names = [
+        "r".to_string(),
+        "replica-1".into(),
+        "x".repeat(29),
+        "y".repeat(30),
+        "z".repeat(31),
+        "w".repeat(200),
+    ];
+    for (i, n) in names.iter().enumerate() {
+        hold(&core, n, i + 1, &chain);
+    }
+    let req = pb::LookupRouteRequest {
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        block_hashes: chain.clone(),
+        block_token_counts: vec![16; 8],
+        ..Default::default()
+    };
+    let check = |expect_replicas: usize| {
+        for _ in 0..2 {
+            let outcome = indexed_outcome(&core, &req);
+            assert!(
+                outcome.scores.len() >= expect_replicas.min(2),
+                "{outcome:?}"
+            );
+            let want = crate::convert::route_response(outcome.clone(), &req).encode_to_vec();
+            let framed = WireAnswer::new(outcome, "").into_framed();
+            assert_eq!(&framed[5..], &want[..]);
+        }
+    };
+    check(names.len());
+    hold(&core, "a-new-replica", 8, &chain);
+    check(names.len() + 1);
 }
