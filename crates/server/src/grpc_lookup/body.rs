@@ -1,4 +1,4 @@
-//! The two bodies of LookupRoute's own route: the answer (one framed
+//! One body type serves LookupRoute's own route twice: the answer (one framed
 //! message, then the `grpc-status: 0` trailers, as tonic's server encoder
 //! sends them) and a request body replayed from what was already read, for
 //! a request the lean path hands to tonic's general unary path.
@@ -10,47 +10,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tonic::Status;
 
-/// One gRPC message (prefix included), then the OK trailers.
-#[derive(Debug)]
-pub(super) struct AnswerBody {
-    data: Option<Bytes>,
-    ended: bool,
-}
-
-impl AnswerBody {
-    /// `framed` is the whole message with its 5-byte prefix.
-    pub(super) fn new(framed: Bytes) -> Self {
-        Self {
-            data: Some(framed),
-            ended: false,
-        }
-    }
-}
-
-impl Body for AnswerBody {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        if let Some(data) = self.data.take() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        self.ended = true;
-        // What `Status::ok("")` writes: the code alone.
-        let mut trailers = HeaderMap::with_capacity(1);
-        trailers.insert(Status::GRPC_STATUS, http::HeaderValue::from_static("0"));
-        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.ended
-    }
+/// One gRPC message (prefix included), then the OK trailers: a body with
+/// nothing left to read but its end, so it is a [`Replay`] too.
+pub(super) fn answer_body(framed: Bytes) -> Replay {
+    // What `Status::ok("")` writes: the code alone.
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert(Status::GRPC_STATUS, http::HeaderValue::from_static("0"));
+    Replay::new(framed, Some(Ok(Frame::trailers(trailers))))
 }
 
 /// A request body already read to its end: the bytes received, then the
@@ -100,7 +66,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_answer_is_its_message_then_the_ok_trailers() {
-        let mut body = AnswerBody::new(Bytes::from_static(b"\0\0\0\0\x01x"));
+        let mut body = answer_body(Bytes::from_static(b"\0\0\0\0\x01x"));
         let data = frame(&mut body)
             .await
             .unwrap()

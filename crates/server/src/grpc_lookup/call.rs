@@ -12,7 +12,7 @@
 //! messages are tonic's by construction. Issue 36: tonic's unary future was 1,880 bytes, boxed per
 //! call, and its decode and encode buffers two more allocations.
 
-use super::body::{AnswerBody, Replay};
+use super::body::{Replay, answer_body};
 use super::{LookupRouteLayer, general};
 use crate::grpc_limits::PrefixScan;
 use crate::lookup_wire::{WireAnswer, WireLookup, decode_status};
@@ -224,7 +224,7 @@ fn one_message(got: &Bytes, max: usize) -> Option<Bytes> {
 fn respond(answer: Result<WireAnswer, Status>) -> http::Response<Body> {
     match answer {
         Ok(answer) => {
-            let mut res = http::Response::new(Body::new(AnswerBody::new(answer.into_framed())));
+            let mut res = http::Response::new(Body::new(answer_body(answer.into_framed())));
             *res.version_mut() = http::Version::HTTP_2;
             res.headers_mut().insert(
                 http::header::CONTENT_TYPE,
