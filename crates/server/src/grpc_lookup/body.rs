@@ -64,15 +64,15 @@ mod tests {
         std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
     }
 
+    /// The body's next frame, which must be data.
+    async fn data(body: &mut Replay) -> Bytes {
+        frame(body).await.unwrap().unwrap().into_data().unwrap()
+    }
+
     #[tokio::test]
     async fn the_answer_is_its_message_then_the_ok_trailers() {
         let mut body = answer_body(Bytes::from_static(b"\0\0\0\0\x01x"));
-        let data = frame(&mut body)
-            .await
-            .unwrap()
-            .unwrap()
-            .into_data()
-            .unwrap();
+        let data = data(&mut body).await;
         assert_eq!(&data[..], b"\0\0\0\0\x01x");
         assert!(!body.is_end_stream());
         let trailers = frame(&mut body)
@@ -91,12 +91,7 @@ mod tests {
     async fn a_replay_gives_back_what_was_read_and_how_it_ended() {
         let err = Status::resource_exhausted("too big");
         let mut body = Replay::new(Bytes::from_static(b"abc"), Some(Err(err)));
-        let data = frame(&mut body)
-            .await
-            .unwrap()
-            .unwrap()
-            .into_data()
-            .unwrap();
+        let data = data(&mut body).await;
         assert_eq!(&data[..], b"abc");
         let end = frame(&mut body).await.unwrap().unwrap_err();
         assert_eq!(end.code(), tonic::Code::ResourceExhausted);
