@@ -75,6 +75,24 @@ async fn server(cancel: &CancellationToken) -> SocketAddr {
     grpc
 }
 
+/// A sidecar following `engine` into the server at `grpc` with a caught-up
+/// signal, using the engine's replay endpoint or not.
+async fn start_signalled(
+    engine: &FakeEngine,
+    grpc: SocketAddr,
+    cancel: &CancellationToken,
+    replay: bool,
+) -> (sidecar::Running, CaughtUpSignal) {
+    let signal = CaughtUpSignal::new();
+    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
+    if !replay {
+        config.transport.replay_endpoint = None;
+    }
+    config.forward.caught_up = Some(signal.clone());
+    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    (sc, signal)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signal_comes_once_the_history_is_in_the_server() {
     let cancel = CancellationToken::new();
@@ -99,10 +117,7 @@ async fn the_signal_comes_once_the_history_is_in_the_server() {
     .await;
     publish(&mut engine, vec![stored(9_000, 4, None, 5_000)]).await;
 
-    let signal = CaughtUpSignal::new();
-    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
-    config.forward.caught_up = Some(signal.clone());
-    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    let (sc, signal) = start_signalled(&engine, grpc, &cancel, true).await;
     tokio::time::timeout(Duration::from_secs(30), signal.wait())
         .await
         .expect("caught up");
@@ -120,10 +135,7 @@ async fn an_unanswered_replay_still_ends_the_wait() {
     // The ROUTER never answers: the replay times out (2 s here), and the
     // engine is followed on live events from then on.
     let engine = FakeEngine::start("kv-events", false).await;
-    let signal = CaughtUpSignal::new();
-    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
-    config.forward.caught_up = Some(signal.clone());
-    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    let (sc, signal) = start_signalled(&engine, grpc, &cancel, true).await;
     tokio::time::timeout(Duration::from_secs(30), signal.wait())
         .await
         .expect("caught up after the replay timed out");
@@ -136,11 +148,7 @@ async fn without_a_replay_endpoint_there_is_no_history_to_wait_for() {
     let cancel = CancellationToken::new();
     let grpc = server(&cancel).await;
     let engine = FakeEngine::start("kv-events", true).await;
-    let signal = CaughtUpSignal::new();
-    let mut config = engine.sidecar_config(grpc, REPLICA, MappingConfig::default());
-    config.transport.replay_endpoint = None;
-    config.forward.caught_up = Some(signal.clone());
-    let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
+    let (sc, signal) = start_signalled(&engine, grpc, &cancel, false).await;
     tokio::time::timeout(Duration::from_secs(10), signal.wait())
         .await
         .expect("caught up at once");
