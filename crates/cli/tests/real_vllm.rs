@@ -491,7 +491,7 @@ async fn a_silent_sidecar_is_withdrawn(chain: &mut Chain) {
     let took = until_withdrawn(chain, 0, Duration::from_secs(30)).await;
     eprintln!("silent sidecar: r0 withdrawn after {took:?}");
     assert!(took >= Duration::from_secs(5), "too early: {took:?}");
-    let r = chain.lookup(chain.request(0, &system, "")).await;
+    let r = chain.peek(chain.request(0, &system, "")).await;
     assert_eq!(
         real_chain::hint_for(&r, &real_chain::replica(0)).1,
         0,
@@ -513,7 +513,7 @@ async fn a_dead_engine_stops_getting_hints(chain: &mut Chain) {
     chain.engines[1].kill();
     let took = until_withdrawn(chain, 1, Duration::from_secs(20)).await;
     eprintln!("dead engine: r1 withdrawn after {took:?}");
-    let r = chain.lookup(chain.request(1, &prompt, "")).await;
+    let r = chain.peek(chain.request(1, &prompt, "")).await;
     assert_eq!(
         real_chain::hint_for(&r, &real_chain::replica(1)).1,
         0,

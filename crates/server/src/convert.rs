@@ -128,6 +128,8 @@ pub fn route_request<'a>(
         prompt_text: &r.prompt_text,
         slo_ttft_ms: r.slo.map_or(0, |s| s.ttft_ms),
         cache_salt: &r.cache_salt,
+        // A call's header, not a field: the handler sets it.
+        shadow: false,
     }
 }
 

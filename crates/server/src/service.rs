@@ -85,21 +85,23 @@ impl InferenceCacheService {
 impl InferenceCacheService {
     /// [`Self::lookup_wire`] answered without waiting, when nothing in it
     /// waits: no consumer auth (its review may call the API server) and no
-    /// `prompt_text` (the tokenizer); `None` otherwise. `caller_timeout` is
-    /// the request's `grpc-timeout` ([`grpc_timeout`]).
+    /// `prompt_text` (the tokenizer); `None` otherwise. `headers` are the
+    /// call's (its `grpc-timeout` and [`SHADOW_HEADER`]).
     pub(crate) fn lookup_now(
         &self,
         req: &crate::lookup_wire::WireLookup,
-        caller_timeout: Option<Duration>,
+        headers: &http::HeaderMap,
     ) -> Option<crate::lookup_wire::WireAnswer> {
         if self.producers.is_some() {
             return None;
         }
         let hashes = req.hash_slices();
+        let mut route = req.route_request(&hashes);
+        route.shadow = shadow(headers);
         let outcome = self
             .core
             .pipeline
-            .route_now(&req.route_request(&hashes), caller_timeout)?;
+            .route_now(&route, grpc_timeout(headers))?;
         Some(crate::lookup_wire::WireAnswer::new(
             outcome,
             req.adapter_id(),
@@ -116,11 +118,9 @@ impl InferenceCacheService {
         let caller_timeout = caller_timeout(&request);
         let req = request.get_ref();
         let hashes = req.hash_slices();
-        let outcome = self
-            .core
-            .pipeline
-            .route(&req.route_request(&hashes), caller_timeout)
-            .await;
+        let mut route = req.route_request(&hashes);
+        route.shadow = shadow(request.metadata().as_ref());
+        let outcome = self.core.pipeline.route(&route, caller_timeout).await;
         Ok(crate::lookup_wire::WireAnswer::new(
             outcome,
             req.adapter_id(),
@@ -134,6 +134,22 @@ pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
         .get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout)
+}
+
+/// The metadata key of a shadow lookup: with the value `true` (or `1`)
+/// LookupRoute answers as usual but records no delivery
+/// (`RouteRequest::shadow`): for probes, dashboards and shadow traffic that
+/// ask where a prompt would go without sending it there. Our extension of
+/// v1alpha1 (docs/api.md).
+pub const SHADOW_HEADER: http::HeaderName =
+    http::HeaderName::from_static("x-inferencecache-shadow");
+
+/// True when `headers` mark a shadow lookup ([`SHADOW_HEADER`]). One
+/// header lookup by a prebuilt name (no parse), on every LookupRoute.
+pub(crate) fn shadow(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(&SHADOW_HEADER)
+        .is_some_and(|v| matches!(v.as_bytes(), b"true" | b"1"))
 }
 
 /// The caller's deadline of a request, when it sent one.
@@ -198,9 +214,12 @@ impl InferenceCache for InferenceCacheService {
     ) -> Result<Response<LookupRouteResponse>, Status> {
         self.consumer_check(&request).await?;
         let caller_timeout = caller_timeout(&request);
-        let resp =
-            convert::lookup_route(&self.core.pipeline, request.get_ref(), caller_timeout).await;
-        Ok(Response::new(resp))
+        let req = request.get_ref();
+        let hashes = convert::hash_slices(req);
+        let mut route = convert::route_request(req, &hashes);
+        route.shadow = shadow(request.metadata().as_ref());
+        let out = self.core.pipeline.route(&route, caller_timeout).await;
+        Ok(Response::new(convert::route_response(out, req)))
     }
 
     async fn lookup_pd_route(

@@ -97,48 +97,49 @@ impl Chain {
     }
 
     /// Polls until the server says replica `i` holds `want` tokens of
-    /// `tokens` (under `salt`): the engine's events have arrived. Probes with
-    /// a prompt the replica already holds, so the hints it delivers claim
-    /// nothing new.
-    ///
-    /// Each probe that answers otherwise is still a hint the server counts
-    /// as delivered (a request on its way to the replica it names, which
-    /// never arrives): printed, so a later step's claims can be read
-    /// against them.
+    /// `tokens` (under `salt`): the engine's events have arrived. Shadow
+    /// lookups ([`Self::peek`]): the probes are never sent to an engine, so
+    /// they must not count as delivered hints (a never-sent probe's
+    /// tentative holding and its request in eviction foresight's model
+    /// changed later steps' claims, sessions 45-46).
     pub(crate) async fn wait_held(&self, i: usize, tokens: &[u32], salt: &str, want: i32) {
         let req = self.request(i, tokens, salt);
         let r = replica(i);
-        let early = std::sync::Mutex::new(Vec::new());
         self.wait_for(
             &req,
             Duration::from_secs(20),
             "stored blocks reach lookups",
-            |a| {
-                let held = hint_for(a, &r).1 == want;
-                if !held {
-                    let top = a.replica_scores.first().map(|s| s.replica_id.clone());
-                    early.lock().unwrap().push((a.reason_code.clone(), top));
-                }
-                held
-            },
+            |a| hint_for(a, &r).1 == want,
         )
         .await;
-        let early = early.into_inner().unwrap();
-        if !early.is_empty() {
-            eprintln!("wait_held {r}: probes answered before its blocks: {early:?}");
-        }
     }
 
-    /// One LookupRoute.
+    /// One LookupRoute: a delivered hint (the caller then sends the
+    /// request where it points).
     pub(crate) async fn lookup(&self, req: LookupRouteRequest) -> LookupRouteResponse {
+        self.call_lookup(req, false).await
+    }
+
+    /// One shadow LookupRoute (`x-inferencecache-shadow: true`): the same
+    /// answer, no delivery recorded. For checks the test never sends.
+    pub(crate) async fn peek(&self, req: LookupRouteRequest) -> LookupRouteResponse {
+        self.call_lookup(req, true).await
+    }
+
+    async fn call_lookup(&self, req: LookupRouteRequest, shadow: bool) -> LookupRouteResponse {
         let mut c = InferenceCacheClient::connect(format!("http://{}", self.grpc()))
             .await
             .unwrap();
+        let mut req = tonic::Request::new(req);
+        if shadow {
+            req.metadata_mut()
+                .insert("x-inferencecache-shadow", "true".parse().unwrap());
+        }
         c.lookup_route(req).await.unwrap().into_inner()
     }
 
-    /// Polls `lookup` until `want` holds for its answer (panics with the
-    /// last answer after `within`).
+    /// Polls shadow lookups ([`Self::peek`]) until `want` holds for the
+    /// answer (panics with the last answer after `within`).
     pub(crate) async fn wait_for(
         &self,
         req: &LookupRouteRequest,
@@ -148,7 +149,7 @@ impl Chain {
     ) -> LookupRouteResponse {
         let deadline = Instant::now() + within;
         loop {
-            let r = self.lookup(req.clone()).await;
+            let r = self.peek(req.clone()).await;
             if want(&r) {
                 return r;
             }

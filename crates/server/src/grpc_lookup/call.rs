@@ -198,9 +198,7 @@ impl Reading {
             Err(e) => return Answer::Now(decode_status(e).into_http()),
         };
         let service = route.service;
-        if let Some(answer) =
-            service.lookup_now(&lookup, crate::service::grpc_timeout(&parts.headers))
-        {
+        if let Some(answer) = service.lookup_now(&lookup, &parts.headers) {
             return Answer::Now(respond(Ok(answer)));
         }
         let request = tonic::Request::from_http(http::Request::from_parts(parts, lookup));

@@ -363,6 +363,63 @@ mod tests {
         }
     }
 
+    /// A shadow lookup (`x-inferencecache-shadow: true`) gets the answer a
+    /// lookup gets and records no delivery, on the lean call and on tonic's
+    /// general path alike; without the header the same lookup delivers.
+    #[tokio::test]
+    async fn a_shadow_lookup_delivers_nothing_on_either_path() {
+        let core = crate::replicate::core_holding(&["r0"]);
+        let delivered = core.metrics.routing.delivered_hints.clone();
+        let layer = LookupRouteLayer::new(
+            InferenceCacheService::new(
+                core,
+                tokio_util::sync::CancellationToken::new(),
+                std::time::Duration::from_secs(1),
+            ),
+            limit(),
+            64,
+        );
+        let noop = tower::service_fn(|_req: http::Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+        });
+        let lookup = framed(
+            0,
+            &pb::LookupRouteRequest {
+                model_id: "m".into(),
+                tenant_id: "t".into(),
+                hash_scheme: "vllm".into(),
+                block_hashes: vec![Bytes::from_static(&[1; 8]), Bytes::from_static(&[2; 8])],
+                block_token_counts: vec![16, 16],
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        );
+        let body = || Body::new(Replay::new(Bytes::from(lookup.clone()), None));
+        let shadow = [("x-inferencecache-shadow", "true")];
+        let answers = [
+            seen(
+                layer
+                    .layer(noop)
+                    .call(request(body(), &shadow))
+                    .await
+                    .unwrap(),
+            )
+            .await,
+            seen(general(&layer, request(body(), &shadow)).await).await,
+        ];
+        for a in &answers {
+            let answer = a.answer.as_ref().expect("an answer");
+            // Under the default floor of matched tokens: r0 by affinity.
+            assert_eq!(answer.reason_code, "AFFINITY_HINT", "{a:?}");
+            assert_eq!(answer.replica_scores[0].replica_id, "r0", "{a:?}");
+        }
+        assert_eq!(answers[0], answers[1], "both paths answer alike");
+        assert_eq!(delivered.get(), 0, "a shadow lookup delivers nothing");
+        let plain = seen(general(&layer, request(body(), &[])).await).await;
+        assert_eq!(plain.answer, answers[0].answer, "a lookup's answer");
+        assert_eq!(delivered.get(), 1, "the same lookup without the header");
+    }
+
     /// A compressed request is refused as tonic refuses it.
     #[tokio::test]
     async fn a_compressed_request_is_refused() {

@@ -165,6 +165,8 @@ impl WireLookup {
             prompt_text: self.str(self.prompt_text),
             slo_ttft_ms: self.slo.map_or(0, |s| s.ttft_ms),
             cache_salt: self.str(self.cache_salt),
+            // A call's header, not a field: the handler sets it.
+            shadow: false,
         }
     }
 

@@ -38,7 +38,7 @@ pub mod metrics;
 /// A core whose index knows `replicas` of scope ("t", "m"), each holding
 /// one block (what the load-sharing tests apply counts to).
 #[cfg(test)]
-fn core_holding(replicas: &[&str]) -> Core {
+pub(crate) fn core_holding(replicas: &[&str]) -> Core {
     let core = Core::with_defaults();
     for r in replicas {
         core.ingest(&inferencecache_index::CacheUpdate {

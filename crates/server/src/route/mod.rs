@@ -425,7 +425,7 @@ impl LookupPipeline {
                 );
             }
         }
-        if !result.hits.is_empty() {
+        if !result.hits.is_empty() && !req.shadow {
             self.index.credit(&result.hits);
         }
         RouteOutcome::ranked(

@@ -36,6 +36,11 @@ pub struct RouteRequest<'a> {
     pub slo_ttft_ms: i32,
     /// The request's cache salt (`""` = none; our extension).
     pub cache_salt: &'a str,
+    /// A shadow lookup (the `x-inferencecache-shadow` header): answered as
+    /// any other, but it is no request on its way to an engine, so it
+    /// records no delivery (no queued work, no tentative holding, nothing
+    /// in eviction foresight's model) and credits no LFU hit.
+    pub shadow: bool,
 }
 
 impl RouteRequest<'_> {

@@ -13,7 +13,8 @@
 //! - reports every delivered hint back to the index, which queues its
 //!   prefill work on the replica (the delivered-hint window) and, unless
 //!   `routing.tentativeTTLSeconds` is 0, records the chain as tentative
-//!   holdings there (approximate mode).
+//!   holdings there (approximate mode). A shadow lookup
+//!   (`RouteRequest::shadow`) gets the same answer and delivers nothing.
 
 use super::request::{RouteOutcome, RouteRequest, strategy_reason};
 use super::resolve::{ChainHashes, Resolved};
@@ -109,11 +110,13 @@ impl LookupPipeline {
         }
         if result.strategy == Strategy::PrefixMatch {
             self.foresee(&ireq, &result.names, &mut result.scores);
-            if let Some(d) = &delivery {
-                self.deliver(&ireq, d, policy, prompt_tokens);
-            }
-            if !result.hits.is_empty() {
-                self.index.credit(&result.hits);
+            if !req.shadow {
+                if let Some(d) = &delivery {
+                    self.deliver(&ireq, d, policy, prompt_tokens);
+                }
+                if !result.hits.is_empty() {
+                    self.index.credit(&result.hits);
+                }
             }
             return Decision::Answer {
                 reason: Reason::PrefixMatch,
@@ -121,7 +124,7 @@ impl LookupPipeline {
             };
         }
         if let Some(pick) = pick.filter(|_| affinity_allowed(req, policy)) {
-            if let Some(d) = &delivery {
+            if let Some(d) = delivery.as_ref().filter(|_| !req.shadow) {
                 self.deliver(&ireq, d, policy, prompt_tokens);
             }
             return Decision::Answer {
