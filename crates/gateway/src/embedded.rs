@@ -8,7 +8,8 @@
 //! path). The subscribers (the sidecar of `inferencecache subscribe`,
 //! started in-process with the same [`sidecar::start`]) report to the
 //! server's ingest directly, not over loopback gRPC ([`LocalIngest`]: the
-//! same handling after decoding, a third less CPU under load). The index
+//! handling a decoded message gets, without a call encoded, framed and
+//! answered per evicted block). The index
 //! runs the contract ranking: the gateway wants every replica's matched
 //! tokens and ranks load itself (`pick.rs`).
 
