@@ -192,6 +192,11 @@ pub(crate) struct GatewayArgs {
     /// Embedded index: its /metrics and /readyz.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub index_http_address: String,
+
+    /// Embedded index: the subscribers report over loopback gRPC instead of
+    /// in process (the former path, to compare their cost).
+    #[arg(long, hide = true)]
+    pub index_ingest_over_grpc: bool,
 }
 
 fn usage(msg: impl std::fmt::Display) -> String {
@@ -222,6 +227,7 @@ fn build_config(a: &GatewayArgs) -> Result<GatewayConfig, String> {
             grpc_addr: addr("--index-grpc-address", &a.index_grpc_address)?,
             control_addr: addr("--index-control-address", &a.index_control_address)?,
             http_addr: addr("--index-http-address", &a.index_http_address)?,
+            ingest_over_grpc: a.index_ingest_over_grpc,
         }),
     };
     c.tenant = a.tenant.clone();

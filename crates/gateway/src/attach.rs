@@ -5,7 +5,6 @@
 use crate::embedded;
 use crate::engine::Engine;
 use crate::{discover, prompt::Tokenizers};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -20,7 +19,9 @@ pub(crate) struct Attach {
     pub(crate) tokenizers: Arc<Tokenizers>,
     pub(crate) tenant: String,
     pub(crate) hash_scheme: String,
-    pub(crate) index_grpc: Option<SocketAddr>,
+    /// Where the embedded index's subscribers report; `None` with a remote
+    /// index.
+    pub(crate) index_ingest: Option<embedded::IngestTo>,
     /// Model each engine's block pool ([`crate::foresight`]).
     pub(crate) eviction_foresight: bool,
     /// The subscribers' report window.
@@ -33,7 +34,7 @@ impl std::fmt::Debug for Attach {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Attach")
             .field("tenant", &self.tenant)
-            .field("index_grpc", &self.index_grpc)
+            .field("embedded", &self.index_ingest.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +99,7 @@ impl Attach {
         if !self.tokenizers.has(&model) {
             tracing::warn!(model = %model, "no tokenizer for this model (its directory is not local): give --tokenizer MODEL=DIR; routed by load only");
         }
-        let Some(grpc) = self.index_grpc else {
+        let Some(ingest) = &self.index_ingest else {
             // A remote index is followed by its own sidecars.
             engine.indexed.set();
             return Ok(None);
@@ -116,7 +117,7 @@ impl Attach {
             &spec,
             &self.tenant,
             &self.hash_scheme,
-            grpc,
+            ingest,
             self.events_window,
             &mut set,
             cancel,

@@ -97,6 +97,10 @@ pub struct EmbeddedIndex {
     pub control_addr: SocketAddr,
     /// Its public listener (`/metrics` of the index, `/readyz`).
     pub http_addr: SocketAddr,
+    /// The subscribers report over loopback gRPC, as a remote sidecar
+    /// does, instead of to the index's ingest directly: the path before
+    /// session 47, kept to compare the two.
+    pub ingest_over_grpc: bool,
 }
 
 impl Default for EmbeddedIndex {
@@ -106,6 +110,7 @@ impl Default for EmbeddedIndex {
             grpc_addr: any,
             control_addr: any,
             http_addr: any,
+            ingest_over_grpc: false,
         }
     }
 }

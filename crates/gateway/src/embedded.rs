@@ -2,28 +2,37 @@
 //! inside the gateway process.
 //!
 //! The index is `inferencecache serve`'s own [`Server`], bound to loopback
-//! ports: its gRPC listener is where the subscribers report (the sidecar of
-//! `inferencecache subscribe`, started in-process with the same
-//! [`sidecar::start`]), its control listener serves the status page, and the
+//! ports (its gRPC listener serves `inferencecache lookup|state|watch` and
+//! outside producers), its control listener serves the status page, and the
 //! gateway asks its LookupRoute pipeline directly (no gRPC hop on the request
-//! path). The index runs the contract ranking: the gateway wants every
-//! replica's matched tokens and ranks load itself (`pick.rs`).
+//! path). The subscribers (the sidecar of `inferencecache subscribe`,
+//! started in-process with the same [`sidecar::start`]) report to the
+//! server's ingest directly, not over loopback gRPC ([`LocalIngest`]: the
+//! handling a decoded message gets, without a call encoded, framed and
+//! answered per evicted block). The index
+//! runs the contract ranking: the gateway wants every replica's matched
+//! tokens and ranks load itself (`pick.rs`).
 
 use crate::config::EmbeddedIndex;
 use crate::discover::EventSources;
 use crate::error::GatewayError;
+use futures::future::BoxFuture;
+use inferencecache_proto::v1alpha1::{Ack, CacheEvent, CacheStateUpdate};
 use inferencecache_server::Server;
 use inferencecache_server::config::{ListenAddr, ServerConfig};
 use inferencecache_server::core::RankingMode;
+use inferencecache_server::local_ingest::LocalIngest;
 use inferencecache_server::route::LookupPipeline;
-use inferencecache_subscriber::forward::{ForwardConfig, Identity};
+use inferencecache_subscriber::forward::{ForwardConfig, Identity, LocalServer};
 use inferencecache_subscriber::mapping::MappingConfig;
 use inferencecache_subscriber::sequence::CaughtUpSignal;
 use inferencecache_subscriber::sidecar::{self, SidecarConfig};
 use inferencecache_subscriber::{DecodeOptions, TransportConfig, TupleLayout};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 /// The in-process index, started.
@@ -31,7 +40,9 @@ use tokio_util::sync::CancellationToken;
 pub struct Embedded {
     /// The LookupRoute pipeline.
     pub pipeline: LookupPipeline,
-    /// Where the subscribers report (gRPC).
+    /// Where the subscribers report.
+    pub ingest: IngestTo,
+    /// The index's gRPC listener (CLI tools, outside producers).
     pub grpc_addr: SocketAddr,
     /// The status page and `/snapshot`.
     pub control_addr: SocketAddr,
@@ -70,6 +81,13 @@ pub async fn start_index(
         .map_err(|e| GatewayError::Index(e.to_string()))?;
     let out = Embedded {
         pipeline: server.core().pipeline.clone(),
+        ingest: IngestTo {
+            grpc: server.grpc_addr(),
+            local: (!settings.ingest_over_grpc).then(|| {
+                Arc::new(EmbeddedIngest(server.local_ingest(cancel.clone())))
+                    as Arc<dyn LocalServer>
+            }),
+        },
         grpc_addr: server.grpc_addr(),
         control_addr: server.control_addr(),
         http_addr: server.http_addr(),
@@ -84,12 +102,41 @@ pub async fn start_index(
     Ok(out)
 }
 
-/// Starts one engine's subscriber, reporting to `grpc_addr`.
+/// Where the subscribers report: the server's ingest in this process, or
+/// (`--index-ingest-over-grpc`) its gRPC listener.
+#[derive(Debug, Clone)]
+pub struct IngestTo {
+    /// The index's gRPC listener.
+    pub grpc: SocketAddr,
+    /// Its ingest, unless the subscribers go over gRPC.
+    pub local: Option<Arc<dyn LocalServer>>,
+}
+
+/// The embedded server's ingest as the subscribers' [`LocalServer`].
+#[derive(Debug)]
+struct EmbeddedIngest(LocalIngest);
+
+impl LocalServer for EmbeddedIngest {
+    fn report_cache_state(
+        &self,
+        updates: ReceiverStream<CacheStateUpdate>,
+    ) -> BoxFuture<'static, Result<Ack, tonic::Status>> {
+        let ingest = self.0.clone();
+        Box::pin(async move { ingest.report_cache_state(updates).await })
+    }
+
+    fn publish_event(&self, event: CacheEvent) -> BoxFuture<'static, Result<Ack, tonic::Status>> {
+        let ingest = self.0.clone();
+        Box::pin(async move { ingest.publish_event(event).await })
+    }
+}
+
+/// Starts one engine's subscriber, reporting to `ingest`.
 pub async fn start_subscriber(
     spec: &SubscriberSpec,
     tenant: &str,
     hash_scheme: &str,
-    grpc_addr: SocketAddr,
+    ingest: &IngestTo,
     window: Duration,
     tasks: &mut JoinSet<Result<(), GatewayError>>,
     cancel: &CancellationToken,
@@ -112,7 +159,8 @@ pub async fn start_subscriber(
             },
         },
         forward: ForwardConfig {
-            server: grpc_addr.to_string(),
+            server: ingest.grpc.to_string(),
+            local: ingest.local.clone(),
             identity: Identity {
                 replica_id: spec.replica_id.clone(),
                 model_id: spec.model.clone(),

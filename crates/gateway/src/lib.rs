@@ -135,7 +135,7 @@ impl Gateway {
                     control: e.control_addr,
                     http: e.http_addr,
                 };
-                (HintSource::Embedded(e.pipeline), Some(addrs))
+                (HintSource::Embedded(e.pipeline), Some((addrs, e.ingest)))
             }
             HintMode::Remote(addr) => {
                 let endpoint = if addr.contains("://") {
@@ -158,7 +158,7 @@ impl Gateway {
             tokenizers: Arc::clone(&tokenizers),
             tenant: config.tenant.clone(),
             hash_scheme: config.hash_scheme.clone(),
-            index_grpc: index.map(|i| i.grpc),
+            index_ingest: index.as_ref().map(|(_, ingest)| ingest.clone()),
             eviction_foresight: config.eviction_foresight,
             events_window: config.events_window,
             catch_up_timeout: config.catch_up_timeout,
@@ -271,7 +271,7 @@ impl Gateway {
         });
         Ok(Running {
             addr,
-            index,
+            index: index.map(|(addrs, _)| addrs),
             engines,
             engine_set: set,
             tasks,

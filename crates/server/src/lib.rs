@@ -78,6 +78,7 @@ mod index_gauges;
 pub mod limits;
 mod listen;
 mod liveness;
+pub mod local_ingest;
 pub mod lookup_wire;
 pub mod metrics;
 mod readiness;

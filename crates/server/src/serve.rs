@@ -244,6 +244,17 @@ impl Server {
         self.core.clone()
     }
 
+    /// The ingest edge for producers in this process (the embedded
+    /// gateway's subscribers): what `ReportCacheState` and `PublishEvent`
+    /// do, without the wire. Its open report streams end with UNAVAILABLE
+    /// when `stop` fires, as the gRPC ones do at shutdown.
+    pub fn local_ingest(&self, stop: CancellationToken) -> crate::local_ingest::LocalIngest {
+        crate::local_ingest::LocalIngest::new(
+            InferenceCacheService::new(self.core.clone(), stop, self.metrics_interval)
+                .with_relay(self.replication.relay().cloned()),
+        )
+    }
+
     /// The server's metrics.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.core.metrics)

@@ -128,6 +128,152 @@ impl InferenceCacheService {
     }
 }
 
+impl InferenceCacheService {
+    /// `ReportCacheState` after decoding: what the gRPC edge and the
+    /// in-process edge ([`crate::local_ingest::LocalIngest`]) both do with a
+    /// producer's report stream. `caller` is the authenticated producer
+    /// (`None` without producer auth, and in process).
+    pub(crate) async fn ingest_reports<S>(
+        &self,
+        mut stream: S,
+        caller: Option<&crate::producer::Caller>,
+    ) -> Result<Ack, Status>
+    where
+        S: Stream<Item = Result<CacheStateUpdate, Status>> + Unpin,
+    {
+        let gate = self.producers.as_deref();
+        // Limits first (INVALID_ARGUMENT ends the stream), then the
+        // producer's tenant scope and rate (PERMISSION_DENIED skips the
+        // update; the stream goes on for the entitled tenants and ends with
+        // the first refusal instead of an Ack).
+        let check = |u: &CacheStateUpdate| -> Result<(), GrpcError> {
+            self.core.limits.check_update(u).inspect_err(|_| {
+                self.core.metrics.limits.reject("invalid_argument");
+            })?;
+            if let (Some(g), Some(c)) = (gate, caller) {
+                g.admit(
+                    c,
+                    &u.tenant_id,
+                    crate::producer::ratelimit::update_blocks(u),
+                )?;
+            }
+            Ok(())
+        };
+        if let Some(bus) = &self.relay {
+            return bus.report_stream(stream, &self.stop, check).await;
+        }
+        let mut denied: Option<GrpcError> = None;
+        // Each message is ingested as it arrives; a broken stream returns its
+        // error without an Ack, but what it delivered stays ingested. A
+        // producer's long-lived stream would otherwise outlive shutdown (its
+        // connection task is not ours to abort), so it ends with UNAVAILABLE,
+        // which tells the producer to reconnect and resync.
+        //
+        // Messages of the same replica that are already received when one
+        // arrives form a window, applied as one index batch (quota and cap
+        // enforced once per window: `Index::apply_batch`); the window never
+        // waits for a message.
+        let mut pending: Option<CacheStateUpdate> = None;
+        let mut ended = false;
+        loop {
+            let first = match pending.take() {
+                Some(u) => u,
+                None if ended => break,
+                None => {
+                    let next = tokio::select! {
+                        () = self.stop.cancelled() => {
+                            return Err(GrpcError::ShuttingDown.into());
+                        }
+                        next = stream.next() => next.transpose()?,
+                    };
+                    let Some(update) = next else { break };
+                    update
+                }
+            };
+            let replica = first.replica_id.clone();
+            let mut window = Vec::new();
+            let mut broken: Option<Status> = None;
+            let mut item = Some(first);
+            while let Some(update) = item.take() {
+                if !is_reserved(&update.tenant_id) {
+                    match crate::producer::admit_update(check(&update), &mut denied) {
+                        Ok(true) => {
+                            if self.core.liveness.report(
+                                &update.tenant_id,
+                                &update.model_id,
+                                &update.replica_id,
+                                update.block_size > 0,
+                            ) {
+                                broken = Some(GrpcError::ProducerSilent.into());
+                                break;
+                            }
+                            self.core.block_sizes.learn(&update);
+                            window.push(update_from_proto(update));
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            broken = Some(e.into());
+                            break;
+                        }
+                    }
+                }
+                if window.len() >= REPORT_WINDOW {
+                    break;
+                }
+                match stream.next().now_or_never() {
+                    Some(Some(Ok(u))) if u.replica_id == replica => item = Some(u),
+                    Some(Some(Ok(u))) => pending = Some(u),
+                    Some(Some(Err(s))) => broken = Some(s),
+                    Some(None) => ended = true,
+                    None => {}
+                }
+            }
+            if !window.is_empty() && !self.core.ingest_batch_on_lane(window).await {
+                return Err(replica_limit_status(&self.core));
+            }
+            if let Some(s) = broken {
+                return Err(s);
+            }
+        }
+        match denied {
+            Some(e) => Err(e.into()),
+            None => Ok(accepted()),
+        }
+    }
+
+    /// `PublishEvent` after decoding (see [`Self::ingest_reports`]).
+    pub(crate) async fn ingest_event(
+        &self,
+        event: CacheEvent,
+        caller: Option<&crate::producer::Caller>,
+    ) -> Result<Ack, Status> {
+        if is_reserved(&event.tenant_id) {
+            return Ok(accepted());
+        }
+        if let Err(e) = self.core.limits.check_event(&event) {
+            self.core.metrics.limits.reject("invalid_argument");
+            return Err(e.into());
+        }
+        if let (Some(g), Some(c)) = (self.producers.as_deref(), caller) {
+            g.admit(c, &event.tenant_id, 1)?;
+        }
+        if let Some(bus) = &self.relay {
+            return Ok(bus.publish_event(event)?.into_inner());
+        }
+        let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
+            .map_or("UNKNOWN", |t| t.as_str_name());
+        self.core
+            .metrics
+            .events
+            .get_or_create(&Metrics::type_label(kind))
+            .inc();
+        if let Some(e) = event_from_proto(event) {
+            self.core.apply_event_on_lane(e).await;
+        }
+        Ok(accepted())
+    }
+}
+
 /// The caller's deadline (`grpc-timeout`), when it sent one.
 pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     headers
@@ -165,11 +311,11 @@ fn replica_limit_status(core: &Core) -> Status {
     .into()
 }
 
-fn ack() -> Response<Ack> {
-    Response::new(Ack {
+fn accepted() -> Ack {
+    Ack {
         accepted: true,
         reason_code: String::new(),
-    })
+    }
 }
 
 /// Keeps a subscriber gauge up while a stream lives.
@@ -276,139 +422,19 @@ impl InferenceCache for InferenceCacheService {
             (Some(g), Some(c)) => Some(g.open_stream(c)?),
             _ => None,
         };
-        // Limits first (INVALID_ARGUMENT ends the stream), then the
-        // producer's tenant scope and rate (PERMISSION_DENIED skips the
-        // update; the stream goes on for the entitled tenants and ends with
-        // the first refusal instead of an Ack).
-        let check = |u: &CacheStateUpdate| -> Result<(), GrpcError> {
-            self.core.limits.check_update(u).inspect_err(|_| {
-                self.core.metrics.limits.reject("invalid_argument");
-            })?;
-            if let (Some(g), Some(c)) = (gate, &caller) {
-                g.admit(
-                    c,
-                    &u.tenant_id,
-                    crate::producer::ratelimit::update_blocks(u),
-                )?;
-            }
-            Ok(())
-        };
-        if let Some(bus) = &self.relay {
-            return bus
-                .report_stream(request.into_inner(), &self.stop, check)
-                .await;
-        }
-        let mut denied: Option<GrpcError> = None;
-        let mut stream = request.into_inner();
-        // Each message is ingested as it arrives; a broken stream returns its
-        // error without an Ack, but what it delivered stays ingested. A
-        // producer's long-lived stream would otherwise outlive shutdown (its
-        // connection task is not ours to abort), so it ends with UNAVAILABLE,
-        // which tells the producer to reconnect and resync.
-        //
-        // Messages of the same replica that are already received when one
-        // arrives form a window, applied as one index batch (quota and cap
-        // enforced once per window: `Index::apply_batch`); the window never
-        // waits for a message.
-        let mut pending: Option<CacheStateUpdate> = None;
-        let mut ended = false;
-        loop {
-            let first = match pending.take() {
-                Some(u) => u,
-                None if ended => break,
-                None => {
-                    let next = tokio::select! {
-                        () = self.stop.cancelled() => {
-                            return Err(GrpcError::ShuttingDown.into());
-                        }
-                        next = stream.message() => next?,
-                    };
-                    let Some(update) = next else { break };
-                    update
-                }
-            };
-            let replica = first.replica_id.clone();
-            let mut window = Vec::new();
-            let mut broken: Option<Status> = None;
-            let mut item = Some(first);
-            while let Some(update) = item.take() {
-                if !is_reserved(&update.tenant_id) {
-                    match crate::producer::admit_update(check(&update), &mut denied) {
-                        Ok(true) => {
-                            if self.core.liveness.report(
-                                &update.tenant_id,
-                                &update.model_id,
-                                &update.replica_id,
-                                update.block_size > 0,
-                            ) {
-                                broken = Some(GrpcError::ProducerSilent.into());
-                                break;
-                            }
-                            self.core.block_sizes.learn(&update);
-                            window.push(update_from_proto(update));
-                        }
-                        Ok(false) => {}
-                        Err(e) => {
-                            broken = Some(e.into());
-                            break;
-                        }
-                    }
-                }
-                if window.len() >= REPORT_WINDOW {
-                    break;
-                }
-                match stream.next().now_or_never() {
-                    Some(Some(Ok(u))) if u.replica_id == replica => item = Some(u),
-                    Some(Some(Ok(u))) => pending = Some(u),
-                    Some(Some(Err(s))) => broken = Some(s),
-                    Some(None) => ended = true,
-                    None => {}
-                }
-            }
-            if !window.is_empty() && !self.core.ingest_batch_on_lane(window).await {
-                return Err(replica_limit_status(&self.core));
-            }
-            if let Some(s) = broken {
-                return Err(s);
-            }
-        }
-        match denied {
-            Some(e) => Err(e.into()),
-            None => Ok(ack()),
-        }
+        self.ingest_reports(request.into_inner(), caller.as_ref())
+            .await
+            .map(Response::new)
     }
 
     async fn publish_event(&self, request: Request<CacheEvent>) -> Result<Response<Ack>, Status> {
-        let gate = self.producers.as_deref();
-        let caller = match gate {
+        let caller = match self.producers.as_deref() {
             Some(g) => g.producer(&request).await?,
             None => None,
         };
-        let event = request.into_inner();
-        if is_reserved(&event.tenant_id) {
-            return Ok(ack());
-        }
-        if let Err(e) = self.core.limits.check_event(&event) {
-            self.core.metrics.limits.reject("invalid_argument");
-            return Err(e.into());
-        }
-        if let (Some(g), Some(c)) = (gate, &caller) {
-            g.admit(c, &event.tenant_id, 1)?;
-        }
-        if let Some(bus) = &self.relay {
-            return Ok(bus.publish_event(event)?);
-        }
-        let kind = inferencecache_proto::v1alpha1::cache_event::Type::try_from(event.r#type)
-            .map_or("UNKNOWN", |t| t.as_str_name());
-        self.core
-            .metrics
-            .events
-            .get_or_create(&Metrics::type_label(kind))
-            .inc();
-        if let Some(e) = event_from_proto(event) {
-            self.core.apply_event_on_lane(e).await;
-        }
-        Ok(ack())
+        self.ingest_event(request.into_inner(), caller.as_ref())
+            .await
+            .map(Response::new)
     }
 
     type StreamCacheEventsStream = ServerStream<CacheEvent>;

@@ -8,8 +8,11 @@
 mod common;
 #[path = "common/engine.rs"]
 mod engine;
+#[path = "common/in_process.rs"]
+mod in_process;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,6 +20,7 @@ use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::config::ListenAddr;
 use inferencecache_server::{Server, ServerConfig};
+use inferencecache_subscriber::forward::LocalServer;
 use inferencecache_subscriber::mapping::MappingConfig;
 use inferencecache_subscriber::sequence::CaughtUpSignal;
 use inferencecache_subscriber::sidecar;
@@ -66,20 +70,24 @@ async fn matched(grpc: SocketAddr, tokens: std::ops::Range<u32>) -> i32 {
         .map_or(0, |s| s.matched_tokens)
 }
 
-async fn server(cancel: &CancellationToken) -> SocketAddr {
+/// A real server: its gRPC address and its in-process ingest.
+async fn server(cancel: &CancellationToken) -> (SocketAddr, Arc<dyn LocalServer>) {
     let mut config = ServerConfig::ephemeral();
     config.grpc_addr = ListenAddr(SocketAddr::from(([127, 0, 0, 1], 0)));
     let server = Server::bind(&config).await.expect("bind");
     let grpc = server.grpc_addr();
+    let local = in_process::local_server(&server, cancel);
     tokio::spawn(server.serve(cancel.clone()));
-    grpc
+    (grpc, local)
 }
 
-/// A sidecar following `engine` into the server at `grpc` with a caught-up
-/// signal, using the engine's replay endpoint or not.
+/// A sidecar following `engine` into the server at `grpc` (or, given
+/// `local`, into its in-process ingest) with a caught-up signal, using the
+/// engine's replay endpoint or not.
 async fn start_signalled(
     engine: &FakeEngine,
     grpc: SocketAddr,
+    local: Option<Arc<dyn LocalServer>>,
     cancel: &CancellationToken,
     replay: bool,
 ) -> (sidecar::Running, CaughtUpSignal) {
@@ -89,14 +97,26 @@ async fn start_signalled(
         config.transport.replay_endpoint = None;
     }
     config.forward.caught_up = Some(signal.clone());
+    config.forward.local = local;
     let sc = sidecar::start(config, cancel.child_token()).await.unwrap();
     (sc, signal)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signal_comes_once_the_history_is_in_the_server() {
+    signal_after_history(false).await;
+}
+
+/// The gateway's embedded subscribers: the same history, reported to the
+/// server's ingest in process; the signal means the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_the_signal_comes_once_the_history_is_in_the_server() {
+    signal_after_history(true).await;
+}
+
+async fn signal_after_history(in_process: bool) {
     let cancel = CancellationToken::new();
-    let grpc = server(&cancel).await;
+    let (grpc, local) = server(&cancel).await;
     let mut engine = FakeEngine::start("kv-events", true).await;
     // D (tokens 0..160), then a long churn whose evictions are flushed one
     // by one as the replay reaches them (D's stores go with the first),
@@ -117,7 +137,15 @@ async fn the_signal_comes_once_the_history_is_in_the_server() {
     .await;
     publish(&mut engine, vec![stored(9_000, 4, None, 5_000)]).await;
 
-    let (sc, signal) = start_signalled(&engine, grpc, &cancel, true).await;
+    // In process, nothing listens at the gRPC address the sidecar is given:
+    // only the in-process path can reach the server.
+    let (to, local) = if in_process {
+        let unused = inferencecache_testkit::free_port();
+        (SocketAddr::from(([127, 0, 0, 1], unused)), Some(local))
+    } else {
+        (grpc, None)
+    };
+    let (sc, signal) = start_signalled(&engine, to, local, &cancel, true).await;
     tokio::time::timeout(Duration::from_secs(30), signal.wait())
         .await
         .expect("caught up");
@@ -131,11 +159,11 @@ async fn the_signal_comes_once_the_history_is_in_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_replay_still_ends_the_wait() {
     let cancel = CancellationToken::new();
-    let grpc = server(&cancel).await;
+    let (grpc, _) = server(&cancel).await;
     // The ROUTER never answers: the replay times out (2 s here), and the
     // engine is followed on live events from then on.
     let engine = FakeEngine::start("kv-events", false).await;
-    let (sc, signal) = start_signalled(&engine, grpc, &cancel, true).await;
+    let (sc, signal) = start_signalled(&engine, grpc, None, &cancel, true).await;
     tokio::time::timeout(Duration::from_secs(30), signal.wait())
         .await
         .expect("caught up after the replay timed out");
@@ -146,9 +174,9 @@ async fn an_unanswered_replay_still_ends_the_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replay_endpoint_there_is_no_history_to_wait_for() {
     let cancel = CancellationToken::new();
-    let grpc = server(&cancel).await;
+    let (grpc, _) = server(&cancel).await;
     let engine = FakeEngine::start("kv-events", true).await;
-    let (sc, signal) = start_signalled(&engine, grpc, &cancel, false).await;
+    let (sc, signal) = start_signalled(&engine, grpc, None, &cancel, false).await;
     tokio::time::timeout(Duration::from_secs(10), signal.wait())
         .await
         .expect("caught up at once");

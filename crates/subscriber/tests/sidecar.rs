@@ -6,6 +6,8 @@
 mod common;
 #[path = "common/engine.rs"]
 mod engine;
+#[path = "common/in_process.rs"]
+mod in_process;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use inferencecache_proto::v1alpha1::LookupRouteRequest;
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_server::config::ListenAddr;
 use inferencecache_server::{Server, ServerConfig};
+use inferencecache_subscriber::forward::LocalServer;
 use inferencecache_subscriber::mapping::MappingConfig;
 use inferencecache_subscriber::sidecar::{self, SidecarConfig};
 use rmpv::Value;
@@ -62,6 +65,8 @@ impl std::ops::DerefMut for Engine {
 struct Srv {
     grpc: SocketAddr,
     control: SocketAddr,
+    /// Its ingest, for a sidecar in this process.
+    local: Arc<dyn LocalServer>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), inferencecache_server::ServeError>>,
 }
@@ -77,10 +82,12 @@ impl Srv {
         let server = Server::bind(&config).await.expect("bind");
         let control = server.control_addr();
         let cancel = CancellationToken::new();
+        let local = in_process::local_server(&server, &cancel);
         let task = tokio::spawn(server.serve(cancel.clone()));
         Self {
             grpc,
             control,
+            local,
             cancel,
             task,
         }
@@ -105,6 +112,18 @@ struct Sidecar {
 
 fn config(engine: &Engine, server: SocketAddr, mapping: MappingConfig) -> SidecarConfig {
     engine.sidecar_config(server, REPLICA, mapping)
+}
+
+/// As [`config`], reporting to `srv`'s ingest in process or over gRPC.
+fn config_to(engine: &Engine, srv: &Srv, in_process: bool) -> SidecarConfig {
+    if !in_process {
+        return config(engine, srv.grpc, MappingConfig::default());
+    }
+    // Nothing listens at the gRPC address given: only the in-process path
+    // can reach the server.
+    let mut c = config(engine, free_port(), MappingConfig::default());
+    c.forward.local = Some(Arc::clone(&srv.local));
+    c
 }
 
 impl Sidecar {
@@ -195,10 +214,19 @@ fn stored(base: u64, n: u64, parent: Option<u64>, first_token: u32) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_blocks_become_prefix_matches_and_evictions_remove_them() {
-    let grpc = free_port();
-    let srv = Srv::start(grpc).await;
+    stores_and_evictions(false).await;
+}
+
+/// The gateway's embedded subscribers report to the server in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_stored_blocks_become_prefix_matches_and_evictions_remove_them() {
+    stores_and_evictions(true).await;
+}
+
+async fn stores_and_evictions(in_process: bool) {
+    let srv = Srv::start(free_port()).await;
     let mut engine = Engine::start().await;
-    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+    let sc = Sidecar::start(config_to(&engine, &srv, in_process)).await;
 
     // before the sidecar connected: only the replay from 0 delivers it
     engine.publish(vec![stored(100, 4, None, 0)], true).await;
@@ -264,10 +292,18 @@ async fn server_down_at_start_then_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_restart_clears_the_old_state() {
-    let grpc = free_port();
-    let srv = Srv::start(grpc).await;
+    restart_clears(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_engine_restart_clears_the_old_state() {
+    restart_clears(true).await;
+}
+
+async fn restart_clears(in_process: bool) {
+    let srv = Srv::start(free_port()).await;
     let mut engine = Engine::start().await;
-    let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
+    let sc = Sidecar::start(config_to(&engine, &srv, in_process)).await;
     for i in 0..3 {
         engine
             .publish(vec![stored(10 + i, 1, None, 1000 * i as u32)], true)

@@ -75,13 +75,18 @@ impl Running {
     /// move time instead of sleeping).
     pub async fn start_with_clock(config: ServerConfig, clock: Arc<dyn Clock>) -> Self {
         let server = Server::bind_with_clock(&config, clock).await.expect("bind");
+        Self::serve(server, CancellationToken::new()).await
+    }
+
+    /// Serves a bound `server` (a test took handles from it first) until
+    /// `shutdown`, once it is ready.
+    pub async fn serve(server: Server, shutdown: CancellationToken) -> Self {
         let (grpc, http, control) = (
             server.grpc_addr(),
             server.http_addr(),
             server.control_addr(),
         );
         let policies = server.policies();
-        let shutdown = CancellationToken::new();
         let task = tokio::spawn(server.serve(shutdown.clone()));
         wait_ready(http).await;
         Self {

@@ -73,7 +73,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::{Response, Status, Streaming};
+use tonic::{Response, Status};
 
 /// How long a starting replica waits for the bus before serving without it.
 pub const CONNECT_GRACE: Duration = Duration::from_secs(3);
@@ -110,13 +110,17 @@ impl std::fmt::Debug for BusRelay {
 }
 
 impl BusRelay {
-    /// `ReportCacheState` in bus mode.
-    pub async fn report_stream(
+    /// `ReportCacheState` in bus mode (the decoded messages of the gRPC
+    /// stream or of an in-process producer).
+    pub async fn report_stream<S>(
         &self,
-        mut stream: Streaming<CacheStateUpdate>,
+        mut stream: S,
         stop: &CancellationToken,
         check: impl Fn(&CacheStateUpdate) -> Result<(), GrpcError>,
-    ) -> Result<Response<Ack>, Status> {
+    ) -> Result<Ack, Status>
+    where
+        S: futures::Stream<Item = Result<CacheStateUpdate, Status>> + Unpin,
+    {
         let mut resyncs = self.producer.resyncs();
         resyncs.borrow_and_update();
         let mut denied: Option<GrpcError> = None;
@@ -131,7 +135,7 @@ impl BusRelay {
                     }
                     return Err(GrpcError::BusResync("resync required").into());
                 }
-                next = stream.message() => next?,
+                next = futures::StreamExt::next(&mut stream) => next.transpose()?,
             };
             let Some(update) = next else { break };
             if is_reserved(&update.tenant_id) {
@@ -151,10 +155,10 @@ impl BusRelay {
         if let Some(s) = denied {
             return Err(s.into());
         }
-        Ok(Response::new(Ack {
+        Ok(Ack {
             accepted: true,
             reason_code: String::new(),
-        }))
+        })
     }
 
     /// The bus's address as configured (`--nats-url`), credentials and all.

@@ -39,6 +39,10 @@ pub struct ForwardConfig {
     /// the server (not in bus mode); a router ignores this replica's claims
     /// until then.
     pub caught_up: Option<crate::sequence::CaughtUpSignal>,
+    /// A server in this process (the gateway's embedded index): reports and
+    /// events go to its ingest directly, not over gRPC to `server` (which,
+    /// like `tls` and `token_file`, is then unused).
+    pub local: Option<std::sync::Arc<dyn super::LocalServer>>,
 }
 
 impl Default for ForwardConfig {
@@ -63,6 +67,7 @@ impl Default for ForwardConfig {
             bus: None,
             token_file: None,
             caught_up: None,
+            local: None,
         }
     }
 }

@@ -18,8 +18,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::link::ServerLink;
 use super::outbox::Key;
-use super::token::ServerClient;
 use super::{Identity, SendFailed};
 use crate::mapping::PrefixEviction;
 use crate::metrics::SidecarMetrics;
@@ -30,7 +30,7 @@ use futures::stream::FuturesUnordered;
 type Call = BoxFuture<'static, (Key, Result<(), SendFailed>)>;
 
 pub(super) struct Evictions {
-    client: ServerClient,
+    client: ServerLink,
     identity: Identity,
     timeout: Duration,
     max_in_flight: usize,
@@ -46,7 +46,7 @@ pub(super) struct Evictions {
 
 impl Evictions {
     pub(super) fn new(
-        client: ServerClient,
+        client: ServerLink,
         identity: Identity,
         timeout: Duration,
         max_in_flight: usize,
@@ -174,14 +174,12 @@ impl Evictions {
             };
             self.in_flight.insert(key.clone());
             let ev = self.identity.evicted(&e);
-            let (mut client, timeout) = (self.client.clone(), self.timeout);
+            let (call, timeout) = (self.client.publish_event(ev), self.timeout);
             let metrics = Arc::clone(&self.metrics);
             self.calls.push(Box::pin(async move {
                 let started = Instant::now();
-                let result = super::check_ack(
-                    "PublishEvent",
-                    tokio::time::timeout(timeout, client.publish_event(ev)).await,
-                );
+                let result =
+                    super::check_ack("PublishEvent", tokio::time::timeout(timeout, call).await);
                 if result.is_ok() {
                     metrics.record_sent("PublishEvent", started);
                     // Acknowledged = applied: lookups no longer see it.

@@ -75,6 +75,7 @@ pub mod bus;
 pub mod channel;
 mod config;
 mod evictions;
+mod link;
 pub mod messages;
 pub mod outbox;
 mod stream;
@@ -99,6 +100,8 @@ pub use backoff::Backoff;
 pub use channel::{ServerTls, connect_lazy, server_uri};
 pub use config::ForwardConfig;
 use evictions::Evictions;
+pub use link::LocalServer;
+use link::ServerLink;
 pub use messages::Identity;
 pub use outbox::{Flush, Outbox};
 use stream::ReportStream;
@@ -148,12 +151,11 @@ impl SendFailed {
 /// A unary call's outcome, bounded by a timeout, as a send result.
 fn check_ack(
     rpc: &'static str,
-    r: Result<Result<tonic::Response<Ack>, tonic::Status>, tokio::time::error::Elapsed>,
+    r: Result<Result<Ack, tonic::Status>, tokio::time::error::Elapsed>,
 ) -> Result<(), SendFailed> {
     let ack = r
         .map_err(|_| SendFailed::new(rpc, "timed out".into()))?
-        .map_err(|s| SendFailed::status(rpc, &s))?
-        .into_inner();
+        .map_err(|s| SendFailed::status(rpc, &s))?;
     if ack.accepted {
         Ok(())
     } else {
@@ -185,7 +187,7 @@ pub struct Inputs {
 
 struct Forwarder {
     config: ForwardConfig,
-    client: ServerClient,
+    client: ServerLink,
     token: BearerToken,
     metrics: Arc<SidecarMetrics>,
     outbox: Outbox,
@@ -219,15 +221,20 @@ pub async fn run(
     metrics: Arc<SidecarMetrics>,
     cancel: CancellationToken,
 ) -> Result<(), SidecarError> {
-    let channel = connect_lazy(&config.server, config.tls.as_ref(), config.rpc_timeout)?;
+    let token = BearerToken::new(config.token_file.clone());
+    let client = match &config.local {
+        Some(server) => ServerLink::Local(Arc::clone(server)),
+        None => {
+            let channel = connect_lazy(&config.server, config.tls.as_ref(), config.rpc_timeout)?;
+            ServerLink::Grpc(token::client(channel, token.clone()))
+        }
+    };
     let Inputs {
         mut state,
         mut deliveries,
         mut stats,
         transports,
     } = inputs;
-    let token = BearerToken::new(config.token_file.clone());
-    let client = token::client(channel, token.clone());
     let evictions = Evictions::new(
         client.clone(),
         config.identity.clone(),
@@ -624,10 +631,9 @@ impl Forwarder {
 
     async fn publish(&self, ev: CacheEvent) -> Result<(), SendFailed> {
         let started = Instant::now();
-        let mut client = self.client.clone();
         check_ack(
             "PublishEvent",
-            tokio::time::timeout(self.config.rpc_timeout, client.publish_event(ev)).await,
+            tokio::time::timeout(self.config.rpc_timeout, self.client.publish_event(ev)).await,
         )?;
         self.metrics.record_sent("PublishEvent", started);
         Ok(())

@@ -6,10 +6,9 @@ use std::time::Duration;
 use inferencecache_proto::v1alpha1::{Ack, CacheStateUpdate};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::SendFailed;
-use super::token::ServerClient;
+use super::link::ServerLink;
 
 fn failed_with(reason: String) -> SendFailed {
     SendFailed::new("ReportCacheState", reason)
@@ -22,15 +21,9 @@ pub(super) struct ReportStream {
 }
 
 impl ReportStream {
-    pub(super) fn open(client: &ServerClient, buffer: usize) -> Self {
+    pub(super) fn open(link: &ServerLink, buffer: usize) -> Self {
         let (tx, rx) = mpsc::channel(buffer.max(1));
-        let mut client = client.clone();
-        let ack = tokio::spawn(async move {
-            client
-                .report_cache_state(ReceiverStream::new(rx))
-                .await
-                .map(tonic::Response::into_inner)
-        });
+        let ack = tokio::spawn(link.report_cache_state(rx));
         Self { tx: Some(tx), ack }
     }
 
