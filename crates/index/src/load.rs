@@ -70,6 +70,9 @@ pub(crate) const REPORTED_REQUEST_TOKENS: f64 = 1_024.0;
 /// token; a test in `routing.rs` holds the two equal), µs.
 pub(crate) const DEFAULT_REQUEST_WORK_US: f64 = 5_000.0 + 50.0 * REPORTED_REQUEST_TOKENS;
 
+/// Fewest entries of the busy list before a write prunes it.
+const MIN_PRUNE: usize = 16;
+
 /// Weight of the newest hint in a replica's mean delivered work.
 const MEAN_WEIGHT: f64 = 0.1;
 
@@ -150,6 +153,8 @@ struct State {
     busy: Vec<u32>,
     /// By replica: 1 + its position in `busy`; 0: not there.
     busy_at: Vec<u32>,
+    /// `busy`'s length at which the next write prunes it.
+    prune_at: usize,
     /// (recent, replica) of every replica with a non-zero count.
     by_recent: SortedPairs,
     /// Registered fleets' sums, by slot.
@@ -176,7 +181,12 @@ impl State {
             self.busy.push(replica);
             self.busy_at[r] = self.busy.len() as u32;
         }
-        // Prune the replicas done by now (this one too, if it is).
+        // Prune the replicas done by now (this one too, if it is), once
+        // the list has doubled since the last prune: amortised O(1) a
+        // hint (readers skip the done ones, `LoadView::busy`).
+        if self.busy.len() < self.prune_at {
+            return;
+        }
         let mut i = 0;
         while i < self.busy.len() {
             let x = self.busy[i];
@@ -186,6 +196,7 @@ impl State {
             }
             self.unbusy(x);
         }
+        self.prune_at = (2 * self.busy.len()).max(MIN_PRUNE);
     }
 
     /// Takes `replica` out of `busy`.
@@ -212,11 +223,11 @@ impl State {
         if old == recent {
             return;
         }
-        if old > 0 {
-            self.by_recent.remove((old, replica));
-        }
-        if recent > 0 {
-            self.by_recent.insert((recent, replica));
+        match (old > 0, recent > 0) {
+            (true, true) => self.by_recent.replace((old, replica), (recent, replica)),
+            (true, false) => self.by_recent.remove((old, replica)),
+            (false, true) => self.by_recent.insert((recent, replica)),
+            (false, false) => {}
         }
         for g in &mut self.groups {
             if g.has(replica) {
@@ -270,6 +281,27 @@ impl SortedPairs {
     fn remove(&mut self, x: (u64, u32)) {
         if let Ok(i) = self.0.binary_search(&x) {
             self.0.remove(i);
+        }
+    }
+
+    /// `old` becomes `new`: the pairs between the two places move by one
+    /// (a hint moves its replica up past the few counts it overtakes,
+    /// where a remove and an insert moved the whole tail twice).
+    fn replace(&mut self, old: (u64, u32), new: (u64, u32)) {
+        let Ok(i) = self.0.binary_search(&old) else {
+            self.insert(new);
+            return;
+        };
+        let v = &mut self.0;
+        if new > old {
+            // First place after `i` whose pair is not below `new`.
+            let j = i + 1 + v[i + 1..].partition_point(|p| *p < new);
+            v[i..j].rotate_left(1);
+            v[j - 1] = new;
+        } else {
+            let j = v[..i].partition_point(|p| *p < new);
+            v[j..=i].rotate_right(1);
+            v[j] = new;
         }
     }
 }

@@ -100,6 +100,15 @@ const NONE: u32 = u32::MAX;
 /// Spare record buffers kept for reuse (a delivery then allocates nothing).
 const MAX_SPARES: usize = 4_096;
 
+/// Size classes of spare buffers (capacity `64 << class` words; larger
+/// ones share the last class).
+const SPARE_CLASSES: usize = 8;
+
+/// The spare class of a buffer of `capacity` words.
+fn spare_class(capacity: usize) -> usize {
+    ((capacity.max(64) / 64).ilog2() as usize).min(SPARE_CLASSES - 1)
+}
+
 /// One delivered chain on one replica.
 struct Record {
     part: u32,
@@ -143,17 +152,17 @@ impl Record {
     ) -> Self {
         let n = keys.len();
         let gone_words = n.div_ceil(64);
-        let filter_words = (n * 16).div_ceil(64).max(1);
-        let len = n + gone_words + filter_words;
-        // Recycled buffers come in every size: rounded up, most fit the
-        // next record without a reallocation.
+        let len = Self::words(n);
+        // Recycled buffers come by size class (`Overlay::buffer`): the
+        // class of `len` never reallocates (a grown buffer copied its old
+        // contents, a fifth of a delivery's record).
         buf.clear();
-        buf.reserve(len.next_power_of_two().max(64));
+        buf.reserve(Self::capacity(n));
         buf.extend_from_slice(keys);
         buf.resize(len, 0);
         // The keys' filter bits, straight into the buffer.
         let (head, filter) = buf.split_at_mut(n + gone_words);
-        let bits = filter_words as u64 * 64;
+        let bits = filter.len() as u64 * 64;
         for &key in &head[..n] {
             let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
             filter[(bit / 64) as usize] |= 1 << (bit % 64);
@@ -173,6 +182,17 @@ impl Record {
             prev_owner: NONE,
             next_owner: NONE,
         }
+    }
+
+    /// Words of a record of `n` keys: the keys, the gone bits, the filter.
+    fn words(n: usize) -> usize {
+        n + n.div_ceil(64) + (n * 16).div_ceil(64).max(1)
+    }
+
+    /// Capacity a record of `n` keys is given: rounded up to a power of
+    /// two, at least 64 words, so most buffers fit the next record.
+    fn capacity(n: usize) -> usize {
+        Self::words(n).next_power_of_two().max(64)
     }
 
     fn keys(&self) -> &[u64] {
@@ -295,8 +315,11 @@ struct Overlay {
     seq: u64,
     records: Vec<Option<Record>>,
     free: Vec<u32>,
-    /// Buffers of dropped records, for the next ones.
-    spare: Vec<Vec<u64>>,
+    /// Buffers of dropped records, for the next ones, by size class
+    /// ([`spare_class`]).
+    spare: [Vec<Vec<u64>>; SPARE_CLASSES],
+    /// Buffers in `spare`.
+    spares: usize,
     /// Per replica id, its newest record in any partition (`NONE`: none);
     /// the list goes on through `next_owner`.
     by_owner: Vec<u32>,
@@ -351,9 +374,19 @@ impl Overlay {
         self.list(first, |r| r.next_owner)
     }
 
-    /// A spare buffer, or a new one.
-    fn buffer(&mut self) -> Vec<u64> {
-        self.spare.pop().unwrap_or_default()
+    /// A spare buffer that holds a record of `n` keys without growing, or
+    /// a new one.
+    fn buffer(&mut self, n: usize) -> Vec<u64> {
+        let need = Record::capacity(n);
+        let class = spare_class(need);
+        for c in class..SPARE_CLASSES {
+            let fits = self.spare[c].last().is_some_and(|b| b.capacity() >= need);
+            if fits {
+                self.spares -= 1;
+                return self.spare[c].pop().unwrap_or_default();
+            }
+        }
+        Vec::with_capacity(need)
     }
 
     /// Doubles the head table (or makes it) and refiles every record,
@@ -431,8 +464,9 @@ impl Overlay {
     }
 
     fn recycle(&mut self, buf: Vec<u64>) {
-        if self.spare.len() < MAX_SPARES {
-            self.spare.push(buf);
+        if self.spares < MAX_SPARES && buf.capacity() > 0 {
+            self.spares += 1;
+            self.spare[spare_class(buf.capacity())].push(buf);
         }
     }
 
@@ -573,7 +607,7 @@ impl Tentative {
             })
             .last();
         if let Some(id) = same {
-            let spare = o.buffer();
+            let spare = o.buffer(keys.len());
             let Some(r) = o.records[id as usize].as_mut() else {
                 return (0, 0);
             };
@@ -637,7 +671,7 @@ impl Tentative {
         if kept == 0 {
             return (0, dropped);
         }
-        let buf = o.buffer();
+        let buf = o.buffer(kept);
         o.add(Record::new(
             part,
             replica,
