@@ -368,17 +368,66 @@ impl Index {
             }
         }
         let ext_of = |ext: &[i32], r: u32| ext.get(r as usize).copied().unwrap_or(0);
+        // Room for every match up front: the pushes below never grow.
+        b.e.reserve(raws.len() + tentative.len());
+        if let Some(top) = raws.iter().map(|x| x.replica).max() {
+            if b.at.len() <= top as usize {
+                b.at.resize((top as usize + 1).next_power_of_two(), 0);
+            }
+        }
+        // A match that is a member of the fleet set (nearly all): its
+        // candidate computed whole and written once.
+        let tier_credit = [w.credit(Tier::T1), w.credit(Tier::T2), w.credit(Tier::T3)];
+        let credit_of = |t: Tier| match t {
+            Tier::T1 => tier_credit[0],
+            Tier::T2 => tier_credit[1],
+            Tier::T3 => tier_credit[2],
+            _ => 0.0,
+        };
         for (i, x) in raws.iter().enumerate() {
-            if pos(&b.at, x.replica) == 0 {
-                mark(&mut b.at, x.replica, b.e.len());
-                // Estimated where it lies (a copy of the candidate from the
-                // stack stalled on its just-written fields).
-                b.e.push(blank(x.replica, Some(i)));
+            let r = x.replica;
+            if pos(&b.at, r) != 0 {
+                continue;
+            }
+            mark(&mut b.at, r, b.e.len());
+            let ext = ext_of(&b.ext, r);
+            if !set.has(r) {
+                b.e.push(blank(r, Some(i)));
                 if let Some(c) = b.e.last_mut() {
-                    c.tentative_tokens = ext_of(&b.ext, x.replica);
+                    c.tentative_tokens = ext;
                     estimate(c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
                 }
+                continue;
             }
+            let ri = r as usize;
+            let pm = set.pressure[ri];
+            let pressure = if 0.0f32.total_cmp(&pm).is_gt() {
+                0.0
+            } else {
+                pm
+            };
+            let rank = set.rank_of[ri];
+            b.xe[rank as usize / 64] |= 1 << (rank % 64);
+            b.set_ranks.push(rank);
+            let real = x.tokens.max(0);
+            let credited = f64::from(real) * credit_of(x.tier) * f64::from(x.fresh)
+                + f64::from(ext) * TENTATIVE_CREDIT;
+            let work = w.work_us(prompt - credited);
+            let queued = load.queued_us(r);
+            let recent_raw = load.raw_recent(r);
+            b.e.push(Cand {
+                replica: r,
+                raw: Some(i),
+                tentative_tokens: ext,
+                matched: real.saturating_add(ext),
+                queued,
+                recent: load.recent_of(recent_raw),
+                recent_raw,
+                pressure,
+                usage: set.usage[ri],
+                work,
+                est: queued + work + pw * f64::from(pressure.max(0.0)),
+            });
         }
         for &(r, tokens) in tentative {
             if pos(&b.at, r) == 0 {
