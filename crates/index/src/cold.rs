@@ -64,6 +64,8 @@ struct Bufs {
     set_ranks: Vec<u32>,
     /// Tied: (label, id, position in `e` or `u32::MAX`).
     tied: Vec<(u64, u32, u32)>,
+    /// Positions in `e` of the eligible candidates at the best estimate.
+    at_best: Vec<u32>,
     /// Tied classes: (class, eligible members).
     tied_classes: Vec<(u32, usize)>,
 }
@@ -463,12 +465,25 @@ impl Index {
         // answer as if they were (a match makes `any_ok`, an eligible one
         // `under_any`, and no class enters the tie).
         let under = |c: &Cand| !limit.is_finite() || c.recent <= limit;
-        let matches_win = if b.e.iter().any(is_match) {
-            let best =
-                b.e.iter()
-                    .filter(|c| pressure_ok(c) && under(c))
-                    .map(|c| c.est)
-                    .fold(f64::INFINITY, f64::min);
+        // One pass: whether any candidate matches, the best eligible
+        // estimate and the candidates at it (what the tie needs when a
+        // match wins).
+        let mut any_match = false;
+        let mut best = f64::INFINITY;
+        b.at_best.clear();
+        for (i, c) in b.e.iter().enumerate() {
+            any_match |= is_match(c);
+            if pressure_ok(c) && under(c) {
+                if c.est < best {
+                    best = c.est;
+                    b.at_best.clear();
+                    b.at_best.push(i as u32);
+                } else if c.est == best {
+                    b.at_best.push(i as u32);
+                }
+            }
+        }
+        let matches_win = if any_match {
             let wins = best.is_finite()
                 && set
                     .classes
@@ -504,11 +519,10 @@ impl Index {
             // The eligible matches at the best estimate (what the rules
             // below give when a match wins: every rule's "unless it leaves
             // nobody" is false, no class ties).
-            for (i, c) in b.e.iter().enumerate() {
-                if pressure_ok(c) && under(c) && c.est <= best {
-                    b.tied
-                        .push((catalog.replica_label(c.replica), c.replica, i as u32));
-                }
+            debug_assert!(b.at_best.iter().all(|&i| b.e[i as usize].est <= best));
+            for &i in &b.at_best {
+                let r = b.e[i as usize].replica;
+                b.tied.push((catalog.replica_label(r), r, i));
             }
             false
         } else {

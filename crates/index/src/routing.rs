@@ -925,7 +925,14 @@ impl Index {
         // The tie's room counts the blocks this request is about to store
         // (`counters.rs`), where the replica's pool size is known.
         let fresh = req.block_hashes.len().saturating_sub(delivery.real_blocks) as u64;
-        if chain_ok && fresh > 0 && read(&self.store.counters).knows_pool(replica) {
+        if chain_ok
+            && fresh > 0
+            && self
+                .store
+                .pools_known
+                .load(std::sync::atomic::Ordering::Acquire)
+            && read(&self.store.counters).knows_pool(replica)
+        {
             let block = req.block_token_counts.iter().copied().max().unwrap_or(0);
             write(&self.store.counters).note_intake(replica, fresh, block.max(0) as u32, now);
         }

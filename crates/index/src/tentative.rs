@@ -277,6 +277,46 @@ const SLOTS_PER_RECORD: usize = 1;
 /// Slots of [`Overlay::present`].
 const PRESENT_SLOTS: usize = 1 << 16;
 
+/// Per-slot counts of record heads ([`Overlay::present`]).
+#[derive(Clone)]
+struct Present(std::sync::Arc<[std::sync::atomic::AtomicU8]>);
+
+impl Default for Present {
+    fn default() -> Self {
+        Self(
+            (0..PRESENT_SLOTS)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
+        )
+    }
+}
+
+impl Present {
+    fn get(&self, slot: usize) -> u8 {
+        self.0.get(slot).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// One more head (saturating). Under the overlay's write lock.
+    fn up(&self, slot: usize) {
+        if let Some(c) = self.0.get(slot) {
+            c.store(
+                c.load(Ordering::Relaxed).saturating_add(1),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// One head less (a saturated count stays). Under the write lock.
+    fn down(&self, slot: usize) {
+        if let Some(c) = self.0.get(slot) {
+            let v = c.load(Ordering::Relaxed);
+            if v != u8::MAX {
+                c.store(v.saturating_sub(1), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// A head's slot in [`Overlay::present`].
 fn present_slot(part: u32, key: u64) -> usize {
     head_slot(part, key, 16)
@@ -306,8 +346,10 @@ struct Overlay {
     /// Records whose head falls in each of 64 K slots (saturating; a
     /// saturated slot is never decremented): a lookup's position reads one
     /// byte of a table that stays in cache, and the head table only where
-    /// this is not zero.
-    present: Vec<u8>,
+    /// this is not zero. Written under the overlay's write lock, read
+    /// without a lock too ([`Tentative::may_start`]; shared with
+    /// [`Tentative::present`]).
+    present: Present,
     head_bits: u32,
     /// Records filed (for the table's growth).
     filed: usize,
@@ -366,9 +408,7 @@ impl Overlay {
 
     /// Whether a record may begin with (part, key): false means none does.
     fn may_head(&self, part: u32, key: u64) -> bool {
-        self.present
-            .get(present_slot(part, key))
-            .is_some_and(|&c| c != 0)
+        self.present.get(present_slot(part, key)) != 0
     }
 
     /// The records that begin with (part, key), newest first.
@@ -434,11 +474,7 @@ impl Overlay {
     /// Appends a delivery of `keys` (non-empty) for filing later: its
     /// head counts in `present` now.
     fn append(&mut self, part: u32, replica: u32, from: u32, keys: &[u64], expires: Expiry) {
-        if self.present.is_empty() {
-            self.present = vec![0; PRESENT_SLOTS];
-        }
-        let c = &mut self.present[present_slot(part, keys[0])];
-        *c = c.saturating_add(1);
+        self.present.up(present_slot(part, keys[0]));
         self.pending.push(Pending {
             part,
             replica,
@@ -471,11 +507,7 @@ impl Overlay {
     }
 
     fn add(&mut self, r: Record) -> u32 {
-        if self.present.is_empty() {
-            self.present = vec![0; PRESENT_SLOTS];
-        }
-        let c = &mut self.present[present_slot(r.part, r.head)];
-        *c = c.saturating_add(1);
+        self.present.up(present_slot(r.part, r.head));
         self.add_counted(r)
     }
 
@@ -553,11 +585,7 @@ impl Overlay {
                 at = x.next_head;
             }
         }
-        if let Some(c) = self.present.get_mut(present_slot(r.part, r.head)) {
-            if *c != u8::MAX {
-                *c = c.saturating_sub(1);
-            }
-        }
+        self.present.down(present_slot(r.part, r.head));
         // Out of its owner's list.
         match self
             .records
@@ -592,6 +620,8 @@ pub(crate) struct Tentative {
     publishers: RwLock<HashSet<u32, FoldBuild>>,
     /// Held keys over all records.
     len: AtomicUsize,
+    /// The overlay's head counts, read without its lock.
+    present: Present,
     /// Deliveries appended and not filed (`Overlay::pending`), written
     /// under the overlay's write lock: a reader that finds none reads
     /// under the read lock, else files them first.
@@ -621,8 +651,10 @@ impl std::ops::Deref for Filed<'_> {
 
 impl Tentative {
     pub(crate) fn new(cap: usize) -> Self {
+        let overlay = Overlay::default();
         Self {
-            overlay: RwLock::new(Overlay::default()),
+            present: overlay.present.clone(),
+            overlay: RwLock::new(overlay),
             publishers: RwLock::new(HashSet::default()),
             len: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
@@ -831,15 +863,14 @@ impl Tentative {
         key_at: impl Fn(usize) -> u64,
     ) -> bool {
         keys.clear();
-        let o = read(&self.overlay);
-        if o.filed == 0 && o.pending.is_empty() {
-            return false;
-        }
+        // No lock: the head counts are atomics, written before the write
+        // lock that files or appends their record is released, so a
+        // delivery that returned before this lookup began is counted.
         let mut any = false;
         for p in 0..blocks.min(upper.saturating_add(1)) {
             let key = key_at(p);
             keys.push(key);
-            any |= o.may_head(part, key);
+            any |= self.present.get(present_slot(part, key)) != 0;
         }
         any
     }
@@ -1130,7 +1161,7 @@ mod tests {
         assert_eq!(run(&t, 7, &[1, 2, 3], 0, 150), 3);
         assert_eq!(t.sweep(250), 3);
         assert!(!t.active());
-        assert!(read(&t.overlay).present.iter().all(|&c| c == 0));
+        assert!((0..PRESENT_SLOTS).all(|i| t.present.get(i) == 0));
     }
 
     #[test]
