@@ -50,6 +50,14 @@
 //! delivered again to the same replica renews (or extends) its record; it
 //! is found in the list of its first key.
 //!
+//! Filing waits for a reader (issue 36, session 46): most records are never
+//! read, so a delivery whose head no record shares only appends the record's
+//! fields and keys to a pending log and counts its head; the first reader of
+//! the records (a probe that finds a head, a report, a clear, the sweep, the
+//! counts, a release, a delivery that may renew) files every pending record,
+//! oldest first, so each reader sees what filing at delivery made (a
+//! property test holds the two to the same answers).
+//!
 //! A lookup reads the records as it goes down the request's chain: one
 //! byte per position up to the deepest real run (64 K counts of the heads
 //! by slot, small enough to stay in cache: a sparser table with fewer false
