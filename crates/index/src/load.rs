@@ -34,7 +34,9 @@
 //! report as well: with reports, a replica is over the bound only for the
 //! hints it was sent since its engine last counted, and it restarts when a
 //! hint finds the replica's queue run dry (the work of every hint before it
-//! done, as far as this server knows): a sequential client's follow-ups to
+//! done, as far as this server knows), and a lookup reads it so from the
+//! moment that work is done (not only once the next hint is delivered: a
+//! count of hints whose work is all done is no load): a sequential client's follow-ups to
 //! the idle replica holding their prefix are not load to spread, whatever
 //! their number between two reports (issue 33, session 44: a holder over the
 //! bound sent the fourth follow-up in a row to a cold replica, a full miss). Without reports (an older sidecar, a producer that cannot scrape)
@@ -113,6 +115,19 @@ struct Queue {
 }
 
 impl Queue {
+    /// The bounded-load count at `now`: with the engine's reports, the
+    /// hints of the current busy period only, none once its work is done
+    /// (what the next hint restarts from, [`LoadTracker::add_n`]).
+    fn count_at(&self, now_ns: i64) -> u64 {
+        if self.ran_dry(now_ns) { 0 } else { self.recent }
+    }
+
+    /// With the engine's reports, whether the work of every hint is done
+    /// by `now` (the busy period is over).
+    fn ran_dry(&self, now_ns: i64) -> bool {
+        self.reported_ns > 0 && self.finish_ns <= now_ns
+    }
+
     fn at(&self, now_ns: i64) -> f64 {
         let from = self.hold_until_ns.max(now_ns);
         // Without a branch: whether a replica's queue ran dry is a coin
@@ -127,8 +142,11 @@ impl Queue {
 struct Group {
     /// Members, one bit per replica id.
     members: Vec<u64>,
-    /// Σ `recent` over the members.
-    sum: u128,
+    /// Σ `recent` over the members whose engine never reported: their
+    /// counts only decay. A reporting member's count is zero once its
+    /// queue runs dry, a change no write sees: those are summed at the
+    /// lookup from the busy list ([`LoadView::group_sum`]).
+    unreported: u128,
 }
 
 impl Group {
@@ -157,6 +175,9 @@ struct State {
     by_recent: SortedPairs,
     /// Registered fleets' sums, by slot.
     groups: Vec<Group>,
+    /// Replicas whose engine has reported (a lookup sums their busy
+    /// members' counts only when there are any).
+    reported: usize,
 }
 
 impl State {
@@ -227,9 +248,13 @@ impl State {
             (false, true) => self.by_recent.insert((recent, replica)),
             (false, false) => {}
         }
+        if self.queues[replica as usize].reported_ns > 0 {
+            // Summed at the lookup (`Group::unreported`).
+            return;
+        }
         for g in &mut self.groups {
             if g.has(replica) {
-                g.sum = g.sum - u128::from(old) + u128::from(recent);
+                g.unreported = g.unreported - u128::from(old) + u128::from(recent);
             }
         }
     }
@@ -257,7 +282,7 @@ impl State {
         }
         self.by_recent.0.sort_unstable();
         for g in &mut self.groups {
-            g.sum = sum_of(&self.queues, &g.members);
+            g.unreported = sum_of(&self.queues, &g.members);
         }
         e
     }
@@ -304,6 +329,7 @@ impl SortedPairs {
     }
 }
 
+/// Σ `recent` of the `members` whose engine never reported.
 fn sum_of(queues: &[Queue], members: &[u64]) -> u128 {
     let mut s = 0;
     for (w, &word) in members.iter().enumerate() {
@@ -311,7 +337,10 @@ fn sum_of(queues: &[Queue], members: &[u64]) -> u128 {
         while word != 0 {
             let i = w * 64 + word.trailing_zeros() as usize;
             word &= word - 1;
-            s += queues.get(i).map_or(0, |q| u128::from(q.recent));
+            s += queues
+                .get(i)
+                .filter(|q| q.reported_ns == 0)
+                .map_or(0, |q| u128::from(q.recent));
         }
     }
     s
@@ -343,9 +372,13 @@ impl LoadView<'_> {
             .map_or(0.0, |q| q.at(self.now_ns))
     }
 
-    /// A replica's recent count in fixed point (sums exactly).
+    /// A replica's recent count in fixed point (sums exactly), as the
+    /// bounded-load rule reads it now ([`Queue::count_at`]).
     pub(crate) fn raw_recent(&self, replica: u32) -> u64 {
-        self.s.queues.get(replica as usize).map_or(0, |q| q.recent)
+        self.s
+            .queues
+            .get(replica as usize)
+            .map_or(0, |q| q.count_at(self.now_ns))
     }
 
     /// Hints delivered to a replica recently (decayed count, see
@@ -384,12 +417,28 @@ impl LoadView<'_> {
             .iter()
             .rev()
             .take_while(move |&&(raw, _)| self.recent_of(raw) > limit)
+            // A count whose work is all done reads zero (`Queue::count_at`).
+            .filter(move |&&(_, r)| self.recent_of(self.raw_recent(r)) > limit)
             .map(|&(_, r)| r)
     }
 
-    /// Σ fixed-point counts of the fleet registered in `slot`.
+    /// Σ fixed-point counts of the fleet registered in `slot`, as
+    /// [`Self::raw_recent`] reads each: the members that never reported,
+    /// summed as they change, and the busy ones that did (a reporting
+    /// member that is not busy counts zero).
     pub(crate) fn group_sum(&self, slot: usize) -> u128 {
-        self.s.groups.get(slot).map_or(0, |g| g.sum)
+        let Some(g) = self.s.groups.get(slot) else {
+            return 0;
+        };
+        if self.s.reported == 0 {
+            return g.unreported;
+        }
+        let reporting_busy: u128 = self
+            .busy()
+            .filter(|&r| g.has(r) && self.s.queues[r as usize].reported_ns > 0)
+            .map(|r| u128::from(self.s.queues[r as usize].recent))
+            .sum();
+        g.unreported + reporting_busy
     }
 }
 
@@ -416,8 +465,11 @@ impl LoadTracker {
         if s.groups.len() <= slot {
             s.groups.resize_with(slot + 1, Group::default);
         }
-        let sum = sum_of(&s.queues, &members);
-        s.groups[slot] = Group { members, sum };
+        let unreported = sum_of(&s.queues, &members);
+        s.groups[slot] = Group {
+            members,
+            unreported,
+        };
     }
 
     /// Drops every registered fleet.
@@ -440,7 +492,7 @@ impl LoadTracker {
         let mut s = write(&self.state);
         let epoch = s.epoch(now_ns);
         let mut q = *s.queue(replica);
-        if q.reported_ns > 0 && q.finish_ns < now_ns {
+        if q.ran_dry(now_ns) {
             // A new busy period: with the engine's counts, the bounded-load
             // count is the hints sent since the engine last counted or since
             // the replica's queue last ran dry (module docs).
@@ -511,8 +563,12 @@ impl LoadTracker {
             at_ns,
         );
         // The bounded-load rule's count restarts too: the engine's counts
-        // are the load now, not the hints of the last 120 s.
+        // are the load now, not the hints of the last 120 s. (Before the
+        // replica counts as reporting: its count leaves the unreported sums.)
         s.set_recent(replica, 0);
+        if s.queue(replica).reported_ns == 0 {
+            s.reported += 1;
+        }
         s.queue(replica).reported_ns = at_ns;
     }
 
@@ -538,6 +594,9 @@ impl LoadTracker {
         if (replica as usize) < s.queues.len() {
             s.unbusy(replica);
             s.set_recent(replica, 0);
+            if s.queue(replica).reported_ns > 0 {
+                s.reported -= 1;
+            }
             *s.queue(replica) = Queue::default();
         }
     }
@@ -624,6 +683,51 @@ mod tests {
         t.add(2, 1_000.0, 100_000_000);
         t.add(2, 1_000.0, 200_000_000);
         assert!((t.recent_hints(2, 200_000_000) - 2.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_lookup_reads_a_count_whose_work_is_done_as_zero() {
+        // real_vllm's idle-holder step: three hints in one busy period,
+        // then a lookup once their work is done (before any new hint).
+        let t = LoadTracker::default();
+        t.register_group(0, vec![0b110]);
+        t.report(1, 0, 0, 1_000);
+        for k in 0..3 {
+            t.add(1, 35_000.0, k * 20_000_000);
+        }
+        t.add(2, 0.0, 0); // no reports: its count only decays
+        let at = |now| {
+            let v = t.view(now);
+            (
+                v.recent_hints(1),
+                v.group_sum(0),
+                v.over(0.5).collect::<Vec<_>>(),
+            )
+        };
+        let (busy, sum, over) = at(100_000_000);
+        assert!((busy - 3.0).abs() < 1e-2, "{busy}");
+        assert_eq!(over, vec![1, 2]);
+        let v = t.view(100_000_000);
+        assert_eq!(
+            sum,
+            u128::from(v.raw_recent(1)) + u128::from(v.raw_recent(2))
+        );
+        drop(v);
+        // 3 x 35 ms from the report: done just after 105 ms.
+        let (done, sum, over) = at(106_000_000);
+        assert_eq!(done, 0.0);
+        assert_eq!(over, vec![2]);
+        assert_eq!(sum, u128::from(t.view(106_000_000).raw_recent(2)));
+        // The next hint starts the count from one, as the lookup read it.
+        t.add(1, 1_000.0, 200_000_000);
+        assert!((t.recent_hints(1, 200_000_000) - 1.0).abs() < 1e-3);
+        // A first report takes the count out of the unreported sum.
+        t.report(2, 0, 0, 300_000_000);
+        assert_eq!(t.view(300_000_000).group_sum(0), 0);
+        t.forget(2);
+        t.add(2, 0.0, 400_000_000);
+        let v = t.view(400_000_000);
+        assert_eq!(v.group_sum(0), u128::from(v.raw_recent(2)));
     }
 
     #[test]
