@@ -3,8 +3,8 @@
 //! PREFIX_EVICTED removal, chain lookup under concurrent ingest, the same
 //! chain lookup backing off hybrid models' invalid ends, and a
 //! resident-memory report; the default path (`route_ttft` + `record_delivery`,
-//! what `serve` does per lookup on defaults) beside the contract lookup at 16
-//! and 256 replicas. Criterion reports time per lookup / per update; ingest groups also
+//! what `serve` does per lookup on defaults) beside the contract lookup at 1,
+//! 16 and 256 replicas x 16,384 blocks. Criterion reports time per lookup / per update; ingest groups also
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -412,30 +412,39 @@ fn memory_report(_c: &mut Criterion) {
     );
 }
 
-/// `replicas` replicas each hold 1,024 blocks of their own and the first
-/// `1 + (i * 3) % 32` blocks of a shared 32-block request.
+/// Blocks each replica of [`fleet_of`] holds (`bench/peers`' cache size).
+const FLEET_BLOCKS: u64 = 16_384;
+
+/// `replicas` replicas each hold [`FLEET_BLOCKS`] blocks: the first
+/// `1 + (i * 3) % 32` blocks of a shared 32-block request and the rest in
+/// 1,024-block chains of their own.
 fn fleet_of(replicas: usize) -> (Index, Vec<Vec<u8>>) {
-    let idx = IndexConfig::new().build();
+    let idx = IndexConfig::new().max_entries(0).build();
     let request: Vec<Vec<u8>> = (0..32u64).map(|i| hash(5, i)).collect();
     for r in 0..replicas {
         idx.ingest(&chain_update(r, &request[..1 + (r * 3) % 32]));
-        let own: Vec<Vec<u8>> = (0..1024u64).map(|i| hash(6_000 + r as u64, i)).collect();
-        idx.ingest(&chain_update(r, &own));
+        for c in 0..FLEET_BLOCKS / 1024 {
+            let own: Vec<Vec<u8>> = (0..1024u64)
+                .map(|i| hash(6_000 + (r as u64) * 64 + c, i))
+                .collect();
+            idx.ingest(&chain_update(r, &own));
+        }
     }
     (idx, request)
 }
 
-/// The default path against the contract lookup, one 32-block request, at 16
-/// and 256 replicas. The default path's deliveries renew the same tentative
-/// holdings and queue work on the pick (real time drains it).
+/// The default path against the contract lookup, one 32-block request, at 1,
+/// 16 and 256 replicas x 16,384 blocks (issue 36's scales). The default
+/// path's deliveries renew the same tentative holdings and queue work on
+/// the pick (real time drains it).
 fn bench_default_path(c: &mut Criterion) {
     let mut g = c.benchmark_group("default_path");
     let counts = vec![16i32; 32];
-    for replicas in [16usize, 256] {
+    for replicas in [1usize, 16, 256] {
         let (idx, request) = fleet_of(replicas);
         let seed = chain_seed(&request);
         g.bench_function(
-            format!("contract_lookup_32_blocks_{replicas}_replicas"),
+            format!("contract_lookup_32_blocks_{replicas}_replicas_x_16384"),
             |b| {
                 b.iter(|| {
                     let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm")
@@ -451,7 +460,7 @@ fn bench_default_path(c: &mut Criterion) {
             seed: &seed,
         };
         g.bench_function(
-            format!("route_and_delivery_32_blocks_{replicas}_replicas"),
+            format!("route_and_delivery_32_blocks_{replicas}_replicas_x_16384"),
             |b| {
                 b.iter(|| {
                     let req = LookupRequest::new("tenant-a", "llama-3-70b", "vllm")

@@ -64,6 +64,8 @@ struct Bufs {
     set_ranks: Vec<u32>,
     /// Tied: (label, id, position in `e` or `u32::MAX`).
     tied: Vec<(u64, u32, u32)>,
+    /// Positions in `e` of the eligible candidates at the best estimate.
+    at_best: Vec<u32>,
     /// Tied classes: (class, eligible members).
     tied_classes: Vec<(u32, usize)>,
 }
@@ -368,17 +370,66 @@ impl Index {
             }
         }
         let ext_of = |ext: &[i32], r: u32| ext.get(r as usize).copied().unwrap_or(0);
+        // Room for every match up front: the pushes below never grow.
+        b.e.reserve(raws.len() + tentative.len());
+        if let Some(top) = raws.iter().map(|x| x.replica).max() {
+            if b.at.len() <= top as usize {
+                b.at.resize((top as usize + 1).next_power_of_two(), 0);
+            }
+        }
+        // A match that is a member of the fleet set (nearly all): its
+        // candidate computed whole and written once.
+        let tier_credit = [w.credit(Tier::T1), w.credit(Tier::T2), w.credit(Tier::T3)];
+        let credit_of = |t: Tier| match t {
+            Tier::T1 => tier_credit[0],
+            Tier::T2 => tier_credit[1],
+            Tier::T3 => tier_credit[2],
+            _ => 0.0,
+        };
         for (i, x) in raws.iter().enumerate() {
-            if pos(&b.at, x.replica) == 0 {
-                mark(&mut b.at, x.replica, b.e.len());
-                // Estimated where it lies (a copy of the candidate from the
-                // stack stalled on its just-written fields).
-                b.e.push(blank(x.replica, Some(i)));
+            let r = x.replica;
+            if pos(&b.at, r) != 0 {
+                continue;
+            }
+            mark(&mut b.at, r, b.e.len());
+            let ext = ext_of(&b.ext, r);
+            if !set.has(r) {
+                b.e.push(blank(r, Some(i)));
                 if let Some(c) = b.e.last_mut() {
-                    c.tentative_tokens = ext_of(&b.ext, x.replica);
+                    c.tentative_tokens = ext;
                     estimate(c, true, &mut b.xe, &mut b.set_ranks, &mut n, &mut sum);
                 }
+                continue;
             }
+            let ri = r as usize;
+            let pm = set.pressure[ri];
+            let pressure = if 0.0f32.total_cmp(&pm).is_gt() {
+                0.0
+            } else {
+                pm
+            };
+            let rank = set.rank_of[ri];
+            b.xe[rank as usize / 64] |= 1 << (rank % 64);
+            b.set_ranks.push(rank);
+            let real = x.tokens.max(0);
+            let credited = f64::from(real) * credit_of(x.tier) * f64::from(x.fresh)
+                + f64::from(ext) * TENTATIVE_CREDIT;
+            let work = w.work_us(prompt - credited);
+            let queued = load.queued_us(r);
+            let recent_raw = load.raw_recent(r);
+            b.e.push(Cand {
+                replica: r,
+                raw: Some(i),
+                tentative_tokens: ext,
+                matched: real.saturating_add(ext),
+                queued,
+                recent: load.recent_of(recent_raw),
+                recent_raw,
+                pressure,
+                usage: set.usage[ri],
+                work,
+                est: queued + work + pw * f64::from(pressure.max(0.0)),
+            });
         }
         for &(r, tokens) in tentative {
             if pos(&b.at, r) == 0 {
@@ -414,12 +465,25 @@ impl Index {
         // answer as if they were (a match makes `any_ok`, an eligible one
         // `under_any`, and no class enters the tie).
         let under = |c: &Cand| !limit.is_finite() || c.recent <= limit;
-        let matches_win = if b.e.iter().any(is_match) {
-            let best =
-                b.e.iter()
-                    .filter(|c| pressure_ok(c) && under(c))
-                    .map(|c| c.est)
-                    .fold(f64::INFINITY, f64::min);
+        // One pass: whether any candidate matches, the best eligible
+        // estimate and the candidates at it (what the tie needs when a
+        // match wins).
+        let mut any_match = false;
+        let mut best = f64::INFINITY;
+        b.at_best.clear();
+        for (i, c) in b.e.iter().enumerate() {
+            any_match |= is_match(c);
+            if pressure_ok(c) && under(c) {
+                if c.est < best {
+                    best = c.est;
+                    b.at_best.clear();
+                    b.at_best.push(i as u32);
+                } else if c.est == best {
+                    b.at_best.push(i as u32);
+                }
+            }
+        }
+        let matches_win = if any_match {
             let wins = best.is_finite()
                 && set
                     .classes
@@ -455,11 +519,10 @@ impl Index {
             // The eligible matches at the best estimate (what the rules
             // below give when a match wins: every rule's "unless it leaves
             // nobody" is false, no class ties).
-            for (i, c) in b.e.iter().enumerate() {
-                if pressure_ok(c) && under(c) && c.est <= best {
-                    b.tied
-                        .push((catalog.replica_label(c.replica), c.replica, i as u32));
-                }
+            debug_assert!(b.at_best.iter().all(|&i| b.e[i as usize].est <= best));
+            for &i in &b.at_best {
+                let r = b.e[i as usize].replica;
+                b.tied.push((catalog.replica_label(r), r, i));
             }
             false
         } else {

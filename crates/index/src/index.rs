@@ -56,6 +56,10 @@ pub(crate) struct Store {
     pub(crate) entries: crate::entries::Entries,
     /// Entry and key counts, serving scopes (lock order: shard → counters).
     pub(crate) counters: RwLock<Counters>,
+    /// Set once any replica reported its KV pool's capacity (never
+    /// cleared): until then a delivery skips the counters' lock, as no
+    /// pool can take its intake (`routing.rs`).
+    pub(crate) pools_known: std::sync::atomic::AtomicBool,
     /// Model ids reported non-zero by the last `entry_counts_by_model`.
     pub(crate) gauge: Mutex<Vec<bool>>,
     /// Held shared by every ingest and event for its whole run, exclusively
@@ -140,6 +144,7 @@ impl Index {
                 catalog: RwLock::new(catalog),
                 entries: crate::entries::Entries::new(),
                 counters: RwLock::new(Counters::default()),
+                pools_known: std::sync::atomic::AtomicBool::new(false),
                 gauge: Mutex::new(Vec::new()),
                 gate: RwLock::new(()),
             },

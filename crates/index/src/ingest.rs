@@ -242,11 +242,13 @@ impl Index {
                 stats_reported: ts,
             };
             // The tie's held room reads the pool's capacity (`counters.rs`).
-            write(&self.store.counters).set_capacity(
-                replica,
-                entry.load.map_or(0, |l| l.kv_cache_capacity_tokens),
-                now,
-            );
+            let capacity = entry.load.map_or(0, |l| l.kv_cache_capacity_tokens);
+            write(&self.store.counters).set_capacity(replica, capacity, now);
+            if capacity > 0 {
+                self.store
+                    .pools_known
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
             if let Some(l) = &entry.load {
                 // The ranking's queue restarts from the engine's own counts.
                 self.routing

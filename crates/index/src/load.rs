@@ -34,7 +34,9 @@
 //! report as well: with reports, a replica is over the bound only for the
 //! hints it was sent since its engine last counted, and it restarts when a
 //! hint finds the replica's queue run dry (the work of every hint before it
-//! done, as far as this server knows): a sequential client's follow-ups to
+//! done, as far as this server knows), and a lookup reads it so from the
+//! moment that work is done (not only once the next hint is delivered: a
+//! count of hints whose work is all done is no load): a sequential client's follow-ups to
 //! the idle replica holding their prefix are not load to spread, whatever
 //! their number between two reports (issue 33, session 44: a holder over the
 //! bound sent the fourth follow-up in a row to a cold replica, a full miss). Without reports (an older sidecar, a producer that cannot scrape)
@@ -69,6 +71,9 @@ pub(crate) const REPORTED_REQUEST_TOKENS: f64 = 1_024.0;
 /// at the default weights (`TtftWeights::default()`: 5,000 µs + 50 µs per
 /// token; a test in `routing.rs` holds the two equal), µs.
 pub(crate) const DEFAULT_REQUEST_WORK_US: f64 = 5_000.0 + 50.0 * REPORTED_REQUEST_TOKENS;
+
+/// Fewest entries of the busy list before a write prunes it.
+const MIN_PRUNE: usize = 16;
 
 /// Weight of the newest hint in a replica's mean delivered work.
 const MEAN_WEIGHT: f64 = 0.1;
@@ -110,13 +115,24 @@ struct Queue {
 }
 
 impl Queue {
+    /// The bounded-load count at `now`: with the engine's reports, the
+    /// hints of the current busy period only, none once its work is done
+    /// (what the next hint restarts from, [`LoadTracker::add_n`]).
+    fn count_at(&self, now_ns: i64) -> u64 {
+        if self.ran_dry(now_ns) { 0 } else { self.recent }
+    }
+
+    /// With the engine's reports, whether the work of every hint is done
+    /// by `now` (the busy period is over).
+    fn ran_dry(&self, now_ns: i64) -> bool {
+        self.reported_ns > 0 && self.finish_ns <= now_ns
+    }
+
     fn at(&self, now_ns: i64) -> f64 {
         let from = self.hold_until_ns.max(now_ns);
-        if self.finish_ns > from {
-            (self.finish_ns - from) as f64 / 1_000.0
-        } else {
-            0.0
-        }
+        // Without a branch: whether a replica's queue ran dry is a coin
+        // toss per replica, and a lookup reads every matched one's.
+        self.finish_ns.saturating_sub(from).max(0) as f64 / 1_000.0
     }
 }
 
@@ -126,8 +142,11 @@ impl Queue {
 struct Group {
     /// Members, one bit per replica id.
     members: Vec<u64>,
-    /// Σ `recent` over the members.
-    sum: u128,
+    /// Σ `recent` over the members whose engine never reported: their
+    /// counts only decay. A reporting member's count is zero once its
+    /// queue runs dry, a change no write sees: those are summed at the
+    /// lookup from the busy list ([`LoadView::group_sum`]).
+    unreported: u128,
 }
 
 impl Group {
@@ -150,10 +169,15 @@ struct State {
     busy: Vec<u32>,
     /// By replica: 1 + its position in `busy`; 0: not there.
     busy_at: Vec<u32>,
+    /// `busy`'s length at which the next write prunes it.
+    prune_at: usize,
     /// (recent, replica) of every replica with a non-zero count.
     by_recent: SortedPairs,
     /// Registered fleets' sums, by slot.
     groups: Vec<Group>,
+    /// Replicas whose engine has reported (a lookup sums their busy
+    /// members' counts only when there are any).
+    reported: usize,
 }
 
 impl State {
@@ -176,7 +200,12 @@ impl State {
             self.busy.push(replica);
             self.busy_at[r] = self.busy.len() as u32;
         }
-        // Prune the replicas done by now (this one too, if it is).
+        // Prune the replicas done by now (this one too, if it is), once
+        // the list has doubled since the last prune: amortised O(1) a
+        // hint (readers skip the done ones, `LoadView::busy`).
+        if self.busy.len() < self.prune_at {
+            return;
+        }
         let mut i = 0;
         while i < self.busy.len() {
             let x = self.busy[i];
@@ -186,6 +215,7 @@ impl State {
             }
             self.unbusy(x);
         }
+        self.prune_at = (2 * self.busy.len()).max(MIN_PRUNE);
     }
 
     /// Takes `replica` out of `busy`.
@@ -212,15 +242,19 @@ impl State {
         if old == recent {
             return;
         }
-        if old > 0 {
-            self.by_recent.remove((old, replica));
+        match (old > 0, recent > 0) {
+            (true, true) => self.by_recent.replace((old, replica), (recent, replica)),
+            (true, false) => self.by_recent.remove((old, replica)),
+            (false, true) => self.by_recent.insert((recent, replica)),
+            (false, false) => {}
         }
-        if recent > 0 {
-            self.by_recent.insert((recent, replica));
+        if self.queues[replica as usize].reported_ns > 0 {
+            // Summed at the lookup (`Group::unreported`).
+            return;
         }
         for g in &mut self.groups {
             if g.has(replica) {
-                g.sum = g.sum - u128::from(old) + u128::from(recent);
+                g.unreported = g.unreported - u128::from(old) + u128::from(recent);
             }
         }
     }
@@ -248,7 +282,7 @@ impl State {
         }
         self.by_recent.0.sort_unstable();
         for g in &mut self.groups {
-            g.sum = sum_of(&self.queues, &g.members);
+            g.unreported = sum_of(&self.queues, &g.members);
         }
         e
     }
@@ -272,8 +306,30 @@ impl SortedPairs {
             self.0.remove(i);
         }
     }
+
+    /// `old` becomes `new`: the pairs between the two places move by one
+    /// (a hint moves its replica up past the few counts it overtakes,
+    /// where a remove and an insert moved the whole tail twice).
+    fn replace(&mut self, old: (u64, u32), new: (u64, u32)) {
+        let Ok(i) = self.0.binary_search(&old) else {
+            self.insert(new);
+            return;
+        };
+        let v = &mut self.0;
+        if new > old {
+            // First place after `i` whose pair is not below `new`.
+            let j = i + 1 + v[i + 1..].partition_point(|p| *p < new);
+            v[i..j].rotate_left(1);
+            v[j - 1] = new;
+        } else {
+            let j = v[..i].partition_point(|p| *p < new);
+            v[j..=i].rotate_right(1);
+            v[j] = new;
+        }
+    }
 }
 
+/// Σ `recent` of the `members` whose engine never reported.
 fn sum_of(queues: &[Queue], members: &[u64]) -> u128 {
     let mut s = 0;
     for (w, &word) in members.iter().enumerate() {
@@ -281,7 +337,10 @@ fn sum_of(queues: &[Queue], members: &[u64]) -> u128 {
         while word != 0 {
             let i = w * 64 + word.trailing_zeros() as usize;
             word &= word - 1;
-            s += queues.get(i).map_or(0, |q| u128::from(q.recent));
+            s += queues
+                .get(i)
+                .filter(|q| q.reported_ns == 0)
+                .map_or(0, |q| u128::from(q.recent));
         }
     }
     s
@@ -313,9 +372,13 @@ impl LoadView<'_> {
             .map_or(0.0, |q| q.at(self.now_ns))
     }
 
-    /// A replica's recent count in fixed point (sums exactly).
+    /// A replica's recent count in fixed point (sums exactly), as the
+    /// bounded-load rule reads it now ([`Queue::count_at`]).
     pub(crate) fn raw_recent(&self, replica: u32) -> u64 {
-        self.s.queues.get(replica as usize).map_or(0, |q| q.recent)
+        self.s
+            .queues
+            .get(replica as usize)
+            .map_or(0, |q| q.count_at(self.now_ns))
     }
 
     /// Hints delivered to a replica recently (decayed count, see
@@ -354,12 +417,28 @@ impl LoadView<'_> {
             .iter()
             .rev()
             .take_while(move |&&(raw, _)| self.recent_of(raw) > limit)
+            // A count whose work is all done reads zero (`Queue::count_at`).
+            .filter(move |&&(_, r)| self.recent_of(self.raw_recent(r)) > limit)
             .map(|&(_, r)| r)
     }
 
-    /// Σ fixed-point counts of the fleet registered in `slot`.
+    /// Σ fixed-point counts of the fleet registered in `slot`, as
+    /// [`Self::raw_recent`] reads each: the members that never reported,
+    /// summed as they change, and the busy ones that did (a reporting
+    /// member that is not busy counts zero).
     pub(crate) fn group_sum(&self, slot: usize) -> u128 {
-        self.s.groups.get(slot).map_or(0, |g| g.sum)
+        let Some(g) = self.s.groups.get(slot) else {
+            return 0;
+        };
+        if self.s.reported == 0 {
+            return g.unreported;
+        }
+        let reporting_busy: u128 = self
+            .busy()
+            .filter(|&r| g.has(r) && self.s.queues[r as usize].reported_ns > 0)
+            .map(|r| u128::from(self.s.queues[r as usize].recent))
+            .sum();
+        g.unreported + reporting_busy
     }
 }
 
@@ -386,8 +465,11 @@ impl LoadTracker {
         if s.groups.len() <= slot {
             s.groups.resize_with(slot + 1, Group::default);
         }
-        let sum = sum_of(&s.queues, &members);
-        s.groups[slot] = Group { members, sum };
+        let unreported = sum_of(&s.queues, &members);
+        s.groups[slot] = Group {
+            members,
+            unreported,
+        };
     }
 
     /// Drops every registered fleet.
@@ -410,7 +492,7 @@ impl LoadTracker {
         let mut s = write(&self.state);
         let epoch = s.epoch(now_ns);
         let mut q = *s.queue(replica);
-        if q.reported_ns > 0 && q.finish_ns < now_ns {
+        if q.ran_dry(now_ns) {
             // A new busy period: with the engine's counts, the bounded-load
             // count is the hints sent since the engine last counted or since
             // the replica's queue last ran dry (module docs).
@@ -481,8 +563,12 @@ impl LoadTracker {
             at_ns,
         );
         // The bounded-load rule's count restarts too: the engine's counts
-        // are the load now, not the hints of the last 120 s.
+        // are the load now, not the hints of the last 120 s. (Before the
+        // replica counts as reporting: its count leaves the unreported sums.)
         s.set_recent(replica, 0);
+        if s.queue(replica).reported_ns == 0 {
+            s.reported += 1;
+        }
         s.queue(replica).reported_ns = at_ns;
     }
 
@@ -508,6 +594,9 @@ impl LoadTracker {
         if (replica as usize) < s.queues.len() {
             s.unbusy(replica);
             s.set_recent(replica, 0);
+            if s.queue(replica).reported_ns > 0 {
+                s.reported -= 1;
+            }
             *s.queue(replica) = Queue::default();
         }
     }
@@ -594,6 +683,51 @@ mod tests {
         t.add(2, 1_000.0, 100_000_000);
         t.add(2, 1_000.0, 200_000_000);
         assert!((t.recent_hints(2, 200_000_000) - 2.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_lookup_reads_a_count_whose_work_is_done_as_zero() {
+        // real_vllm's idle-holder step: three hints in one busy period,
+        // then a lookup once their work is done (before any new hint).
+        let t = LoadTracker::default();
+        t.register_group(0, vec![0b110]);
+        t.report(1, 0, 0, 1_000);
+        for k in 0..3 {
+            t.add(1, 35_000.0, k * 20_000_000);
+        }
+        t.add(2, 0.0, 0); // no reports: its count only decays
+        let at = |now| {
+            let v = t.view(now);
+            (
+                v.recent_hints(1),
+                v.group_sum(0),
+                v.over(0.5).collect::<Vec<_>>(),
+            )
+        };
+        let (busy, sum, over) = at(100_000_000);
+        assert!((busy - 3.0).abs() < 1e-2, "{busy}");
+        assert_eq!(over, vec![1, 2]);
+        let v = t.view(100_000_000);
+        assert_eq!(
+            sum,
+            u128::from(v.raw_recent(1)) + u128::from(v.raw_recent(2))
+        );
+        drop(v);
+        // 3 x 35 ms from the report: done just after 105 ms.
+        let (done, sum, over) = at(106_000_000);
+        assert_eq!(done, 0.0);
+        assert_eq!(over, vec![2]);
+        assert_eq!(sum, u128::from(t.view(106_000_000).raw_recent(2)));
+        // The next hint starts the count from one, as the lookup read it.
+        t.add(1, 1_000.0, 200_000_000);
+        assert!((t.recent_hints(1, 200_000_000) - 1.0).abs() < 1e-3);
+        // A first report takes the count out of the unreported sum.
+        t.report(2, 0, 0, 300_000_000);
+        assert_eq!(t.view(300_000_000).group_sum(0), 0);
+        t.forget(2);
+        t.add(2, 0.0, 400_000_000);
+        let v = t.view(400_000_000);
+        assert_eq!(v.group_sum(0), u128::from(v.raw_recent(2)));
     }
 
     #[test]

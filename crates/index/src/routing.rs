@@ -468,10 +468,12 @@ impl Index {
         out: &mut IdRoute,
     ) {
         let prompt: f64 = if chain {
+            // Summed as integers (exact, as the float sum of these counts
+            // is below 2^53): one add a block, not a chain of float adds.
             req.block_token_counts
                 .iter()
-                .map(|&c| f64::from(c.max(0)))
-                .sum()
+                .map(|&c| i64::from(c.max(0)))
+                .sum::<i64>() as f64
         } else {
             let stored = raws.iter().map(|r| r.tokens).max().unwrap_or(0);
             f64::from(req.prefix_token_count.max(stored).max(0))
@@ -757,17 +759,28 @@ impl Index {
             };
             let n = order.len() + 1;
             let mut scores = crate::score_pool::take(n);
-            scores.extend((0..n).map(|k| {
+            // The LFU hits' runs in the same pass (real runs only: a
+            // tentative holding has no entry to credit), where a second
+            // pass chased the order, the candidate and its run again.
+            let mut runs = Vec::with_capacity(if part.is_some() { n } else { 0 });
+            for k in 0..n {
                 let c = &cands[at(k)];
                 let raw = c.raw.map(|j| &raws[j]);
-                ScoreById {
+                scores.push(ScoreById {
                     replica: ReplicaId(c.replica),
                     score: score_of(c.est),
                     matched_tokens: c.matched,
                     estimated_cache_hit_prob: raw.map_or(1.0, |r| r.fresh),
                     tier: raw.map_or(Tier::T1, |r| r.tier),
+                });
+                if let Some(r) = raw.filter(|r| r.tokens > 0 && part.is_some()) {
+                    runs.push(HitRun {
+                        replica: r.replica,
+                        blocks: r.blocks,
+                        matched_tokens: c.matched,
+                    });
                 }
-            }));
+            }
             // The names: the catalog's published table (one reference
             // count for the answer), else the scores' own.
             out.result.names = match catalog.replica_table_names() {
@@ -780,19 +793,8 @@ impl Index {
             out.result.strategy = Strategy::PrefixMatch;
             // Hits are captured for every tenant: `hot_prefixes` counts
             // delivered hits for LRU tenants too; only LFU eviction reads
-            // the counters. Real runs only (a tentative holding has no
-            // entry to credit).
+            // the counters.
             if let Some(part) = part {
-                let mut runs = Vec::with_capacity(n);
-                runs.extend((0..n).filter_map(|k| {
-                    let c = &cands[at(k)];
-                    let r = &raws[c.raw?];
-                    (r.tokens > 0).then_some(HitRun {
-                        replica: r.replica,
-                        blocks: r.blocks,
-                        matched_tokens: c.matched,
-                    })
-                }));
                 out.result.hits = LfuHits::capture(part, req, runs);
             }
         });
@@ -923,7 +925,14 @@ impl Index {
         // The tie's room counts the blocks this request is about to store
         // (`counters.rs`), where the replica's pool size is known.
         let fresh = req.block_hashes.len().saturating_sub(delivery.real_blocks) as u64;
-        if chain_ok && fresh > 0 && read(&self.store.counters).knows_pool(replica) {
+        if chain_ok
+            && fresh > 0
+            && self
+                .store
+                .pools_known
+                .load(std::sync::atomic::Ordering::Acquire)
+            && read(&self.store.counters).knows_pool(replica)
+        {
             let block = req.block_token_counts.iter().copied().max().unwrap_or(0);
             write(&self.store.counters).note_intake(replica, fresh, block.max(0) as u32, now);
         }

@@ -50,6 +50,14 @@
 //! delivered again to the same replica renews (or extends) its record; it
 //! is found in the list of its first key.
 //!
+//! Filing waits for a reader (issue 36, session 46): most records are never
+//! read, so a delivery whose head no record shares only appends the record's
+//! fields and keys to a pending log and counts its head; the first reader of
+//! the records (a probe that finds a head, a report, a clear, the sweep, the
+//! counts, a release, a delivery that may renew) files every pending record,
+//! oldest first, so each reader sees what filing at delivery made (a
+//! property test holds the two to the same answers).
+//!
 //! A lookup reads the records as it goes down the request's chain: one
 //! byte per position up to the deepest real run (64 K counts of the heads
 //! by slot, small enough to stay in cache: a sparser table with fewer false
@@ -100,6 +108,15 @@ const NONE: u32 = u32::MAX;
 /// Spare record buffers kept for reuse (a delivery then allocates nothing).
 const MAX_SPARES: usize = 4_096;
 
+/// Size classes of spare buffers (capacity `64 << class` words; larger
+/// ones share the last class).
+const SPARE_CLASSES: usize = 8;
+
+/// The spare class of a buffer of `capacity` words.
+fn spare_class(capacity: usize) -> usize {
+    ((capacity.max(64) / 64).ilog2() as usize).min(SPARE_CLASSES - 1)
+}
+
 /// One delivered chain on one replica.
 struct Record {
     part: u32,
@@ -143,17 +160,17 @@ impl Record {
     ) -> Self {
         let n = keys.len();
         let gone_words = n.div_ceil(64);
-        let filter_words = (n * 16).div_ceil(64).max(1);
-        let len = n + gone_words + filter_words;
-        // Recycled buffers come in every size: rounded up, most fit the
-        // next record without a reallocation.
+        let len = Self::words(n);
+        // Recycled buffers come by size class (`Overlay::buffer`): the
+        // class of `len` never reallocates (a grown buffer copied its old
+        // contents, a fifth of a delivery's record).
         buf.clear();
-        buf.reserve(len.next_power_of_two().max(64));
+        buf.reserve(Self::capacity(n));
         buf.extend_from_slice(keys);
         buf.resize(len, 0);
         // The keys' filter bits, straight into the buffer.
         let (head, filter) = buf.split_at_mut(n + gone_words);
-        let bits = filter_words as u64 * 64;
+        let bits = filter.len() as u64 * 64;
         for &key in &head[..n] {
             let bit = ((u128::from(key) * u128::from(bits)) >> 64) as u64;
             filter[(bit / 64) as usize] |= 1 << (bit % 64);
@@ -173,6 +190,17 @@ impl Record {
             prev_owner: NONE,
             next_owner: NONE,
         }
+    }
+
+    /// Words of a record of `n` keys: the keys, the gone bits, the filter.
+    fn words(n: usize) -> usize {
+        n + n.div_ceil(64) + (n * 16).div_ceil(64).max(1)
+    }
+
+    /// Capacity a record of `n` keys is given: rounded up to a power of
+    /// two, at least 64 words, so most buffers fit the next record.
+    fn capacity(n: usize) -> usize {
+        Self::words(n).next_power_of_two().max(64)
     }
 
     fn keys(&self) -> &[u64] {
@@ -257,6 +285,46 @@ const SLOTS_PER_RECORD: usize = 1;
 /// Slots of [`Overlay::present`].
 const PRESENT_SLOTS: usize = 1 << 16;
 
+/// Per-slot counts of record heads ([`Overlay::present`]).
+#[derive(Clone)]
+struct Present(std::sync::Arc<[std::sync::atomic::AtomicU8]>);
+
+impl Default for Present {
+    fn default() -> Self {
+        Self(
+            (0..PRESENT_SLOTS)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
+        )
+    }
+}
+
+impl Present {
+    fn get(&self, slot: usize) -> u8 {
+        self.0.get(slot).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// One more head (saturating). Under the overlay's write lock.
+    fn up(&self, slot: usize) {
+        if let Some(c) = self.0.get(slot) {
+            c.store(
+                c.load(Ordering::Relaxed).saturating_add(1),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// One head less (a saturated count stays). Under the write lock.
+    fn down(&self, slot: usize) {
+        if let Some(c) = self.0.get(slot) {
+            let v = c.load(Ordering::Relaxed);
+            if v != u8::MAX {
+                c.store(v.saturating_sub(1), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// A head's slot in [`Overlay::present`].
 fn present_slot(part: u32, key: u64) -> usize {
     head_slot(part, key, 16)
@@ -286,8 +354,10 @@ struct Overlay {
     /// Records whose head falls in each of 64 K slots (saturating; a
     /// saturated slot is never decremented): a lookup's position reads one
     /// byte of a table that stays in cache, and the head table only where
-    /// this is not zero.
-    present: Vec<u8>,
+    /// this is not zero. Written under the overlay's write lock, read
+    /// without a lock too ([`Tentative::may_start`]; shared with
+    /// [`Tentative::present`]).
+    present: Present,
     head_bits: u32,
     /// Records filed (for the table's growth).
     filed: usize,
@@ -295,11 +365,32 @@ struct Overlay {
     seq: u64,
     records: Vec<Option<Record>>,
     free: Vec<u32>,
-    /// Buffers of dropped records, for the next ones.
-    spare: Vec<Vec<u64>>,
+    /// Buffers of dropped records, for the next ones, by size class
+    /// ([`spare_class`]).
+    spare: [Vec<Vec<u64>>; SPARE_CLASSES],
+    /// Buffers in `spare`.
+    spares: usize,
     /// Per replica id, its newest record in any partition (`NONE`: none);
     /// the list goes on through `next_owner`.
     by_owner: Vec<u32>,
+    /// Deliveries not filed yet, oldest first (their keys in
+    /// `pending_keys`): a delivery whose head no record shares appends
+    /// here, and the first reader of the records files them all
+    /// ([`Overlay::file_pending`]); their heads count in `present` and
+    /// their keys in [`Tentative::len`] from the append on.
+    pending: Vec<Pending>,
+    pending_keys: Vec<u64>,
+}
+
+/// A delivery appended and not yet filed ([`Overlay::pending`]).
+struct Pending {
+    part: u32,
+    replica: u32,
+    from: u32,
+    /// Its keys: `pending_keys[at..at + n]`.
+    at: u32,
+    n: u32,
+    expires: Expiry,
 }
 
 impl Overlay {
@@ -325,9 +416,7 @@ impl Overlay {
 
     /// Whether a record may begin with (part, key): false means none does.
     fn may_head(&self, part: u32, key: u64) -> bool {
-        self.present
-            .get(present_slot(part, key))
-            .is_some_and(|&c| c != 0)
+        self.present.get(present_slot(part, key)) != 0
     }
 
     /// The records that begin with (part, key), newest first.
@@ -351,9 +440,19 @@ impl Overlay {
         self.list(first, |r| r.next_owner)
     }
 
-    /// A spare buffer, or a new one.
-    fn buffer(&mut self) -> Vec<u64> {
-        self.spare.pop().unwrap_or_default()
+    /// A spare buffer that holds a record of `n` keys without growing, or
+    /// a new one.
+    fn buffer(&mut self, n: usize) -> Vec<u64> {
+        let need = Record::capacity(n);
+        let class = spare_class(need);
+        for c in class..SPARE_CLASSES {
+            let fits = self.spare[c].last().is_some_and(|b| b.capacity() >= need);
+            if fits {
+                self.spares -= 1;
+                return self.spare[c].pop().unwrap_or_default();
+            }
+        }
+        Vec::with_capacity(need)
     }
 
     /// Doubles the head table (or makes it) and refiles every record,
@@ -380,7 +479,48 @@ impl Overlay {
         }
     }
 
-    fn add(&mut self, mut r: Record) -> u32 {
+    /// Appends a delivery of `keys` (non-empty) for filing later: its
+    /// head counts in `present` now.
+    fn append(&mut self, part: u32, replica: u32, from: u32, keys: &[u64], expires: Expiry) {
+        self.present.up(present_slot(part, keys[0]));
+        self.pending.push(Pending {
+            part,
+            replica,
+            from,
+            at: self.pending_keys.len() as u32,
+            n: keys.len() as u32,
+            expires,
+        });
+        self.pending_keys.extend_from_slice(keys);
+    }
+
+    /// Files every appended delivery, oldest first: afterwards the records
+    /// and their lists are what filing each at its delivery made.
+    fn file_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let keys = std::mem::take(&mut self.pending_keys);
+        for p in &pending {
+            let k = &keys[p.at as usize..(p.at + p.n) as usize];
+            let buf = self.buffer(k.len());
+            // `append` counted its head already.
+            self.add_counted(Record::new(p.part, p.replica, p.from, k, p.expires, buf));
+        }
+        self.pending = pending;
+        self.pending.clear();
+        self.pending_keys = keys;
+        self.pending_keys.clear();
+    }
+
+    fn add(&mut self, r: Record) -> u32 {
+        self.present.up(present_slot(r.part, r.head));
+        self.add_counted(r)
+    }
+
+    /// Files `r` whose head `present` counts already.
+    fn add_counted(&mut self, mut r: Record) -> u32 {
         if self.filed * SLOTS_PER_RECORD >= self.heads.len() {
             self.grow_heads();
         }
@@ -390,11 +530,6 @@ impl Overlay {
         r.seq = self.seq;
         let s = head_slot(part, key, self.head_bits);
         r.next_head = std::mem::replace(&mut self.heads[s], id);
-        if self.present.is_empty() {
-            self.present = vec![0; PRESENT_SLOTS];
-        }
-        let c = &mut self.present[present_slot(part, key)];
-        *c = c.saturating_add(1);
         let o = replica as usize;
         if self.by_owner.len() <= o {
             self.by_owner.resize((o + 1).next_power_of_two(), NONE);
@@ -431,8 +566,9 @@ impl Overlay {
     }
 
     fn recycle(&mut self, buf: Vec<u64>) {
-        if self.spare.len() < MAX_SPARES {
-            self.spare.push(buf);
+        if self.spares < MAX_SPARES && buf.capacity() > 0 {
+            self.spares += 1;
+            self.spare[spare_class(buf.capacity())].push(buf);
         }
     }
 
@@ -457,11 +593,7 @@ impl Overlay {
                 at = x.next_head;
             }
         }
-        if let Some(c) = self.present.get_mut(present_slot(r.part, r.head)) {
-            if *c != u8::MAX {
-                *c = c.saturating_sub(1);
-            }
-        }
+        self.present.down(present_slot(r.part, r.head));
         // Out of its owner's list.
         match self
             .records
@@ -496,16 +628,74 @@ pub(crate) struct Tentative {
     publishers: RwLock<HashSet<u32, FoldBuild>>,
     /// Held keys over all records.
     len: AtomicUsize,
+    /// The overlay's head counts, read without its lock.
+    present: Present,
+    /// Deliveries appended and not filed (`Overlay::pending`), written
+    /// under the overlay's write lock: a reader that finds none reads
+    /// under the read lock, else files them first.
+    pending: AtomicUsize,
+    /// Deliveries are appended for filing later (false: filed at once,
+    /// the model the property test holds the lazy filing to).
+    lazy: bool,
     cap: usize,
+}
+
+/// The overlay with every delivery filed: a write guard (it filed them)
+/// or a read guard (there were none).
+enum Filed<'a> {
+    Read(std::sync::RwLockReadGuard<'a, Overlay>),
+    Write(std::sync::RwLockWriteGuard<'a, Overlay>),
+}
+
+impl std::ops::Deref for Filed<'_> {
+    type Target = Overlay;
+    fn deref(&self) -> &Overlay {
+        match self {
+            Self::Read(g) => g,
+            Self::Write(g) => g,
+        }
+    }
 }
 
 impl Tentative {
     pub(crate) fn new(cap: usize) -> Self {
+        let overlay = Overlay::default();
         Self {
-            overlay: RwLock::new(Overlay::default()),
+            present: overlay.present.clone(),
+            overlay: RwLock::new(overlay),
             publishers: RwLock::new(HashSet::default()),
             len: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            lazy: true,
             cap: cap.max(1),
+        }
+    }
+
+    /// An overlay that files every delivery at once (the property test's
+    /// model of the lazy one).
+    #[cfg(test)]
+    fn eager(cap: usize) -> Self {
+        Self {
+            lazy: false,
+            ..Self::new(cap)
+        }
+    }
+
+    /// The overlay write-locked, every appended delivery filed.
+    fn write_filed(&self) -> std::sync::RwLockWriteGuard<'_, Overlay> {
+        let mut o = write(&self.overlay);
+        o.file_pending();
+        self.pending.store(0, Ordering::Release);
+        o
+    }
+
+    /// The overlay with every appended delivery filed: read-locked when
+    /// there are none (the common case), else write-locked once filed.
+    fn read_filed(&self) -> Filed<'_> {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            Filed::Read(read(&self.overlay))
+        } else {
+            Filed::Write(self.write_filed())
         }
     }
 
@@ -533,7 +723,7 @@ impl Tentative {
     /// replica starts as a silent one with nothing (`replicas.rs`).
     pub(crate) fn forget_replica(&self, replica: u32) {
         write(&self.publishers).remove(&replica);
-        let mut o = write(&self.overlay);
+        let mut o = self.write_filed();
         let ids: Vec<u32> = o.owner_list(replica).collect();
         let removed: u64 = ids.into_iter().map(|id| o.drop_record(id)).sum();
         self.len.fetch_sub(removed as usize, Ordering::Relaxed);
@@ -561,6 +751,23 @@ impl Tentative {
         }
         let mut o = write(&self.overlay);
         let room = self.cap.saturating_sub(self.len());
+        if self.lazy && !o.may_head(part, keys[0]) {
+            // No record, filed or appended, begins with this head, so
+            // none renews: appended, filed by the next reader (a delivery
+            // writes a few hot lines instead of a record, its buffer and
+            // its lists; most records are never read, docs/decisions.md).
+            let kept = keys.len().min(room);
+            let dropped = (keys.len() - kept) as u64;
+            if kept == 0 {
+                return (0, dropped);
+            }
+            o.append(part, replica, from, &keys[..kept], expires);
+            self.pending.store(o.pending.len(), Ordering::Release);
+            self.len.fetch_add(kept, Ordering::Relaxed);
+            return (kept as u64, dropped);
+        }
+        o.file_pending();
+        self.pending.store(0, Ordering::Release);
         // The same chain (same replica and start, one a prefix of the
         // other) again: the oldest such record (lists run newest first).
         let same = o
@@ -573,7 +780,7 @@ impl Tentative {
             })
             .last();
         if let Some(id) = same {
-            let spare = o.buffer();
+            let spare = o.buffer(keys.len());
             let Some(r) = o.records[id as usize].as_mut() else {
                 return (0, 0);
             };
@@ -637,7 +844,7 @@ impl Tentative {
         if kept == 0 {
             return (0, dropped);
         }
-        let buf = o.buffer();
+        let buf = o.buffer(kept);
         o.add(Record::new(
             part,
             replica,
@@ -664,15 +871,14 @@ impl Tentative {
         key_at: impl Fn(usize) -> u64,
     ) -> bool {
         keys.clear();
-        let o = read(&self.overlay);
-        if o.filed == 0 {
-            return false;
-        }
+        // No lock: the head counts are atomics, written before the write
+        // lock that files or appends their record is released, so a
+        // delivery that returned before this lookup began is counted.
         let mut any = false;
         for p in 0..blocks.min(upper.saturating_add(1)) {
             let key = key_at(p);
             keys.push(key);
-            any |= o.may_head(part, key);
+            any |= self.present.get(present_slot(part, key)) != 0;
         }
         any
     }
@@ -698,7 +904,7 @@ impl Tentative {
         found: &mut Vec<(u32, usize, usize)>,
     ) {
         found.clear();
-        let o = read(&self.overlay);
+        let o = self.read_filed();
         if o.filed == 0 || blocks == 0 {
             return;
         }
@@ -781,14 +987,15 @@ impl Tentative {
             return 0;
         }
         // Most reports come from replicas without records: a read first.
-        if read(&self.overlay)
+        if self
+            .read_filed()
             .by_owner
             .get(replica as usize)
             .is_none_or(|&first| first == NONE)
         {
             return 0;
         }
-        let mut o = write(&self.overlay);
+        let mut o = self.write_filed();
         let mut n = 0u64;
         let mut emptied: Vec<u32> = Vec::new();
         let first = o.by_owner.get(replica as usize).copied().unwrap_or(NONE);
@@ -813,7 +1020,7 @@ impl Tentative {
 
     /// `ALL_CLEARED`: every holding of `replica` in the given partitions.
     pub(crate) fn clear(&self, parts_of: &[u32], replica: u32) -> u64 {
-        let mut o = write(&self.overlay);
+        let mut o = self.write_filed();
         let ids: Vec<u32> = o
             .owner_list(replica)
             .filter(|&id| o.record(id).is_some_and(|r| parts_of.contains(&r.part)))
@@ -829,7 +1036,7 @@ impl Tentative {
             return 0;
         }
         let publishers = read(&self.publishers).clone();
-        let mut o = write(&self.overlay);
+        let mut o = self.write_filed();
         let expired: Vec<u32> = o
             .records
             .iter()
@@ -847,7 +1054,7 @@ impl Tentative {
     /// Unexpired holdings per (partition, replica).
     pub(crate) fn counts(&self, now: i64) -> Vec<(u32, u32, u64)> {
         let publishers = read(&self.publishers).clone();
-        let o = read(&self.overlay);
+        let o = self.read_filed();
         let mut out: Vec<(u32, u32, u64)> = Vec::new();
         for r in 0..o.by_owner.len() as u32 {
             let publishes = publishers.contains(&r);
@@ -949,7 +1156,7 @@ mod tests {
         for i in 0..20_000u64 {
             t.insert(1, 8, 0, &[key(i), i], both(100));
         }
-        assert!(read(&t.overlay).heads.len() >= 20_000);
+        assert!(t.write_filed().heads.len() >= 20_000);
         t.insert(1, 7, 0, &[1, 2], both(200));
         // The older record was renewed (the newer one, expired, agrees
         // with [1, 2, 4] through the renewed one's prefix only).
@@ -962,7 +1169,7 @@ mod tests {
         assert_eq!(run(&t, 7, &[1, 2, 3], 0, 150), 3);
         assert_eq!(t.sweep(250), 3);
         assert!(!t.active());
-        assert!(read(&t.overlay).present.iter().all(|&c| c == 0));
+        assert!((0..PRESENT_SLOTS).all(|i| t.present.get(i) == 0));
     }
 
     #[test]
@@ -1001,5 +1208,105 @@ mod tests {
         assert_eq!(t.sweep(500), 2);
         assert_eq!(t.sweep(1_000), 2);
         assert!(!t.active());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u32, u32, u32, Vec<u64>, i64),
+        Runs(u32, Vec<u64>, [usize; 3], i64),
+        Remove(u32, Vec<(u32, u64)>),
+        Clear(u32),
+        Sweep(i64),
+        Counts(i64),
+        Forget(u32),
+        Publish(u32),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        // Few keys, replicas and starts: heads, chains and renewals collide.
+        let keys = || proptest::collection::vec(1u64..6, 1..6);
+        prop_oneof![
+            4 => (1u32..3, 0u32..3, 0u32..3, keys(), 1i64..40)
+                .prop_map(|(p, r, f, k, e)| Op::Insert(p, r, f, k, e)),
+            4 => (1u32..3, keys(), [0usize..5, 0usize..5, 0usize..5], 0i64..40)
+                .prop_map(|(p, k, s, now)| Op::Runs(p, k, s, now)),
+            2 => (0u32..3, proptest::collection::vec((1u32..3, 1u64..6), 1..4))
+                .prop_map(|(r, k)| Op::Remove(r, k)),
+            1 => (0u32..3).prop_map(Op::Clear),
+            1 => (0i64..40).prop_map(Op::Sweep),
+            1 => (0i64..40).prop_map(Op::Counts),
+            1 => (0u32..3).prop_map(Op::Forget),
+            1 => (0u32..3).prop_map(Op::Publish),
+        ]
+    }
+
+    /// What one op answers: the lazy overlay must answer alike.
+    fn apply(t: &Tentative, op: &Op) -> Vec<u64> {
+        match op {
+            Op::Insert(p, r, f, k, e) => {
+                let e = Expiry {
+                    publishing: *e,
+                    silent: e + 20,
+                };
+                let (a, b) = t.insert(*p, *r, *f, k, e);
+                vec![a, b]
+            }
+            Op::Runs(p, k, s, now) => {
+                let mut found = Vec::new();
+                // A real run ends inside the request.
+                let s = s.map(|x| x.min(k.len()));
+                let deepest = s.iter().copied().max().unwrap_or(0);
+                t.runs(
+                    *p,
+                    k.len(),
+                    &mut Vec::new(),
+                    |i| k[i],
+                    deepest,
+                    |r| s.get(r as usize).copied().unwrap_or(usize::MAX),
+                    *now,
+                    &mut found,
+                );
+                found.sort_unstable();
+                found
+                    .into_iter()
+                    .flat_map(|(r, a, n)| [u64::from(r), a as u64, n as u64])
+                    .collect()
+            }
+            Op::Remove(r, k) => vec![t.remove_many(*r, k)],
+            Op::Clear(r) => vec![t.clear(&[1, 2], *r)],
+            Op::Sweep(now) => vec![t.sweep(*now)],
+            Op::Counts(now) => {
+                let mut c = t.counts(*now);
+                c.sort_unstable();
+                c.into_iter()
+                    .flat_map(|(p, r, n)| [u64::from(p), u64::from(r), n])
+                    .collect()
+            }
+            Op::Forget(r) => {
+                t.forget_replica(*r);
+                Vec::new()
+            }
+            Op::Publish(r) => {
+                t.mark_publisher(*r);
+                Vec::new()
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Deliveries appended and filed by the next reader answer every
+        /// operation as deliveries filed at once (with a cap that bites).
+        #[test]
+        fn appended_deliveries_answer_as_filed_ones(
+            ops in proptest::collection::vec(op(), 1..60),
+            cap in 4usize..40,
+        ) {
+            let (lazy, eager) = (Tentative::new(cap), Tentative::eager(cap));
+            for op in &ops {
+                proptest::prop_assert_eq!(apply(&lazy, op), apply(&eager, op), "{:?}", op);
+                proptest::prop_assert_eq!(lazy.len(), eager.len());
+            }
+        }
     }
 }

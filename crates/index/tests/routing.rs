@@ -540,6 +540,28 @@ fn follow_ups_faster_than_the_reports_stay_on_their_idle_holder() {
 }
 
 #[test]
+fn a_follow_up_after_its_holders_queue_ran_dry_stays_there_whatever_the_hints_before() {
+    // real_vllm's idle-holder step (failed in sessions 46 and 47): two
+    // probes and follow-up 0 were hinted to "a" within one busy period (a
+    // cold probe's work still queued when the next came), so its count was
+    // three; follow-up 1 came once that work was done, but the lookup read
+    // the three (over the bound, 3 > 1.25 x 3/2 + 1) where the next
+    // delivery would have restarted the count, and sent it cold to "b": a
+    // full miss. A lookup reads the count as the delivery will.
+    let (env, prefix) = idle_pair_a_holding();
+    let w = plain();
+    for _ in 0..3 {
+        deliver(&env, &prefix, "a", 35_000.0, Duration::ZERO);
+        env.advance(Duration::from_millis(20));
+    }
+    // Still busy: the three hints count (the bound as before).
+    let r = route(&env, &prefix, w);
+    assert_eq!(r.result.strategy, Strategy::None, "{:?}", r.pick);
+    env.advance(Duration::from_millis(220));
+    follow_up_on_a(&env, &prefix, w, 1);
+}
+
+#[test]
 fn a_busy_engine_report_sends_a_follow_up_elsewhere_when_that_is_faster() {
     let (env, prefix) = idle_pair_a_holding();
     assert_eq!(top(&route(&env, &prefix, plain())), "a");
