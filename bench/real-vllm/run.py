@@ -1106,6 +1106,10 @@ def main():
     ap.add_argument("--base-bin", default=None,
                     help="the binary of base-hints[+flags] policies (the build before a change)")
     ap.add_argument("--out", default=None, help="write every row and summary as JSON here")
+    ap.add_argument("--keep-logs", default=None, metavar="DIR",
+                    help="copy every child's log (serve, subscribe, engines, routers) to DIR at the end; "
+                         "with INFERENCECACHE_LOG=info,inferencecache::decisions=debug the serve logs "
+                         "hold each routing decision's estimates and the load reports behind them")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--worker-offset", type=int, default=0,
                     help="rotate the engine list the routers are given (1: engine 1 first)")
@@ -1302,6 +1306,11 @@ def main():
               f"{s.get('engine_cpu_ms', '')} | {idle} | " + " | ".join(per) + " |")
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
+    if a.keep_logs:
+        keep = Path(a.keep_logs)
+        keep.mkdir(parents=True, exist_ok=True)
+        for f in work.glob("*.log"):
+            shutil.copy(f, keep / f.name)
     shutil.rmtree(work, ignore_errors=True)
 
 

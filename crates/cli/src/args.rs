@@ -20,7 +20,10 @@ pub(crate) struct Cli {
           value_parser = parse_log_format)]
     pub log_format: LogFormat,
 
-    /// Log level: debug, info, warn (or warning), error.
+    /// Log level: debug, info, warn (or warning), error. INFERENCECACHE_LOG
+    /// (per-target directives, e.g. `info,inferencecache::decisions=debug`:
+    /// every routing decision's estimates and the load reports behind them)
+    /// replaces it when set.
     #[arg(long, global = true, env = "INFERENCECACHE_LOG_LEVEL", default_value = "info",
           value_parser = parse_log_level)]
     pub log_level: tracing::Level,

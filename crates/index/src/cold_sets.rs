@@ -120,7 +120,9 @@ impl ColdSets {
             return true;
         };
         let room = |s: &crate::stats::StatsEntry| s.load.map(|l| room_bucket(l.kv_cache_usage));
-        old.pressure.total_cmp(&new.pressure).is_ne()
+        old.ranking_pressure()
+            .total_cmp(&new.ranking_pressure())
+            .is_ne()
             || room(old) != room(new)
             || self.may_have_been_stale(old.last_seen, new.last_seen, now)
             || self.may_have_been_stale(old.stats_reported, new.stats_reported, now)

@@ -30,7 +30,9 @@
 //!   plus the work of the hints delivered since that report; without
 //!   reports, the work of the hints this server delivered that has not
 //!   drained yet;
-//! - `pressure(r)` = the replica's last reported pressure (fresh stats only).
+//! - `pressure(r)` = the replica's last reported pressure (fresh stats
+//!   only), unless it reports its engine's load: its running and waiting
+//!   requests are then in `queued(r)`, and not charged twice.
 //!
 //! The pick: drop replicas reporting pressure ≥ `affinity_max_pressure`
 //! unless they hold a match (or nothing else is left); then drop, unless
@@ -581,7 +583,14 @@ impl Index {
                     if freshness(now, s.last_seen, ttl) > 0.0 {
                         let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
                         live(s, fresh_stats);
-                        f.add(r, if fresh_stats { s.pressure } else { 0.0 });
+                        f.add(
+                            r,
+                            if fresh_stats {
+                                s.ranking_pressure()
+                            } else {
+                                0.0
+                            },
+                        );
                         if let (true, Some(l)) = (fresh_stats, &s.load) {
                             f.set_usage(r, c.room_usage(r, l.kv_cache_usage));
                         }

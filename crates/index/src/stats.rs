@@ -28,6 +28,21 @@ pub(crate) struct StatsEntry {
 }
 
 impl StatsEntry {
+    /// The pressure the default ranking charges for: the reported one,
+    /// unless the producer also reports the engine's load. Then the running
+    /// and waiting requests are the replica's queue (`load.rs`), and our
+    /// sidecar's pressure is those same counts over a ceiling: charged
+    /// again, a scrape that caught one request running kept a replica
+    /// 0.2 ms dearer for the whole interval after that request ended, so
+    /// the room rule never saw the tie it breaks (issue 33).
+    pub(crate) fn ranking_pressure(&self) -> f32 {
+        if self.load.is_some() {
+            0.0
+        } else {
+            self.pressure
+        }
+    }
+
     /// The public view of these stats under `replica_id` (aggregates and
     /// the export share it).
     pub(crate) fn view(&self, replica_id: Arc<str>) -> crate::types::ReplicaStatsView {

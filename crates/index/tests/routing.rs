@@ -637,6 +637,49 @@ fn an_idle_engine_that_caches_more_has_less_room() {
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"]);
 }
 
+#[test]
+fn a_load_report_counts_its_requests_once_not_again_as_pressure() {
+    // Issue 33, the reporting caller's split (session 47, per decision):
+    // the sidecar reports `pressure` = (running + waiting) / 256 beside the
+    // same counts as `EngineLoad`. A scrape that caught one request running
+    // on "b" left it 1/256 of pressure (0.2 ms at the default weight) for
+    // the whole scrape interval after that request ended and its queue had
+    // drained, and every new prefix of that second went to the fuller "a":
+    // the room rule never saw a tie. The load report's counts are the queue;
+    // its pressure does not count them again.
+    let env = Env::new();
+    idle_with_capacity(&env, "a", 16 * 16);
+    let mut u = upd(T, M, "", "b", vec![]);
+    u.stats = Some(ReplicaStatsReport {
+        pressure: 1.0 / 256.0,
+        load: Some(EngineLoad {
+            running_requests: 1,
+            kv_cache_capacity_tokens: 16 * 16,
+            ..EngineLoad::default()
+        }),
+        ..Default::default()
+    });
+    env.idx.ingest(&u);
+    env.put_chain(T, M, S, "a", &(1..=6).collect::<Vec<u64>>(), &[16; 6]);
+    // The running request's share of the queue drains.
+    env.advance(Duration::from_secs(1));
+    for k in 0..50u64 {
+        let r = route(&env, &[1_000 + k], TtftWeights::default());
+        assert_eq!(top(&r), "b", "prompt {k}: {:?}", r.estimates);
+    }
+    // A producer without load counts (pressure alone) still pays for it.
+    env.stats(T, M, "c", 0.0, 0.5);
+    let r = route(&env, &[2_000], TtftWeights::default());
+    let pressure = |name: &str| {
+        r.estimates
+            .iter()
+            .find(|e| &*e.replica_id == name)
+            .map(|e| (e.pressure, e.ttft_us - e.queued_us - e.work_us))
+    };
+    assert_eq!(pressure("b"), Some((0.0, 0.0)));
+    assert_eq!(pressure("c"), Some((0.5, 25_000.0)));
+}
+
 /// An idle engine's load report (0 % in use) with its pool's capacity.
 fn idle_with_capacity(env: &Env, replica: &str, capacity_tokens: u64) {
     report_load(

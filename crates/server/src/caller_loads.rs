@@ -139,6 +139,9 @@ impl CallerLoads {
             r.at_ns,
             r.at_ns.saturating_add(hold),
         );
+        if crate::decision_log::enabled() {
+            crate::decision_log::caller_load(r, now_ns, applied);
+        }
         if applied && local && self.sharing.load(Ordering::Acquire) {
             let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
             if out.len() < MAX_OUTBOX {

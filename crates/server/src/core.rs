@@ -293,8 +293,12 @@ impl Core {
         true
     }
 
-    /// What ingest applied, in the replica's order, to its foresight model.
+    /// What ingest applied, in the replica's order, to its foresight model
+    /// (and to the decision log).
     fn foresee(&self, update: &CacheUpdate) {
+        if crate::decision_log::enabled() {
+            crate::decision_log::engine_load(update);
+        }
         if self.foresight.enabled() {
             let bs = self
                 .block_sizes

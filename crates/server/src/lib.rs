@@ -69,6 +69,7 @@ mod answer_buffers;
 mod auth;
 mod block_size;
 pub mod caller_loads;
+pub mod decision_log;
 pub mod delivery_log;
 mod error;
 mod events;

@@ -95,6 +95,9 @@ impl LookupPipeline {
         // Read only when the tenant has a lookup budget (a clock read per
         // lookup otherwise).
         let lookup_start = policy.lookup_timeout.map(|_| Instant::now());
+        if crate::decision_log::enabled() {
+            crate::decision_log::ranking(&self.index, &ireq, &params, prompt_tokens);
+        }
         let TtftRoute {
             mut result,
             pick,
