@@ -85,6 +85,13 @@ fn happy_path_every_check_passes() {
             .contains("PREFIX_MATCH"),
         "{report}"
     );
+    // Its lookups are shadow lookups: no request follows them, so the
+    // server must record no delivery (a phantom request on that replica).
+    let metrics = http_get(&server.addr("http_addr"), "/metrics").1;
+    assert!(
+        metrics.contains("inferencecache_delivered_hints_total 0"),
+        "{metrics}"
+    );
     eprintln!("{text}");
 }
 

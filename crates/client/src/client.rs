@@ -97,10 +97,38 @@ impl Client {
         req: LookupRouteRequest,
         deadline: Duration,
     ) -> Result<LookupRouteResponse, ClientError> {
+        self.lookup_raw(req, deadline, false).await
+    }
+
+    /// [`Self::lookup_route_raw`] as a shadow lookup (the
+    /// `x-inferencecache-shadow: true` metadata): the same answer, but the
+    /// server records no delivery, for a check that will not send the
+    /// request (a probe, a dashboard). A server without shadow lookups
+    /// answers it as a lookup.
+    pub async fn shadow_lookup_raw(
+        &self,
+        req: LookupRouteRequest,
+        deadline: Duration,
+    ) -> Result<LookupRouteResponse, ClientError> {
+        self.lookup_raw(req, deadline, true).await
+    }
+
+    async fn lookup_raw(
+        &self,
+        req: LookupRouteRequest,
+        deadline: Duration,
+        shadow: bool,
+    ) -> Result<LookupRouteResponse, ClientError> {
         if deadline.is_zero() {
             return Err(ClientError::DeadlineExceeded(deadline));
         }
         let mut request = tonic::Request::new(req);
+        if shadow {
+            request.metadata_mut().insert(
+                "x-inferencecache-shadow",
+                tonic::metadata::MetadataValue::from_static("true"),
+            );
+        }
         // The header lets the server give up (and answer TIMEOUT) in time;
         // the local timeout is what bounds us if the peer never answers.
         request.set_timeout(deadline);

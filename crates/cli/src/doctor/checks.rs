@@ -659,7 +659,8 @@ async fn sidecar_checks(
     }
 }
 
-/// `lookup`: one real LookupRoute, as a gateway would ask.
+/// `lookup`: one real LookupRoute, as a gateway would ask; a shadow lookup
+/// (no request follows it, so it must leave no delivery behind).
 async fn lookup(t: &Target, client: &Client) -> Check {
     const NAME: &str = "lookup";
     let req = LookupRouteRequest {
@@ -669,7 +670,7 @@ async fn lookup(t: &Target, client: &Client) -> Check {
         token_ids: LOOKUP_TOKENS.collect(),
         ..Default::default()
     };
-    match client.lookup_route_raw(req, t.timeout).await {
+    match client.shadow_lookup_raw(req, t.timeout).await {
         Ok(r) => {
             let detail = format!(
                 "LookupRoute {}/{}: {} ({} replica score(s), {} µs)",
