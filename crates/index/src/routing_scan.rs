@@ -113,7 +113,14 @@ impl Index {
                 for (&r, s) in m {
                     if freshness(now, s.last_seen, ttl) > 0.0 {
                         let fresh_stats = freshness(now, s.stats_reported, ttl) > 0.0;
-                        fleet.push((r, if fresh_stats { s.ranking_pressure() } else { 0.0 }));
+                        fleet.push((
+                            r,
+                            if fresh_stats {
+                                s.ranking_pressure()
+                            } else {
+                                0.0
+                            },
+                        ));
                         if let (true, Some(l)) = (fresh_stats, &s.load) {
                             usages.push((r, c.room_usage(r, l.kv_cache_usage)));
                         }
