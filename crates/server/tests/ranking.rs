@@ -5,16 +5,12 @@
 
 mod common;
 
-use common::{Running, report};
+use common::{Running, chain_req, h, report};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::*;
 use tonic::transport::Channel;
 
 type Client = InferenceCacheClient<Channel>;
-
-fn h(b: u8) -> Vec<u8> {
-    vec![b; 8]
-}
 
 fn chain_entry(n: u8) -> PrefixEntry {
     PrefixEntry {
@@ -35,18 +31,6 @@ fn update(replica: &str, prefixes: Vec<PrefixEntry>, stats: bool) -> CacheStateU
             replica_id: replica.into(),
             ..Default::default()
         }),
-        ..Default::default()
-    }
-}
-
-fn chain_req(blocks: std::ops::RangeInclusive<u8>) -> LookupRouteRequest {
-    let hashes: Vec<Vec<u8>> = blocks.map(h).collect();
-    LookupRouteRequest {
-        model_id: "m".into(),
-        tenant_id: "t".into(),
-        hash_scheme: "vllm".into(),
-        block_token_counts: vec![64; hashes.len()],
-        block_hashes: hashes.into_iter().map(Into::into).collect(),
         ..Default::default()
     }
 }

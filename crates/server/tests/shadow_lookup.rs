@@ -7,17 +7,13 @@
 
 mod common;
 
-use common::{Running, report};
+use common::{Running, chain_req, h, report};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::*;
 use std::time::Duration;
 use tonic::transport::Channel;
 
 type Client = InferenceCacheClient<Channel>;
-
-fn h(b: u8) -> Vec<u8> {
-    vec![b; 8]
-}
 
 fn update(replica: &str, blocks: u8) -> CacheStateUpdate {
     CacheStateUpdate {
@@ -37,18 +33,6 @@ fn update(replica: &str, blocks: u8) -> CacheStateUpdate {
             replica_id: replica.into(),
             ..Default::default()
         }),
-        ..Default::default()
-    }
-}
-
-fn chain_req(blocks: std::ops::RangeInclusive<u8>) -> LookupRouteRequest {
-    let hashes: Vec<Vec<u8>> = blocks.map(h).collect();
-    LookupRouteRequest {
-        model_id: "m".into(),
-        tenant_id: "t".into(),
-        hash_scheme: "vllm".into(),
-        block_token_counts: vec![64; hashes.len()],
-        block_hashes: hashes.into_iter().map(Into::into).collect(),
         ..Default::default()
     }
 }

@@ -37,3 +37,25 @@ pub(crate) async fn cache_state(
     .unwrap()
     .into_inner()
 }
+
+/// A block hash of the chain suites: eight copies of `b`.
+#[allow(dead_code)] // not every test binary that includes `common` builds chains
+pub(crate) fn h(b: u8) -> Vec<u8> {
+    vec![b; 8]
+}
+
+/// A LookupRoute of ("m", "t", "vllm") by the chain of `blocks` (64 tokens each).
+#[allow(dead_code)] // not every test binary that includes `common` builds chains
+pub(crate) fn chain_req(
+    blocks: std::ops::RangeInclusive<u8>,
+) -> inferencecache_proto::v1alpha1::LookupRouteRequest {
+    let hashes: Vec<Vec<u8>> = blocks.map(h).collect();
+    inferencecache_proto::v1alpha1::LookupRouteRequest {
+        model_id: "m".into(),
+        tenant_id: "t".into(),
+        hash_scheme: "vllm".into(),
+        block_token_counts: vec![64; hashes.len()],
+        block_hashes: hashes.into_iter().map(Into::into).collect(),
+        ..Default::default()
+    }
+}
