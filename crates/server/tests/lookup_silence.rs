@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
-/// Counts every event at every level.
+/// Counts every event at every level, but for the decision log: an
+/// operator's opt-in diagnosis switch (`INFERENCECACHE_LOG=...,
+/// inferencecache::decisions=debug`), off unless its target is enabled.
 struct Counter(Arc<AtomicUsize>);
 
 impl Subscriber for Counter {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
+    fn enabled(&self, m: &Metadata<'_>) -> bool {
+        m.target() != inferencecache_server::decision_log::TARGET
     }
     fn new_span(&self, _: &Attributes<'_>) -> Id {
         Id::from_u64(1)
