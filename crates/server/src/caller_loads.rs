@@ -140,7 +140,13 @@ impl CallerLoads {
             r.at_ns.saturating_add(hold),
         );
         if crate::decision_log::enabled() {
-            crate::decision_log::caller_load(r, now_ns, applied);
+            crate::decision_log::caller_load(
+                r.caller,
+                r.replica_id,
+                (r.in_flight, r.prefill_tokens),
+                now_ns.saturating_sub(r.at_ns),
+                applied,
+            );
         }
         if applied && local && self.sharing.load(Ordering::Acquire) {
             let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());

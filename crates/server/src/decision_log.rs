@@ -68,15 +68,23 @@ pub(crate) fn engine_load(u: &CacheUpdate) {
     }
 }
 
-/// Logs a caller's count for one replica and whether it was applied.
-pub(crate) fn caller_load(r: &crate::caller_loads::CallerReport<'_>, now_ns: i64, applied: bool) {
+/// Logs a caller's count for one replica (`in_flight` requests with
+/// `prefill_tokens` to prefill, counted `age_ns` ago) and whether it was
+/// applied.
+pub(crate) fn caller_load(
+    caller: &str,
+    replica: &str,
+    (in_flight, prefill_tokens): (u32, u64),
+    age_ns: i64,
+    applied: bool,
+) {
     tracing::debug!(
         target: TARGET,
-        caller = r.caller,
-        replica = r.replica_id,
-        in_flight = r.in_flight,
-        prefill_tokens = r.prefill_tokens,
-        age_ms = (now_ns - r.at_ns) as f64 / 1e6,
+        caller,
+        replica,
+        in_flight,
+        prefill_tokens,
+        age_ms = age_ns as f64 / 1e6,
         applied,
         "caller load"
     );
