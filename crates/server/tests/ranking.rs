@@ -61,16 +61,8 @@ async fn miss_picks(c: &mut Client) -> std::collections::BTreeSet<String> {
 
 #[tokio::test]
 async fn default_ranking_spreads_misses_over_the_whole_fleet_and_follows_up_tentatively() {
-    // The index's time is the test's: the delivered-hint window drains as
-    // the clock moves, not as the machine happens to run.
-    let clock = std::sync::Arc::new(inferencecache_index::ManualClock::new(
-        1_700_000_000_000_000_000,
-    ));
-    let s = Running::start_with_clock(
-        inferencecache_server::ServerConfig::ephemeral(),
-        clock.clone(),
-    )
-    .await;
+    // The index's time is the test's.
+    let (s, clock) = common::start_on_manual_clock().await;
     // The bounded-load rule counts hints over minutes (120 s half-life): 30
     // misses fired into 4 replicas within a second would trip it wherever
     // the seeds cluster, so it is off here (its own tests are in

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Running, chain_req, h, report};
+use common::{chain_req, h, report};
 use inferencecache_proto::v1alpha1::inference_cache_client::InferenceCacheClient;
 use inferencecache_proto::v1alpha1::*;
 use std::time::Duration;
@@ -66,15 +66,8 @@ fn delivered(metrics: &str) -> &str {
 
 #[tokio::test]
 async fn a_shadow_lookup_answers_as_a_lookup_and_delivers_nothing() {
-    // The index's time is the test's: queued work drains as the clock moves.
-    let clock = std::sync::Arc::new(inferencecache_index::ManualClock::new(
-        1_700_000_000_000_000_000,
-    ));
-    let s = Running::start_with_clock(
-        inferencecache_server::ServerConfig::ephemeral(),
-        clock.clone(),
-    )
-    .await;
+    // The index's time is the test's.
+    let (s, clock) = common::start_on_manual_clock().await;
     let mut c = s.client().await;
     report(
         &mut c,

@@ -59,3 +59,19 @@ pub(crate) fn chain_req(
         ..Default::default()
     }
 }
+
+/// A server whose index reads the returned manual clock (queued work
+/// drains as the test moves it, not as the machine happens to run).
+#[allow(dead_code)] // not every test binary that includes `common` needs a clock
+pub(crate) async fn start_on_manual_clock()
+-> (Running, std::sync::Arc<inferencecache_index::ManualClock>) {
+    let clock = std::sync::Arc::new(inferencecache_index::ManualClock::new(
+        1_700_000_000_000_000_000,
+    ));
+    let s = Running::start_with_clock(
+        inferencecache_server::ServerConfig::ephemeral(),
+        clock.clone(),
+    )
+    .await;
+    (s, clock)
+}
