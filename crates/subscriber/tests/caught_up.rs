@@ -32,16 +32,6 @@ use engine::FakeEngine;
 
 const REPLICA: &str = "replica-a";
 
-fn stored(base: u64, n: u64, parent: Option<u64>, first_token: u32) -> Value {
-    let hashes: Vec<u64> = (base..base + n).collect();
-    vllm_stored(
-        &hashes,
-        parent,
-        first_token..first_token + 16 * n as u32,
-        16,
-    )
-}
-
 async fn publish(engine: &mut FakeEngine, events: Vec<Value>) {
     engine
         .publish_raw(Bytes::from(vllm_batch(1.0, events)), false)
@@ -121,10 +111,10 @@ async fn signal_after_history(in_process: bool) {
     // D (tokens 0..160), then a long churn whose evictions are flushed one
     // by one as the replay reaches them (D's stores go with the first),
     // then a prefix-cache reset, then P (tokens 5000..5064).
-    publish(&mut engine, vec![stored(1, 10, None, 0)]).await;
+    publish(&mut engine, vec![vllm_stored_run(1, 10, None, 0)]).await;
     for i in 0..300u64 {
         let base = 1_000 + 2 * i;
-        let mut events = vec![stored(base, 2, None, 10_000 + 32 * i as u32)];
+        let mut events = vec![vllm_stored_run(base, 2, None, 10_000 + 32 * i as u32)];
         if i > 0 {
             events.push(vllm_removed(&[base - 2, base - 1], "GPU"));
         }
@@ -135,7 +125,7 @@ async fn signal_after_history(in_process: bool) {
         vec![map(vec![("type", s("AllBlocksCleared"))])],
     )
     .await;
-    publish(&mut engine, vec![stored(9_000, 4, None, 5_000)]).await;
+    publish(&mut engine, vec![vllm_stored_run(9_000, 4, None, 5_000)]).await;
 
     // In process, nothing listens at the gRPC address the sidecar is given:
     // only the in-process path can reach the server.

@@ -201,17 +201,6 @@ async fn wait_for(srv: &Srv, tokens: std::ops::Range<u32>, adapter: &str, want: 
     panic!("snapshot {snap}\nlookup never showed {want} matched tokens; last: {last:?}");
 }
 
-/// `n` 16-token blocks with hashes `base..base+n`, chained on `parent`.
-fn stored(base: u64, n: u64, parent: Option<u64>, first_token: u32) -> Value {
-    let hashes: Vec<u64> = (base..base + n).collect();
-    vllm_stored(
-        &hashes,
-        parent,
-        first_token..first_token + 16 * n as u32,
-        16,
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_blocks_become_prefix_matches_and_evictions_remove_them() {
     stores_and_evictions(false).await;
@@ -229,11 +218,13 @@ async fn stores_and_evictions(in_process: bool) {
     let sc = Sidecar::start(config_to(&engine, &srv, in_process)).await;
 
     // before the sidecar connected: only the replay from 0 delivers it
-    engine.publish(vec![stored(100, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(100, 4, None, 0)], true)
+        .await;
     assert_eq!(wait_for(&srv, 0..64, "", 64).await, 1, "T1");
     // a longer chain on the same parent
     engine
-        .publish(vec![stored(104, 2, Some(103), 64)], true)
+        .publish(vec![vllm_stored_run(104, 2, Some(103), 64)], true)
         .await;
     wait_for(&srv, 0..96, "", 96).await;
     // the last two blocks evicted from the GPU and nowhere else
@@ -268,7 +259,9 @@ async fn server_down_at_start_then_up() {
     let grpc = free_port();
     let mut engine = Engine::start().await;
     let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
-    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(1, 4, None, 0)], true)
+        .await;
     // wait until the block is tracked while the server is still down
     for _ in 0..200 {
         if sc.metric("inferencecache_subscriber_tracked_blocks") == 4.0 {
@@ -306,15 +299,22 @@ async fn restart_clears(in_process: bool) {
     let sc = Sidecar::start(config_to(&engine, &srv, in_process)).await;
     for i in 0..3 {
         engine
-            .publish(vec![stored(10 + i, 1, None, 1000 * i as u32)], true)
+            .publish(
+                vec![vllm_stored_run(10 + i, 1, None, 1000 * i as u32)],
+                true,
+            )
             .await;
     }
-    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(1, 4, None, 0)], true)
+        .await;
     wait_for(&srv, 0..64, "", 64).await;
 
     // new process: seq restarts at 0 with other content
     engine.restart();
-    engine.publish(vec![stored(500, 4, None, 5000)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(500, 4, None, 5000)], true)
+        .await;
     wait_for(&srv, 5000..5064, "", 64).await;
     wait_for(&srv, 0..64, "", 0).await;
     assert!(sc.metric("inferencecache_subscriber_engine_restarts_total") >= 1.0);
@@ -328,12 +328,20 @@ async fn dropped_messages_are_replayed_and_bad_input_is_counted() {
     let srv = Srv::start(grpc).await;
     let mut engine = Engine::start().await;
     let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
-    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(1, 4, None, 0)], true)
+        .await;
     wait_for(&srv, 0..64, "", 64).await;
     // the next two batches are lost on the wire: the gap triggers a replay
-    engine.publish(vec![stored(5, 1, Some(4), 64)], false).await;
-    engine.publish(vec![stored(6, 1, Some(5), 80)], false).await;
-    engine.publish(vec![stored(7, 1, Some(6), 96)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(5, 1, Some(4), 64)], false)
+        .await;
+    engine
+        .publish(vec![vllm_stored_run(6, 1, Some(5), 80)], false)
+        .await;
+    engine
+        .publish(vec![vllm_stored_run(7, 1, Some(6), 96)], true)
+        .await;
     wait_for(&srv, 0..112, "", 112).await;
     assert!(sc.metric("inferencecache_subscriber_gaps_total") >= 1.0);
 
@@ -343,10 +351,10 @@ async fn dropped_messages_are_replayed_and_bad_input_is_counted() {
         .await;
     // unknown parent: never keyed as a root
     engine
-        .publish(vec![stored(900, 4, Some(899), 7000)], true)
+        .publish(vec![vllm_stored_run(900, 4, Some(899), 7000)], true)
         .await;
     // an unmapped LoRA id: dropped (fail closed)
-    let mut lora = stored(950, 4, None, 8000);
+    let mut lora = vllm_stored_run(950, 4, None, 8000);
     if let Value::Map(m) = &mut lora {
         for (k, v) in m.iter_mut() {
             if k.as_str() == Some("lora_id") {
@@ -355,7 +363,9 @@ async fn dropped_messages_are_replayed_and_bad_input_is_counted() {
         }
     }
     engine.publish(vec![lora], true).await;
-    engine.publish(vec![stored(960, 4, None, 9000)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(960, 4, None, 9000)], true)
+        .await;
     wait_for(&srv, 9000..9064, "", 64).await;
     wait_for(&srv, 7000..7064, "", 0).await;
     wait_for(&srv, 8000..8064, "", 0).await;
@@ -378,10 +388,12 @@ async fn gpu_to_cpu_offload_downgrades_to_t2() {
     let srv = Srv::start(grpc).await;
     let mut engine = Engine::start().await;
     let sc = Sidecar::start(config(&engine, grpc, MappingConfig::default())).await;
-    engine.publish(vec![stored(1, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(1, 4, None, 0)], true)
+        .await;
     assert_eq!(wait_for(&srv, 0..64, "", 64).await, 1);
     // offloaded to CPU (same hashes, medium CPU), then dropped from the GPU
-    let mut cpu = stored(1, 4, None, 0);
+    let mut cpu = vllm_stored_run(1, 4, None, 0);
     if let Value::Map(m) = &mut cpu {
         for (k, v) in m.iter_mut() {
             if k.as_str() == Some("medium") {
@@ -560,7 +572,9 @@ async fn dead_engine_metrics_withdraw_the_replica_until_they_answer() {
     let mut cfg = config(&engine, grpc, MappingConfig::default());
     cfg.stats = Some(stats_config(metrics, grace));
     let sc = Sidecar::start(cfg).await;
-    engine.publish(vec![stored(100, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(100, 4, None, 0)], true)
+        .await;
     wait_for(&srv, 0..64, "", 64).await;
     while sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"ok\"}") < 1.0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -588,7 +602,7 @@ async fn dead_engine_metrics_withdraw_the_replica_until_they_answer() {
     );
     // Stored while withdrawn: tracked, not reported.
     engine
-        .publish(vec![stored(104, 2, Some(103), 64)], true)
+        .publish(vec![vllm_stored_run(104, 2, Some(103), 64)], true)
         .await;
     while sc.metric("inferencecache_subscriber_blocks_total{op=\"stored\"}") < 6.0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -621,7 +635,9 @@ async fn metrics_that_never_answered_withdraw_nothing() {
     let mut cfg = config(&engine, grpc, MappingConfig::default());
     cfg.stats = Some(stats_config(metrics, Duration::from_millis(100)));
     let sc = Sidecar::start(cfg).await;
-    engine.publish(vec![stored(100, 4, None, 0)], true).await;
+    engine
+        .publish(vec![vllm_stored_run(100, 4, None, 0)], true)
+        .await;
     wait_for(&srv, 0..64, "", 64).await;
     // Ten failed scrapes: five times the grace.
     while sc.metric("inferencecache_subscriber_engine_scrapes_total{result=\"error\"}") < 10.0 {

@@ -71,6 +71,19 @@ pub(crate) fn vllm_stored(
     ])
 }
 
+/// `n` 16-token blocks with hashes `base..base+n`, chained on `parent`,
+/// their tokens counting up from `first_token`.
+#[allow(dead_code)] // not every test binary that includes `common` stores runs
+pub(crate) fn vllm_stored_run(base: u64, n: u64, parent: Option<u64>, first_token: u32) -> Value {
+    let hashes: Vec<u64> = (base..base + n).collect();
+    vllm_stored(
+        &hashes,
+        parent,
+        first_token..first_token + 16 * n as u32,
+        16,
+    )
+}
+
 pub(crate) fn vllm_removed(hashes: &[u64], medium: &str) -> Value {
     map(vec![
         ("type", s("BlockRemoved")),
