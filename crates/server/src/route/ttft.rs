@@ -111,15 +111,15 @@ impl LookupPipeline {
         if expired(deadline) || over_budget {
             return Decision::Timeout;
         }
+        // A shadow lookup is answered as any other and records nothing.
+        let delivery = delivery.filter(|_| !req.shadow);
         if result.strategy == Strategy::PrefixMatch {
             self.foresee(&ireq, &result.names, &mut result.scores);
-            if !req.shadow {
-                if let Some(d) = &delivery {
-                    self.deliver(&ireq, d, policy, prompt_tokens);
-                }
-                if !result.hits.is_empty() {
-                    self.index.credit(&result.hits);
-                }
+            if let Some(d) = &delivery {
+                self.deliver(&ireq, d, policy, prompt_tokens);
+            }
+            if !req.shadow && !result.hits.is_empty() {
+                self.index.credit(&result.hits);
             }
             return Decision::Answer {
                 reason: Reason::PrefixMatch,
@@ -127,7 +127,7 @@ impl LookupPipeline {
             };
         }
         if let Some(pick) = pick.filter(|_| affinity_allowed(req, policy)) {
-            if let Some(d) = delivery.as_ref().filter(|_| !req.shadow) {
+            if let Some(d) = &delivery {
                 self.deliver(&ireq, d, policy, prompt_tokens);
             }
             return Decision::Answer {
