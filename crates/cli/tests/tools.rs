@@ -137,6 +137,44 @@ fn lookup_prints_the_hint_as_json_and_readably() {
     );
 }
 
+/// The server's count of delivered hints, from its /metrics.
+fn delivered_hints(s: &ServerProcess) -> String {
+    let metrics = common::http_get(&s.http, "/metrics").1;
+    metrics
+        .lines()
+        .find(|l| l.starts_with("inferencecache_delivered_hints_total "))
+        .unwrap_or_else(|| panic!("no delivered-hints count in {metrics}"))
+        .to_owned()
+}
+
+#[test]
+fn lookup_shadow_answers_without_recording_a_delivery() {
+    let s = ServerProcess::start(&[]);
+    report(&s.grpc, "r1", &prompt());
+    let tokens = csv(&[prompt(), vec![7]].concat());
+    let base = [
+        "lookup", "--server", &s.grpc, "--tenant", "t", "--model", "m", "--tokens", &tokens,
+        "--json",
+    ];
+
+    // The same answer as a lookup, and no request recorded for it.
+    let o = run(&[&base[..], &["--shadow"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json(&o)["candidates"][0]["matched_tokens"], 80);
+    assert_eq!(
+        delivered_hints(&s),
+        "inferencecache_delivered_hints_total 0"
+    );
+
+    // Without the flag the server counts the request about to land.
+    let o = run(&base);
+    assert_eq!(json(&o)["candidates"][0]["matched_tokens"], 80);
+    assert_eq!(
+        delivered_hints(&s),
+        "inferencecache_delivered_hints_total 1"
+    );
+}
+
 #[test]
 fn lookup_explains_a_wrong_tenant_and_exits_0() {
     let s = ServerProcess::start(&[]);

@@ -64,7 +64,8 @@ impl Client {
     /// Asks where to route `query`. Never fails and never waits past the
     /// deadline (`query.deadline`, else the configured `lookup_deadline`):
     /// every error, timeout, empty answer or unknown reason code comes back
-    /// as [`Hint::NoHint`], so the caller can always just route.
+    /// as [`Hint::NoHint`], so the caller can always just route. With
+    /// [`RouteQuery::shadow`] set it asks without delivering.
     pub async fn lookup_route(&self, query: &RouteQuery) -> RouteHint {
         let deadline = query.deadline.unwrap_or(self.lookup_deadline);
         let started = Instant::now();
@@ -72,7 +73,7 @@ impl Client {
         // Building the request copies the prompt (milliseconds for a huge
         // token list): the RPC gets what is left of the deadline.
         let remaining = deadline.saturating_sub(started.elapsed());
-        let result = self.lookup_route_raw(request, remaining).await;
+        let result = self.lookup_raw(request, remaining, query.shadow).await;
         let latency = started.elapsed();
         match result {
             Ok(response) => RouteHint {

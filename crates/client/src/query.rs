@@ -31,6 +31,13 @@ pub struct RouteQuery {
     /// A [`RouteInput::BlockHashes`] chain must be salted by the gateway
     /// itself ([`RouteInput::chain_for_prompt`]).
     pub cache_salt: String,
+    /// Ask without delivering (our extension: the `x-inferencecache-shadow`
+    /// metadata): the same answer, but the server records no delivery,
+    /// queued work or tentative holding, because no request will follow.
+    /// For probes, dashboards and `inferencecache lookup --shadow`; a
+    /// gateway that sends the request must leave it off, or the server's
+    /// load and eviction model miss that request.
+    pub shadow: bool,
 }
 
 /// The prompt of a query. Every form ends in the same block-chain match.
@@ -72,6 +79,7 @@ impl RouteQuery {
             slo_ttft_ms: 0,
             deadline: None,
             cache_salt: String::new(),
+            shadow: false,
         }
     }
 

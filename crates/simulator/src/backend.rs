@@ -429,6 +429,7 @@ impl Backend {
             slo_ttft_ms: 0,
             deadline: Some(self.deadline),
             cache_salt: String::new(),
+            shadow: false,
         };
         let answer = self.client.lookup_route(&query).await;
         let replica_id = self.round_robin.pick(&answer.hint, replica_ids).to_owned();

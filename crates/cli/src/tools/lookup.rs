@@ -12,7 +12,7 @@ use std::time::Duration;
 /// Shown after `-h`.
 const EXAMPLES: &str = "Examples:\n  \
 inferencecache lookup --tenant team-a --model llama-3-8b --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16\n  \
-inferencecache lookup --tenant team-a --model llama-3-8b --tokens-file prompt.txt --json\n  \
+inferencecache lookup --tenant team-a --model llama-3-8b --tokens-file prompt.txt --json --shadow\n  \
 inferencecache lookup --tenant team-a --model llama-3-8b --text 'Summarize this report' \\\n      \
 --server http://inference-cache.inference-cache-system:9090\n  \
 inferencecache lookup --tenant team-a --model m --hashes 9f1c2d3e4a5b6c7d,0011223344556677";
@@ -23,6 +23,8 @@ const LONG_HELP: &str = concat!(
     "Asks a running server for a routing hint, through the same fail-open client \
 gateways use (inferencecache-client), and prints the reason code, the ranked replicas \
 (score, matched tokens, cache tier, hit probability) and the latency.\n\n\
+Each lookup counts as a request about to land on the first replica, as a gateway's does; \
+add --shadow to look without leaving that trace (checks, dashboards).\n\n\
 Give the prompt in one form: --tokens or --tokens-file (token ids; the server fingerprints \
 them with its --engine-block-size), --text (the server applies the model's chat template and \
 tokenizes; needs serve --tokenizer-models-dir), or --hashes (a block-hash chain you computed).\n\n\
@@ -33,7 +35,7 @@ not be asked (unreachable, no answer within --deadline, a gRPC error), 2 for bad
     "\n\n",
     "Examples:\n  \
 inferencecache lookup --tenant team-a --model llama-3-8b --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16\n  \
-inferencecache lookup --tenant team-a --model llama-3-8b --tokens-file prompt.txt --json\n  \
+inferencecache lookup --tenant team-a --model llama-3-8b --tokens-file prompt.txt --json --shadow\n  \
 inferencecache lookup --tenant team-a --model llama-3-8b --text 'Summarize this report' \\\n      \
 --server http://inference-cache.inference-cache-system:9090\n  \
 inferencecache lookup --tenant team-a --model m --hashes 9f1c2d3e4a5b6c7d,0011223344556677"
@@ -111,6 +113,14 @@ pub(crate) struct LookupArgs {
     #[arg(long, default_value_t = 0)]
     slo_ttft_ms: i32,
 
+    /// Ask without delivering: the same answer, but the server records
+    /// nothing for it (no queued work, tentative holding or delivered-hint
+    /// count), as a check that sends no request should. Without it the
+    /// server counts the lookup as a request about to land on its first
+    /// replica.
+    #[arg(long)]
+    shadow: bool,
+
     /// Print one JSON object instead of the readable report.
     #[arg(long)]
     json: bool,
@@ -152,6 +162,7 @@ fn query(args: &LookupArgs) -> Result<RouteQuery, String> {
     query.adapter_id.clone_from(&args.adapter);
     query.cache_salt.clone_from(&args.cache_salt);
     query.slo_ttft_ms = args.slo_ttft_ms;
+    query.shadow = args.shadow;
     Ok(query)
 }
 
