@@ -940,7 +940,10 @@ def run_policy(name, engines, reqs, conc, ctx):
                 "router": round((r1 - r0) / idle * 100, 1) if router else None}
         cpu0 = cpu_seconds(router.p.pid) if router else None
         ecpu0 = [group_cpu_seconds(e.proc.p.pid) for e in engines]
-        with ThreadPoolExecutor(max_workers=conc) as ex:
+        # Each sending thread makes its HTTP client before its first request
+        # is timed: made inside it (~50 ms of SSL context, run G4), it added
+        # to every pass's first request whatever the router.
+        with ThreadPoolExecutor(max_workers=conc, initializer=client) as ex:
             list(ex.map(one, enumerate(reqs)))
         cpu1 = cpu_seconds(router.p.pid) if router else None
         ctx["engine_cpu_s"] = [group_cpu_seconds(e.proc.p.pid) - c for e, c in zip(engines, ecpu0)]
