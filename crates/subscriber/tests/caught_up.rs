@@ -107,9 +107,11 @@ async fn in_process_the_signal_comes_once_the_history_is_in_the_server() {
 async fn signal_after_history(in_process: bool) {
     let cancel = CancellationToken::new();
     let (grpc, local) = server(&cancel).await;
-    let mut engine = FakeEngine::start("kv-events", true).await;
-    // D (tokens 0..160), then a long churn whose evictions are flushed one
-    // by one as the replay reaches them (D's stores go with the first),
+    // The replay is answered once the sidecar is connected to the server,
+    // as a busy engine's is: the history then arrives as live deliveries.
+    let mut engine =
+        FakeEngine::start_answering_after("kv-events", true, Duration::from_millis(500)).await;
+    // D (tokens 0..160), then a long churn (each batch evicts the last),
     // then a prefix-cache reset, then P (tokens 5000..5064).
     publish(&mut engine, vec![vllm_stored_run(1, 10, None, 0)]).await;
     for i in 0..300u64 {
@@ -142,6 +144,21 @@ async fn signal_after_history(in_process: bool) {
     // Nothing left to wait for: the server has the history's end state.
     assert_eq!(matched(grpc, 0..160).await, 0, "D was dropped by the reset");
     assert_eq!(matched(grpc, 5_000..5_064).await, 64, "P is held");
+    // The history went in windows, not one round trip per engine batch:
+    // its 299 evicting batches waited for a report-stream `Ack` each, and
+    // the gateway opened its 4-client passes still catching up (runs
+    // G4-G5). Compacted, the reset drops everything stored before it.
+    let sent = |rpc| sc.metrics.sent.get_or_create(&[("rpc", rpc)]).get();
+    let (acks, evictions) = (sent("ReportCacheState_ack"), sent("PublishEvent"));
+    eprintln!("history: {acks} report-stream acks, {evictions} PublishEvent calls");
+    assert!(
+        acks <= 10,
+        "{acks} report-stream round trips for one history"
+    );
+    assert!(
+        evictions <= 10,
+        "{evictions} evictions sent for blocks a reset dropped"
+    );
     cancel.cancel();
     let _ = sc.wait().await;
 }

@@ -29,7 +29,12 @@
 //! A window ends early when an engine batch removes anything (an eviction
 //! or a clear): removals are flushed as they arrive, with the reports
 //! before them, so a lookup stops hinting a block within an RPC of its
-//! removal rather than after up to a window.
+//! removal rather than after up to a window. Not while the engine's
+//! history is on its way to a router that waits for it
+//! (`ForwardConfig::caught_up`, which ignores the engine's claims until
+//! then): the history is one window, compacted (a prefix-cache reset in
+//! it drops everything before), sent when the last rank's replay has
+//! ended, or earlier only when `max_batch` keys wait.
 //!
 //! So the stream lives as long as the engine only stores, and is cut at
 //! window boundaries only when an eviction must not overtake a report; it is
@@ -304,7 +309,14 @@ pub async fn run(
                     // until the server drops a block, lookups hint a replica
                     // that no longer holds it. Stores alone wait for the
                     // window (a late store is a missed hint, not a false one).
-                    let urgent = has_removal(&updates);
+                    // Not while the history is on its way: the router
+                    // ignores this engine's claims until it is confirmed,
+                    // and a replay flushed removal by removal waited for a
+                    // report-stream `Ack` per engine batch (the gateway
+                    // opened its 4-client passes still catching up, runs
+                    // G4-G5). Compacted into windows, a history's resets
+                    // also drop everything stored before them.
+                    let urgent = has_removal(&updates) && !history.pending();
                     if urgent {
                         fw.removal_received.get_or_insert(received);
                     }
@@ -320,7 +332,11 @@ pub async fn run(
                     if let Err(e) = fw.token.refresh_if_stale() {
                         tracing::warn!(error = %e, "token file unreadable; keeping the last token");
                     }
-                    fw.flush().await;
+                    // A history on its way goes in one window, at its
+                    // confirmation (or when `max_batch` keys are buffered).
+                    if !history.pending() {
+                        fw.flush().await;
+                    }
                     // An idle sidecar must still notice a restarted server:
                     // the open stream fails when the connection does.
                     if fw.connected && fw.stream.is_none() {
@@ -407,9 +423,16 @@ impl History {
         }
     }
 
+    /// The history is not confirmed yet: a router waits for the signal
+    /// (and ignores this engine's claims until then). Not once the router
+    /// gave up waiting and set the signal itself.
+    fn pending(&self) -> bool {
+        self.signal.as_ref().is_some_and(|s| !s.is_set())
+    }
+
     /// Applied everywhere, not yet confirmed.
     fn due(&self) -> bool {
-        self.waiting.is_empty() && self.signal.as_ref().is_some_and(|s| !s.is_set())
+        self.waiting.is_empty() && self.pending()
     }
 }
 

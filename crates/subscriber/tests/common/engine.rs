@@ -70,6 +70,18 @@ impl FakeEngine {
     /// `answer_replays: false` the ROUTER stays silent, as an engine does
     /// for a request it cannot parse.
     pub(crate) async fn start(topic: &'static str, answer_replays: bool) -> Self {
+        Self::start_answering_after(topic, answer_replays, Duration::ZERO).await
+    }
+
+    /// [`FakeEngine::start`] whose ROUTER answers each replay `delay` after
+    /// the request, as a busy engine does: the sidecar is connected to its
+    /// server by then, so the history arrives as live deliveries would.
+    #[allow(dead_code)] // not every test binary uses it
+    pub(crate) async fn start_answering_after(
+        topic: &'static str,
+        answer_replays: bool,
+        delay: Duration,
+    ) -> Self {
         let mut publisher = PubSocket::new();
         let pub_endpoint = publisher
             .bind("tcp://127.0.0.1:0")
@@ -85,6 +97,9 @@ impl FakeEngine {
                 let frames = msg.into_vec();
                 if !answer_replays || frames.len() != 3 || !frames[1].is_empty() {
                     continue; // a malformed request gets no reply at all
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
                 let start = u64::from_be_bytes(frames[2].as_ref().try_into().unwrap());
                 let id = frames[0].clone();
