@@ -4,7 +4,9 @@
 //! chain lookup backing off hybrid models' invalid ends, and a
 //! resident-memory report; the default path (`route_ttft` + `record_delivery`,
 //! what `serve` does per lookup on defaults) beside the contract lookup at 1,
-//! 16 and 256 replicas x 16,384 blocks. Criterion reports time per lookup / per update; ingest groups also
+//! 16 and 256 replicas x 16,384 blocks, and both on the h2load rig's workload
+//! (64 replicas holding nested prefixes; `NESTED_CPU=N` also prints both
+//! paths' thread CPU time per lookup). Criterion reports time per lookup / per update; ingest groups also
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
