@@ -4,7 +4,9 @@
 //! chain lookup backing off hybrid models' invalid ends, and a
 //! resident-memory report; the default path (`route_ttft` + `record_delivery`,
 //! what `serve` does per lookup on defaults) beside the contract lookup at 1,
-//! 16 and 256 replicas x 16,384 blocks. Criterion reports time per lookup / per update; ingest groups also
+//! 16 and 256 replicas x 16,384 blocks, and both on the h2load rig's workload
+//! (64 replicas holding nested prefixes; `NESTED_CPU=N` also prints both
+//! paths' thread CPU time per lookup). Criterion reports time per lookup / per update; ingest groups also
 //! report elements (entries) per second.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -477,9 +479,56 @@ fn bench_default_path(c: &mut Criterion) {
     g.finish();
 }
 
+/// The h2load rig's workload (`bench/h2load/frames.py`, `REPLICAS=64`): 64
+/// replicas, replica r holding the first `32 * (r + 1) / 64` blocks of one
+/// 32-block request (nested prefixes: every replica matches), the same
+/// request looked up again and again. The default path's deliveries queue
+/// work on each pick, so within a few lookups every replica is busy and the
+/// picks rotate over the fleet (what the server sees under h2load).
+fn bench_nested(c: &mut Criterion) {
+    const NESTED: usize = 64;
+    let mut g = c.benchmark_group("default_path");
+    let idx = IndexConfig::new().build();
+    let request: Vec<Vec<u8>> = (0..32u64)
+        .map(|i| (0xB10C_0000 + i).to_be_bytes().to_vec())
+        .collect();
+    for r in 0..NESTED {
+        let n = (32 * (r + 1) / NESTED).max(1);
+        let mut u = chain_update(r, &request[..n]);
+        u.replica_id = format!("replica-{r}");
+        (u.model_id, u.tenant_id, u.stats) = ("m".into(), "t".into(), None);
+        idx.ingest(&u);
+    }
+    let counts = vec![16i32; 32];
+    let seed = chain_seed(&request);
+    g.bench_function("contract_lookup_32_blocks_64_nested", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("t", "m", "vllm").chain(&request, &counts);
+            black_box(idx.lookup_route(black_box(&req)))
+        })
+    });
+    let params = RouteParams {
+        weights: TtftWeights::default(),
+        min_matched_tokens: 0,
+        ignore_matches: false,
+        seed: &seed,
+    };
+    g.bench_function("route_and_delivery_32_blocks_64_nested", |b| {
+        b.iter(|| {
+            let req = LookupRequest::new("t", "m", "vllm").chain(&request, &counts);
+            let route = idx.route_ttft_by_id(black_box(&req), &params);
+            if let Some(d) = &route.delivery {
+                idx.record_delivery(&req, d, params.weights.tentative_ttl);
+            }
+            black_box(route)
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = memory_report, bench_default_path, bench_lookup, bench_ingest, bench_ingest_32, bench_remove, bench_quota, bench_sweep, bench_concurrent
+    targets = memory_report, bench_nested, bench_default_path, bench_lookup, bench_ingest, bench_ingest_32, bench_remove, bench_quota, bench_sweep, bench_concurrent
 }
 criterion_main!(benches);

@@ -349,6 +349,8 @@ pub(crate) struct Probe {
     start_at: Vec<u32>,
     /// The overlay's runs: (replica, start, blocks).
     found: Vec<(u32, usize, usize)>,
+    /// The chain's token counts' prefix sums (`sums[i]`: blocks `..i`).
+    sums: Vec<i64>,
 }
 
 impl Index {
@@ -883,13 +885,27 @@ impl Index {
                 *s = 0;
             }
         }
+        if m.found.is_empty() {
+            return;
+        }
+        // A run's tokens from the chain's prefix sums, made once: summing
+        // each run's counts was O(blocks) per replica, ~a thousand adds a
+        // lookup at 64 nested replicas (issue 36, session 48). The counts
+        // are non-negative, so clamping the exact sum is the saturating
+        // sum.
+        let sums = &mut m.sums;
+        sums.clear();
+        sums.push(0i64);
+        let mut acc = 0i64;
+        for &c in req.block_token_counts {
+            acc += i64::from(c.max(0));
+            sums.push(acc);
+        }
+        let sums = &m.sums;
         out.extend(m.found.iter().filter_map(|&(r, start, n)| {
-            let tokens: i32 = req
-                .block_token_counts
-                .iter()
-                .skip(start)
-                .take(n)
-                .fold(0i32, |a, &c| a.saturating_add(c.max(0)));
+            let end = start.saturating_add(n).min(sums.len() - 1);
+            let start = start.min(end);
+            let tokens = (sums[end] - sums[start]).min(i64::from(i32::MAX)) as i32;
             (tokens > 0).then_some((r, tokens))
         }));
     }
