@@ -69,6 +69,7 @@
 //! bus mode. Each makes a claim the index's (today's behaviour) or, rarely,
 //! a block shorter than the engine reuses.
 
+mod end_order;
 mod replica;
 
 use inferencecache_index::{CacheEvent, CacheUpdate, EventKind};
@@ -315,7 +316,7 @@ impl Foresight {
                 } else {
                     Vec::new()
                 };
-                m.stored(&blocks);
+                m.stored(&blocks, now);
                 if let Some(l) = load {
                     m.load(l.running_requests, l.waiting_requests, now);
                 }
@@ -396,7 +397,7 @@ impl Foresight {
         let Some((there, chain)) = found else {
             return false;
         };
-        here.with(&self.counts, |m| m.arrived(&chain));
+        here.with(&self.counts, |m| m.arrived(&chain, Instant::now()));
         self.retired.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             tenant = %here.tenant, model = %here.model, hinted = %there.id, stored = %here.id,

@@ -1,6 +1,7 @@
 //! One replica's model: what its engine holds in eviction order, and the
 //! hinted requests that have not been seen to start.
 
+use super::end_order::{EndOrder, Starts};
 use inferencecache_foresight::{Ahead, FreeQueue, blocks_needed};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -45,6 +46,9 @@ pub(crate) struct Model {
     /// Held blocks in eviction order (key → hash).
     lru: BTreeMap<u64, u64>,
     next_key: u64,
+    /// When the starts that placed `lru`'s keys happened (a claim is
+    /// checked against the order they could end in).
+    starts: Starts,
     queued: VecDeque<Queued>,
     /// Requests running at the last load report: each holds a block
     /// without a hash (its partial last block) that is not blank.
@@ -90,6 +94,7 @@ impl Model {
         self.capacity = 0;
         self.held.clear();
         self.lru.clear();
+        self.starts.clear();
         self.queued.clear();
         true
     }
@@ -100,7 +105,7 @@ impl Model {
     /// chain names a stored block has started, and (first come, first
     /// served) every request hinted before it: their blocks take the
     /// back of the eviction order, tail first, as vLLM frees them.
-    pub(crate) fn stored(&mut self, blocks: &[(u64, u64)]) {
+    pub(crate) fn stored(&mut self, blocks: &[(u64, u64)], now: Instant) {
         if blocks.is_empty() {
             return;
         }
@@ -108,6 +113,7 @@ impl Model {
         // deepest first.
         let max_depth = blocks.iter().map(|b| b.1).max().unwrap_or(0);
         let base = self.next_key;
+        self.starts.push(base, now);
         for &(h, depth) in blocks {
             self.touch(h, base + (max_depth - depth));
         }
@@ -118,7 +124,7 @@ impl Model {
             .max();
         if let Some(last) = started {
             for q in self.queued.drain(..=last).collect::<Vec<_>>() {
-                self.started(&q.chain);
+                self.started(&q.chain, now);
             }
         }
         self.bound();
@@ -151,16 +157,17 @@ impl Model {
     /// A request this model was not hinted for started here (its blocks
     /// were reported stored): what it hit moves to the back of the eviction
     /// order with them, as for a hinted one.
-    pub(crate) fn arrived(&mut self, chain: &[u64]) {
-        self.started(chain);
+    pub(crate) fn arrived(&mut self, chain: &[u64], now: Instant) {
+        self.started(chain, now);
         self.bound();
     }
 
     /// A request with `chain` started: what it holds of it moves to the
     /// back of the eviction order, tail first.
-    fn started(&mut self, chain: &[u64]) {
+    fn started(&mut self, chain: &[u64], now: Instant) {
         let n = chain.len() as u64;
         let base = self.next_key;
+        self.starts.push(base, now);
         for (i, &h) in chain.iter().enumerate() {
             if self.held.contains_key(&h) {
                 self.touch(h, base + (n - 1 - i as u64));
@@ -185,12 +192,22 @@ impl Model {
             };
             self.held.remove(&h);
         }
+        self.forget_starts();
+    }
+
+    /// Starts that placed no block still held are not needed.
+    fn forget_starts(&mut self) {
+        match self.lru.first_key_value() {
+            Some((&oldest, _)) => self.starts.forget_before(oldest),
+            None => self.starts.forget_before(self.next_key),
+        }
     }
 
     /// The engine removed `hash`.
     pub(crate) fn removed(&mut self, hash: u64) {
         if let Some(old) = self.held.remove(&hash) {
             self.lru.remove(&old.key);
+            self.forget_starts();
         }
     }
 
@@ -199,6 +216,7 @@ impl Model {
     pub(crate) fn cleared(&mut self) {
         self.held.clear();
         self.lru.clear();
+        self.starts.clear();
         self.queued.clear();
     }
 
@@ -284,7 +302,8 @@ impl Model {
     }
 
     /// Of `claim` (leading blocks the index says the engine holds), how
-    /// many survive the waiting requests' allocations.
+    /// many survive the waiting requests' allocations, whatever order the
+    /// requests that placed them end in (`end_order`).
     pub(crate) fn claimable(&self, claim: &[u64]) -> usize {
         if !self.active() {
             return claim.len();
@@ -293,7 +312,10 @@ impl Model {
             chain: &q.chain,
             prompt_tokens: q.prompt_tokens,
         });
-        inferencecache_foresight::claimable(self, self.block_size, ahead, claim)
+        let order = EndOrder::new(self, &self.lru, &self.starts, claim, |h| {
+            self.held.get(&h).map(|x| x.key)
+        });
+        inferencecache_foresight::claimable(&order, self.block_size, ahead, claim)
     }
 
     /// Hinted requests not seen to start (tests, status).
@@ -365,7 +387,7 @@ mod tests {
     #[test]
     fn an_inert_model_keeps_every_claim() {
         let mut m = Model::default();
-        m.stored(&blocks(1, 8));
+        m.stored(&blocks(1, 8), Instant::now());
         m.delivered(chain(100, 20), 81, Instant::now());
         assert!(!m.pressure());
         assert_eq!(m.claimable(&chain(1, 8)), 8);
@@ -376,7 +398,7 @@ mod tests {
         // 12 blocks: A (system prompt + 1 question block) is held, tail
         // first at the front of the eviction order after the 3 blank ones.
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         assert!(!m.pressure());
         // B, a fresh 5-block prompt (+1 token: 6 blocks), was hinted here
         // and has not started: 3 blank blocks, then 9, 8, 7.
@@ -389,7 +411,7 @@ mod tests {
         for h in [9, 8, 7] {
             m.removed(h);
         }
-        m.stored(&blocks(200, 5));
+        m.stored(&blocks(200, 5), Instant::now());
         assert_eq!(m.queued(), 0);
         assert!(!m.pressure());
         assert_eq!(m.claimable(&chain(1, 6)), 6);
@@ -398,7 +420,7 @@ mod tests {
     #[test]
     fn a_hinted_request_sharing_the_prefix_protects_it() {
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         // B repeats the system prompt: it touches blocks 1..=8 before it
         // takes its 4 new blocks (3 blank, then 9).
         let b = prompt(500, 3);
@@ -411,17 +433,61 @@ mod tests {
     fn recently_used_prefixes_are_evicted_last() {
         // 20 blocks: X (hashes 1..=8) then Y (101..=108) stored, then a
         // request on X started: Y is now the least recently used.
+        // Seconds apart: each request ended before the next started.
         let mut m = replica(20);
-        m.stored(&blocks(1, 8));
-        m.stored(&blocks(101, 8));
-        let now = Instant::now();
+        let t0 = Instant::now();
+        let apart = super::super::end_order::END_ORDER_WINDOW + Duration::from_secs(1);
+        m.stored(&blocks(1, 8), t0);
+        m.stored(&blocks(101, 8), t0 + apart);
+        let now = t0 + apart * 2;
         let x = prompt(50, 1);
         m.delivered(x.0.clone(), x.1, now);
-        m.stored(&[(50, 8)]);
+        m.stored(&[(50, 8)], now);
         assert_eq!(m.queued(), 0);
         // A fresh 6-block prompt waits: 3 blank blocks, then Y's tail.
         m.delivered(chain(300, 5), 21, now);
         assert_eq!(m.claimable(&chain(101, 8)), 5);
+        assert_eq!(m.claimable(&chain(1, 8)), 8);
+    }
+
+    /// A system prompt P (hashes 1..=8) stored long ago, then L (a long
+    /// miss, 12 new blocks) started, then S (a hit on P plus one question
+    /// block, 50) started `gap` after L, then N (a fresh 12-block prompt)
+    /// hinted: it takes the 9 blank blocks and pops 4. A follow-up on P
+    /// checks its claim.
+    fn hit_after_miss(gap: Duration) -> Model {
+        let mut m = replica(30);
+        let t0 = Instant::now();
+        m.stored(&blocks(1, 8), t0);
+        let t1 = t0 + Duration::from_secs(10);
+        m.delivered(chain(100, 12), 12 * u64::from(BS) + 1, t1);
+        m.stored(&blocks(100, 12), t1);
+        let s = prompt(50, 1);
+        m.delivered(s.0, s.1, t1 + gap);
+        m.stored(&[(50, 8)], t1 + gap);
+        assert_eq!(m.queued(), 0);
+        let t3 = t1 + gap + Duration::from_millis(50);
+        m.delivered(chain(300, 12), 12 * u64::from(BS) + 1, t3);
+        assert!(m.pressure());
+        m
+    }
+
+    #[test]
+    fn a_hit_that_started_after_a_long_miss_may_free_its_blocks_first() {
+        // vLLM frees blocks when a request ends: S (short) ends before L,
+        // so the engine pops S's blocks (50, then P's tail 8, 7, 6) for N,
+        // not L's (still running, or freed after S's). In start order L's
+        // blocks were in front, and P was claimed whole: one of issue 33's
+        // 4-client `after` over-claims.
+        let m = hit_after_miss(Duration::from_millis(100));
+        assert_eq!(m.claimable(&chain(1, 8)), 5);
+        // L's own prefix is no safer for it: it was in front already.
+        assert_eq!(m.claimable(&chain(100, 12)), 8);
+    }
+
+    #[test]
+    fn starts_further_apart_than_the_end_order_window_keep_their_order() {
+        let m = hit_after_miss(super::super::end_order::END_ORDER_WINDOW + Duration::from_secs(1));
         assert_eq!(m.claimable(&chain(1, 8)), 8);
     }
 
@@ -432,10 +498,10 @@ mod tests {
         m.delivered(chain(100, 2), 9, now);
         m.delivered(chain(200, 2), 9, now);
         m.delivered(chain(300, 2), 9, now);
-        m.stored(&blocks(200, 2));
+        m.stored(&blocks(200, 2), Instant::now());
         assert_eq!(m.queued(), 1);
         // Blocks nobody was hinted for start nothing.
-        m.stored(&blocks(900, 2));
+        m.stored(&blocks(900, 2), Instant::now());
         assert_eq!(m.queued(), 1);
     }
 
@@ -469,12 +535,12 @@ mod tests {
         // longer shortens claims.
         let mut m = replica(12);
         let t0 = Instant::now();
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         m.delivered(chain(200, 5), 21, t0);
         assert_eq!(m.claimable(&chain(1, 8)), 6);
         m.load(1, 0, t0 + LOAD_GRACE / 2);
         assert_eq!(m.claimable(&chain(1, 8)), 6, "the scrape may predate it");
-        m.stored(&blocks(300, 2));
+        m.stored(&blocks(300, 2), Instant::now());
         m.load(1, 0, t0 + LOAD_GRACE);
         assert_eq!(m.queued(), 0);
         assert!(!m.pressure());
@@ -488,7 +554,7 @@ mod tests {
         // (6 blocks, waiting as far as the model knows): B takes 1 blank
         // block, then 9, 8, 7, 6, 5.
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         m.load(3, 0, Instant::now());
         m.delivered(chain(200, 5), 21, Instant::now());
         assert_eq!(m.claimable(&chain(1, 8)), 4);
@@ -510,15 +576,15 @@ mod tests {
         assert_eq!(a.retire(101), None);
         assert_eq!(a.retire(102), Some(chain(100, 3)));
         assert_eq!(a.queued(), 1);
-        b.stored(&blocks(100, 3));
-        b.arrived(&chain(100, 3));
+        b.stored(&blocks(100, 3), Instant::now());
+        b.arrived(&chain(100, 3), Instant::now());
         assert_eq!(b.queued(), 1, "B's own hinted request has not started");
     }
 
     #[test]
     fn a_clear_forgets_everything() {
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         m.delivered(chain(200, 5), 21, Instant::now());
         m.cleared();
         assert!(!m.pressure());
@@ -529,7 +595,7 @@ mod tests {
     #[test]
     fn the_model_is_bounded_by_the_capacity() {
         let mut m = replica(4);
-        m.stored(&blocks(1, 5000));
+        m.stored(&blocks(1, 5000), Instant::now());
         assert!(m.held.len() <= 4 + SLACK_BLOCKS);
         assert_eq!(m.held.len(), m.lru.len());
     }
