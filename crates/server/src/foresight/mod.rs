@@ -15,9 +15,12 @@
 //! - **the engine's blocks, in its own order**: the producer's stored and
 //!   removed reports, applied here in each replica's ingest-lane order
 //!   right after the index applies them. A block's place in the eviction
-//!   order is when the last request using it started (its blocks are freed
-//!   tail first when it ends, and short requests end in the order they
-//!   start), tail first;
+//!   order is when the last request using it started, tail first (vLLM
+//!   frees a request's blocks tail first when it *ends*, which the server
+//!   does not see: a claim is checked as if the blocks of its start were
+//!   freed before those of requests that started less than
+//!   [`end_order::END_ORDER_WINDOW`] before it, so a short hit ending
+//!   before a longer request it overlapped never makes an over-claim);
 //! - **the requests on their way**: a delivered hint (PREFIX_MATCH, or an
 //!   AFFINITY_HINT pick) names the replica a request is about to reach and
 //!   its prompt's blocks. The top-ranked replica is taken as the
