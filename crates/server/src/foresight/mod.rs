@@ -74,6 +74,7 @@
 
 mod end_order;
 mod replica;
+mod running;
 
 use inferencecache_index::{CacheEvent, CacheUpdate, EventKind};
 use replica::Model;

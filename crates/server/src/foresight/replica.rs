@@ -2,6 +2,7 @@
 //! hinted requests that have not been seen to start.
 
 use super::end_order::{EndOrder, Starts};
+use super::running::Running;
 use inferencecache_foresight::{Ahead, FreeQueue, blocks_needed};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -50,9 +51,12 @@ pub(crate) struct Model {
     /// checked against the order they could end in).
     starts: Starts,
     queued: VecDeque<Queued>,
-    /// Requests running at the last load report: each holds a block
+    /// Requests running at the last load report, less the hinted ones
+    /// not seen to start that it may have counted: each holds a block
     /// without a hash (its partial last block) that is not blank.
     running: usize,
+    /// Requests started since that report's scrape.
+    begun: Running,
     /// A hybrid model (its producer marked blocks a match may not end
     /// at): every KV-cache group draws on one pool, which this model does
     /// not follow, so it stays inert and claims are the index's.
@@ -125,6 +129,7 @@ impl Model {
         if let Some(last) = started {
             for q in self.queued.drain(..=last).collect::<Vec<_>>() {
                 self.started(&q.chain, now);
+                self.begun.started(now, self.aligned(q.prompt_tokens));
             }
         }
         self.bound();
@@ -159,6 +164,8 @@ impl Model {
     /// order with them, as for a hinted one.
     pub(crate) fn arrived(&mut self, chain: &[u64], now: Instant) {
         self.started(chain, now);
+        // Its prompt length is not known here: a partial block.
+        self.begun.started(now, false);
         self.bound();
     }
 
@@ -217,6 +224,7 @@ impl Model {
         self.held.clear();
         self.lru.clear();
         self.starts.clear();
+        self.begun.clear();
         self.queued.clear();
     }
 
@@ -255,12 +263,16 @@ impl Model {
     /// cache, which then withheld a prompt's surviving blocks).
     pub(crate) fn load(&mut self, running: u32, waiting: u32, now: Instant) {
         self.expire(now);
-        self.running = running as usize;
+        self.begun.reported(now, LOAD_GRACE);
         let visible = self
             .queued
             .iter()
             .filter(|q| now.saturating_duration_since(q.at) >= LOAD_GRACE)
             .count();
+        // Those hinted too recently to be sure the scrape missed them may
+        // be among its running (their partial block is then taken in the
+        // dry run); requests hinted after the report cannot be.
+        self.running = (running as usize).saturating_sub(self.queued.len() - visible);
         let keep = waiting as usize;
         for _ in 0..visible.saturating_sub(keep) {
             self.queued.pop_front();
@@ -280,7 +292,8 @@ impl Model {
     /// Whether the requests waiting could evict anything: they need more
     /// blocks (at most their whole prompts) than are blank.
     pub(crate) fn pressure(&self) -> bool {
-        if !self.active() || self.queued.is_empty() || self.lru.is_empty() {
+        let decode = self.begun.unreported().1;
+        if !self.active() || (self.queued.is_empty() && decode == 0) || self.lru.is_empty() {
             return false;
         }
         let need: usize = self
@@ -288,17 +301,27 @@ impl Model {
             .iter()
             .map(|q| blocks_needed(q.prompt_tokens, self.block_size).max(q.chain.len()))
             .sum();
-        need > self.blank()
+        need + decode > self.blank()
     }
 
     /// Blank free blocks: what is not held, less a partial block per
-    /// running request (as last reported; those the model still counts as
-    /// waiting take theirs in the dry run).
+    /// running request: as last reported, and per request started since
+    /// that report's scrape (`running`; a block-aligned one takes its
+    /// decode block in the dry run instead). Subtracting every waiting
+    /// request from the report's running (as before session 48) counted a
+    /// running request's partial block blank whenever one was hinted after
+    /// the report: one of run B1's over-claims.
     fn blank(&self) -> usize {
-        let partial = self.running.saturating_sub(self.queued.len());
+        let partial = self.running + self.begun.unreported().0;
         self.capacity
             .saturating_sub(self.held.len())
             .saturating_sub(partial)
+    }
+
+    /// Whether a `prompt_tokens`-token prompt fills its last block (its
+    /// first generated token then takes a new block at the first decode step).
+    fn aligned(&self, prompt_tokens: u64) -> bool {
+        prompt_tokens > 0 && prompt_tokens % u64::from(self.block_size.max(1)) == 0
     }
 
     /// Of `claim` (leading blocks the index says the engine holds), how
@@ -308,10 +331,16 @@ impl Model {
         if !self.active() {
             return claim.len();
         }
-        let ahead = self.queued.iter().map(|q| Ahead {
+        // A block-aligned request started since the last report takes one
+        // block at its first decode step: ahead of the queued ones.
+        let decode = (0..self.begun.unreported().1).map(|_| Ahead {
+            chain: &[],
+            prompt_tokens: 1,
+        });
+        let ahead = decode.chain(self.queued.iter().map(|q| Ahead {
             chain: &q.chain,
             prompt_tokens: q.prompt_tokens,
-        });
+        }));
         let order = EndOrder::new(self, &self.lru, &self.starts, claim, |h| {
             self.held.get(&h).map(|x| x.key)
         });
@@ -444,6 +473,9 @@ mod tests {
         m.delivered(x.0.clone(), x.1, now);
         m.stored(&[(50, 8)], now);
         assert_eq!(m.queued(), 0);
+        // The engine's report once it has ended.
+        let now = now + LOAD_GRACE + Duration::from_millis(10);
+        m.load(0, 0, now);
         // A fresh 6-block prompt waits: 3 blank blocks, then Y's tail.
         m.delivered(chain(300, 5), 21, now);
         assert_eq!(m.claimable(&chain(101, 8)), 5);
@@ -452,8 +484,9 @@ mod tests {
 
     /// A system prompt P (hashes 1..=8) stored long ago, then L (a long
     /// miss, 12 new blocks) started, then S (a hit on P plus one question
-    /// block, 50) started `gap` after L, then N (a fresh 12-block prompt)
-    /// hinted: it takes the 9 blank blocks and pops 4. A follow-up on P
+    /// block, 50) started `gap` after L, a load report says one request
+    /// (L) runs, and N (a fresh 12-block prompt) is hinted: it takes the 8
+    /// blank blocks (L holds a partial one) and pops 5. A follow-up on P
     /// checks its claim.
     fn hit_after_miss(gap: Duration) -> Model {
         let mut m = replica(30);
@@ -466,7 +499,9 @@ mod tests {
         m.delivered(s.0, s.1, t1 + gap);
         m.stored(&[(50, 8)], t1 + gap);
         assert_eq!(m.queued(), 0);
-        let t3 = t1 + gap + Duration::from_millis(50);
+        let t2 = t1 + gap + LOAD_GRACE + Duration::from_millis(10);
+        m.load(1, 0, t2);
+        let t3 = t2 + Duration::from_millis(50);
         m.delivered(chain(300, 12), 12 * u64::from(BS) + 1, t3);
         assert!(m.pressure());
         m
@@ -475,14 +510,13 @@ mod tests {
     #[test]
     fn a_hit_that_started_after_a_long_miss_may_free_its_blocks_first() {
         // vLLM frees blocks when a request ends: S (short) ends before L,
-        // so the engine pops S's blocks (50, then P's tail 8, 7, 6) for N,
-        // not L's (still running, or freed after S's). In start order L's
-        // blocks were in front, and P was claimed whole: one of issue 33's
-        // 4-client `after` over-claims.
+        // so the engine pops S's blocks (50, then P's tail 8, 7, 6, 5) for
+        // N, not L's (still running, or freed after S's). In start order
+        // L's blocks were in front, and P was claimed whole.
         let m = hit_after_miss(Duration::from_millis(100));
-        assert_eq!(m.claimable(&chain(1, 8)), 5);
+        assert_eq!(m.claimable(&chain(1, 8)), 4);
         // L's own prefix is no safer for it: it was in front already.
-        assert_eq!(m.claimable(&chain(100, 12)), 8);
+        assert_eq!(m.claimable(&chain(100, 12)), 7);
     }
 
     #[test]
@@ -550,14 +584,22 @@ mod tests {
     #[test]
     fn running_requests_hold_a_partial_block_each() {
         // 12 blocks, 9 held: 3 blank, less the partial blocks of the 3
-        // requests the load report says are running, one of which is B
-        // (6 blocks, waiting as far as the model knows): B takes 1 blank
-        // block, then 9, 8, 7, 6, 5.
+        // requests the load report says are running, one of which may be
+        // B (hinted just before it; 6 blocks, waiting as far as the model
+        // knows): B takes 1 blank block, then 9, 8, 7, 6, 5.
         let mut m = replica(12);
-        m.stored(&blocks(1, 9), Instant::now());
-        m.load(3, 0, Instant::now());
-        m.delivered(chain(200, 5), 21, Instant::now());
+        let t0 = Instant::now();
+        m.stored(&blocks(1, 9), t0);
+        m.delivered(chain(200, 5), 21, t0);
+        m.load(3, 0, t0);
         assert_eq!(m.claimable(&chain(1, 8)), 4);
+        // One hinted after the report cannot be among its running: all 3
+        // hold a partial block, and B pops 6.
+        let mut m = replica(12);
+        m.stored(&blocks(1, 9), t0);
+        m.load(3, 0, t0);
+        m.delivered(chain(200, 5), 21, t0);
+        assert_eq!(m.claimable(&chain(1, 8)), 3);
     }
 
     #[test]
@@ -579,6 +621,57 @@ mod tests {
         b.stored(&blocks(100, 3), Instant::now());
         b.arrived(&chain(100, 3), Instant::now());
         assert_eq!(b.queued(), 1, "B's own hinted request has not started");
+    }
+
+    #[test]
+    fn a_request_started_since_the_load_report_holds_a_block() {
+        // 12 blocks, 9 held after A (system prompt 1..=8 + question 50)
+        // started: 3 blank by the stores, 2 in truth (A runs and holds its
+        // partial block; the report before its start said nothing runs).
+        // B, queued (3 blocks + 1 token: 4 blocks), pops 50 and P's tail
+        // block 8.
+        let mut m = replica(12);
+        let t0 = Instant::now();
+        m.load(0, 0, t0);
+        m.stored(&blocks(1, 8), t0);
+        let a = prompt(50, 1);
+        m.delivered(a.0.clone(), a.1, t0);
+        m.stored(&[(50, 8)], t0 + Duration::from_millis(200));
+        m.delivered(chain(200, 3), 13, t0 + Duration::from_millis(300));
+        assert!(m.pressure());
+        assert_eq!(m.claimable(&chain(1, 8)), 7);
+        // A report scraped after A's start counts it among the running.
+        m.load(1, 1, t0 + Duration::from_millis(1300));
+        assert_eq!(m.claimable(&chain(1, 8)), 7);
+    }
+
+    #[test]
+    fn a_block_aligned_request_takes_a_block_at_its_first_decode_step() {
+        // 12 blocks, 12 held once A (system prompt 1..=8 + 3 question
+        // blocks, exactly 11 blocks of tokens) has started: vLLM allocates
+        // its first generated token's block at the first decode step, so
+        // it evicts the oldest free block then, with nothing queued.
+        let mut m = replica(12);
+        let t0 = Instant::now();
+        m.load(0, 0, t0);
+        m.stored(&blocks(1, 1), t0);
+        let mut a = chain(1, 8);
+        a.extend(50..53);
+        m.delivered(a.clone(), 11 * u64::from(BS), t0);
+        m.stored(&[(1, 0)], t0);
+        m.stored(&blocks(1, 8)[1..], t0);
+        m.stored(
+            &[(50, 8), (51, 9), (52, 10)],
+            t0 + Duration::from_millis(100),
+        );
+        assert_eq!(m.queued(), 0);
+        m.stored(&[(900, 0)], t0 + Duration::from_millis(100));
+        assert!(m.pressure());
+        assert_eq!(m.claimable(&[900]), 0);
+        // Past the next report's scrape it is counted among the running.
+        m.load(1, 0, t0 + Duration::from_millis(1200));
+        assert!(!m.pressure());
+        assert_eq!(m.claimable(&[900]), 1);
     }
 
     #[test]
