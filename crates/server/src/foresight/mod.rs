@@ -66,7 +66,13 @@
 //! (at most 65,536), looked up (one lock per store report) only while some
 //! request waits.
 //!
-//! Not modelled: which blocks running requests use (every held block
+//! - **running requests' blocks** ([`running`]): each request running at
+//!   the last load report, and each seen to start since its scrape, holds
+//!   a partial block that is not blank; one whose prompt fills its last
+//!   block takes a new block at its first decode step, which can evict
+//!   with nothing queued.
+//!
+//! Not modelled: which hashed blocks running requests use (every held block
 //! counts as free), decode blocks past the first token, requests that reach
 //! an engine without a hint from this server, and a peer's deliveries in
 //! bus mode. Each makes a claim the index's (today's behaviour) or, rarely,
