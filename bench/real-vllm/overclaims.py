@@ -57,7 +57,8 @@ def main():
                 if o["engine"] != r["engine"] or o["t_done"] < lo or o["t_lookup"] > r["t_done"]:
                     continue
                 oc = o.get("chain") or []
-                stored = [t for t, k, hs in ev if k == "S" and any(x in hs for x in oc[o["cached"] // 32:])]
+                stored = [t for t, k, hs in ev if k == "S" and t >= o["t_lookup"]
+                          and any(x in hs for x in oc[o["cached"] // 32:])]
                 uses = h in oc[:max(o["cached"] // 32, 0)] or h in oc[o["cached"] // 32:]
                 print(f"   {'*' if o is r else ' '} req {o['i']:3d} sys {o['sys']} blocks {len(oc):3d}"
                       f" hinted {o.get('hinted')} reused {o['cached']:5d} lookup {o['t_lookup'] - t0:7.3f}"
