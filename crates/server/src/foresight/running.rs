@@ -11,7 +11,9 @@
 //! were both one block, the first with one request running that the model
 //! took for the one queued (its partial block counted blank), the second a
 //! block-aligned request's first decode block. The server sees starts, not
-//! ends, so every start since the report's scrape counts as running.
+//! ends, so every start since the report's scrape counts as running (the
+//! starts of requests it hinted: traffic it did not hint is counted by the
+//! next report only, as before).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
