@@ -15,12 +15,9 @@
 //! - **the engine's blocks, in its own order**: the producer's stored and
 //!   removed reports, applied here in each replica's ingest-lane order
 //!   right after the index applies them. A block's place in the eviction
-//!   order is when the last request using it started, tail first (vLLM
-//!   frees a request's blocks tail first when it *ends*, which the server
-//!   does not see: a claim is checked as if the blocks of its start were
-//!   freed before those of requests that started less than
-//!   [`end_order::END_ORDER_WINDOW`] before it, so a short hit ending
-//!   before a longer request it overlapped never makes an over-claim);
+//!   order is when the last request using it started (its blocks are freed
+//!   tail first when it ends, and short requests end in the order they
+//!   start), tail first;
 //! - **the requests on their way**: a delivered hint (PREFIX_MATCH, or an
 //!   AFFINITY_HINT pick) names the replica a request is about to reach and
 //!   its prompt's blocks. The top-ranked replica is taken as the
@@ -66,11 +63,11 @@
 //! (at most 65,536), looked up (one lock per store report) only while some
 //! request waits.
 //!
-//! - **running requests' blocks** ([`running`]): each request running at
-//!   the last load report, and each seen to start since its scrape, holds
-//!   a partial block that is not blank; one whose prompt fills its last
-//!   block takes a new block at its first decode step, which can evict
-//!   with nothing queued.
+//! - **running requests' blocks**: each request running at the last load
+//!   report holds a partial block that is not blank, and a request hinted
+//!   after that report is not among them; one seen to start since its
+//!   scrape whose prompt fills its last block takes a new block at its
+//!   first decode step ([`running`]), which can evict with nothing queued.
 //!
 //! Not modelled: which hashed blocks running requests use (every held block
 //! counts as free), decode blocks past the first token, requests that reach
@@ -78,7 +75,6 @@
 //! bus mode. Each makes a claim the index's (today's behaviour) or, rarely,
 //! a block shorter than the engine reuses.
 
-mod end_order;
 mod replica;
 mod running;
 

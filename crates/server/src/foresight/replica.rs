@@ -1,7 +1,6 @@
 //! One replica's model: what its engine holds in eviction order, and the
 //! hinted requests that have not been seen to start.
 
-use super::end_order::{EndOrder, Starts};
 use super::running::Running;
 use inferencecache_foresight::{Ahead, FreeQueue, blocks_needed};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -47,9 +46,6 @@ pub(crate) struct Model {
     /// Held blocks in eviction order (key → hash).
     lru: BTreeMap<u64, u64>,
     next_key: u64,
-    /// When the starts that placed `lru`'s keys happened (a claim is
-    /// checked against the order they could end in).
-    starts: Starts,
     queued: VecDeque<Queued>,
     /// Requests running at the last load report, less the hinted ones
     /// not seen to start that it may have counted: each holds a block
@@ -98,7 +94,6 @@ impl Model {
         self.capacity = 0;
         self.held.clear();
         self.lru.clear();
-        self.starts.clear();
         self.queued.clear();
         true
     }
@@ -117,7 +112,6 @@ impl Model {
         // deepest first.
         let max_depth = blocks.iter().map(|b| b.1).max().unwrap_or(0);
         let base = self.next_key;
-        self.starts.push(base, now);
         for &(h, depth) in blocks {
             self.touch(h, base + (max_depth - depth));
         }
@@ -128,7 +122,7 @@ impl Model {
             .max();
         if let Some(last) = started {
             for q in self.queued.drain(..=last).collect::<Vec<_>>() {
-                self.started(&q.chain, now);
+                self.started(&q.chain);
                 self.begun.started(now, self.aligned(q.prompt_tokens));
             }
         }
@@ -163,7 +157,7 @@ impl Model {
     /// were reported stored): what it hit moves to the back of the eviction
     /// order with them, as for a hinted one.
     pub(crate) fn arrived(&mut self, chain: &[u64], now: Instant) {
-        self.started(chain, now);
+        self.started(chain);
         // Its prompt length is not known here: a partial block.
         self.begun.started(now, false);
         self.bound();
@@ -171,10 +165,9 @@ impl Model {
 
     /// A request with `chain` started: what it holds of it moves to the
     /// back of the eviction order, tail first.
-    fn started(&mut self, chain: &[u64], now: Instant) {
+    fn started(&mut self, chain: &[u64]) {
         let n = chain.len() as u64;
         let base = self.next_key;
-        self.starts.push(base, now);
         for (i, &h) in chain.iter().enumerate() {
             if self.held.contains_key(&h) {
                 self.touch(h, base + (n - 1 - i as u64));
@@ -199,22 +192,12 @@ impl Model {
             };
             self.held.remove(&h);
         }
-        self.forget_starts();
-    }
-
-    /// Starts that placed no block still held are not needed.
-    fn forget_starts(&mut self) {
-        match self.lru.first_key_value() {
-            Some((&oldest, _)) => self.starts.forget_before(oldest),
-            None => self.starts.forget_before(self.next_key),
-        }
     }
 
     /// The engine removed `hash`.
     pub(crate) fn removed(&mut self, hash: u64) {
         if let Some(old) = self.held.remove(&hash) {
             self.lru.remove(&old.key);
-            self.forget_starts();
         }
     }
 
@@ -223,7 +206,6 @@ impl Model {
     pub(crate) fn cleared(&mut self) {
         self.held.clear();
         self.lru.clear();
-        self.starts.clear();
         self.begun.clear();
         self.queued.clear();
     }
@@ -292,7 +274,7 @@ impl Model {
     /// Whether the requests waiting could evict anything: they need more
     /// blocks (at most their whole prompts) than are blank.
     pub(crate) fn pressure(&self) -> bool {
-        let decode = self.begun.unreported().1;
+        let decode = self.begun.pending();
         if !self.active() || (self.queued.is_empty() && decode == 0) || self.lru.is_empty() {
             return false;
         }
@@ -305,14 +287,12 @@ impl Model {
     }
 
     /// Blank free blocks: what is not held, less a partial block per
-    /// running request: as last reported, and per request started since
-    /// that report's scrape (`running`; a block-aligned one takes its
-    /// decode block in the dry run instead). Subtracting every waiting
+    /// running request as last reported. Subtracting every waiting
     /// request from the report's running (as before session 48) counted a
     /// running request's partial block blank whenever one was hinted after
     /// the report: one of run B1's over-claims.
     fn blank(&self) -> usize {
-        let partial = self.running + self.begun.unreported().0;
+        let partial = self.running;
         self.capacity
             .saturating_sub(self.held.len())
             .saturating_sub(partial)
@@ -325,15 +305,14 @@ impl Model {
     }
 
     /// Of `claim` (leading blocks the index says the engine holds), how
-    /// many survive the waiting requests' allocations, whatever order the
-    /// requests that placed them end in (`end_order`).
+    /// many survive the waiting requests' allocations.
     pub(crate) fn claimable(&self, claim: &[u64]) -> usize {
         if !self.active() {
             return claim.len();
         }
         // A block-aligned request started since the last report takes one
         // block at its first decode step: ahead of the queued ones.
-        let decode = (0..self.begun.unreported().1).map(|_| Ahead {
+        let decode = (0..self.begun.pending()).map(|_| Ahead {
             chain: &[],
             prompt_tokens: 1,
         });
@@ -341,10 +320,7 @@ impl Model {
             chain: &q.chain,
             prompt_tokens: q.prompt_tokens,
         }));
-        let order = EndOrder::new(self, &self.lru, &self.starts, claim, |h| {
-            self.held.get(&h).map(|x| x.key)
-        });
-        inferencecache_foresight::claimable(&order, self.block_size, ahead, claim)
+        inferencecache_foresight::claimable(self, self.block_size, ahead, claim)
     }
 
     /// Hinted requests not seen to start (tests, status).
@@ -465,7 +441,7 @@ mod tests {
         // Seconds apart: each request ended before the next started.
         let mut m = replica(20);
         let t0 = Instant::now();
-        let apart = super::super::end_order::END_ORDER_WINDOW + Duration::from_secs(1);
+        let apart = Duration::from_secs(3);
         m.stored(&blocks(1, 8), t0);
         m.stored(&blocks(101, 8), t0 + apart);
         let now = t0 + apart * 2;
@@ -479,49 +455,6 @@ mod tests {
         // A fresh 6-block prompt waits: 3 blank blocks, then Y's tail.
         m.delivered(chain(300, 5), 21, now);
         assert_eq!(m.claimable(&chain(101, 8)), 5);
-        assert_eq!(m.claimable(&chain(1, 8)), 8);
-    }
-
-    /// A system prompt P (hashes 1..=8) stored long ago, then L (a long
-    /// miss, 12 new blocks) started, then S (a hit on P plus one question
-    /// block, 50) started `gap` after L, a load report says one request
-    /// (L) runs, and N (a fresh 12-block prompt) is hinted: it takes the 8
-    /// blank blocks (L holds a partial one) and pops 5. A follow-up on P
-    /// checks its claim.
-    fn hit_after_miss(gap: Duration) -> Model {
-        let mut m = replica(30);
-        let t0 = Instant::now();
-        m.stored(&blocks(1, 8), t0);
-        let t1 = t0 + Duration::from_secs(10);
-        m.delivered(chain(100, 12), 12 * u64::from(BS) + 1, t1);
-        m.stored(&blocks(100, 12), t1);
-        let s = prompt(50, 1);
-        m.delivered(s.0, s.1, t1 + gap);
-        m.stored(&[(50, 8)], t1 + gap);
-        assert_eq!(m.queued(), 0);
-        let t2 = t1 + gap + LOAD_GRACE + Duration::from_millis(10);
-        m.load(1, 0, t2);
-        let t3 = t2 + Duration::from_millis(50);
-        m.delivered(chain(300, 12), 12 * u64::from(BS) + 1, t3);
-        assert!(m.pressure());
-        m
-    }
-
-    #[test]
-    fn a_hit_that_started_after_a_long_miss_may_free_its_blocks_first() {
-        // vLLM frees blocks when a request ends: S (short) ends before L,
-        // so the engine pops S's blocks (50, then P's tail 8, 7, 6, 5) for
-        // N, not L's (still running, or freed after S's). In start order
-        // L's blocks were in front, and P was claimed whole.
-        let m = hit_after_miss(Duration::from_millis(100));
-        assert_eq!(m.claimable(&chain(1, 8)), 4);
-        // L's own prefix is no safer for it: it was in front already.
-        assert_eq!(m.claimable(&chain(100, 12)), 7);
-    }
-
-    #[test]
-    fn starts_further_apart_than_the_end_order_window_keep_their_order() {
-        let m = hit_after_miss(super::super::end_order::END_ORDER_WINDOW + Duration::from_secs(1));
         assert_eq!(m.claimable(&chain(1, 8)), 8);
     }
 
@@ -624,54 +557,24 @@ mod tests {
     }
 
     #[test]
-    fn a_request_started_since_the_load_report_holds_a_block() {
-        // 12 blocks, 9 held after A (system prompt 1..=8 + question 50)
-        // started: 3 blank by the stores, 2 in truth (A runs and holds its
-        // partial block; the report before its start said nothing runs).
-        // B, queued (3 blocks + 1 token: 4 blocks), pops 50 and P's tail
-        // block 8.
-        let mut m = replica(12);
-        let t0 = Instant::now();
-        m.load(0, 0, t0);
-        m.stored(&blocks(1, 8), t0);
-        let a = prompt(50, 1);
-        m.delivered(a.0.clone(), a.1, t0);
-        m.stored(&[(50, 8)], t0 + Duration::from_millis(200));
-        m.delivered(chain(200, 3), 13, t0 + Duration::from_millis(300));
-        assert!(m.pressure());
-        assert_eq!(m.claimable(&chain(1, 8)), 7);
-        // A report scraped after A's start counts it among the running.
-        m.load(1, 1, t0 + Duration::from_millis(1300));
-        assert_eq!(m.claimable(&chain(1, 8)), 7);
-    }
-
-    #[test]
     fn a_block_aligned_request_takes_a_block_at_its_first_decode_step() {
-        // 12 blocks, 12 held once A (system prompt 1..=8 + 3 question
-        // blocks, exactly 11 blocks of tokens) has started: vLLM allocates
-        // its first generated token's block at the first decode step, so
-        // it evicts the oldest free block then, with nothing queued.
+        // 12 blocks: P (100..=103) held, then A (8 blocks of tokens exactly)
+        // started and filled the pool. vLLM allocates A's first generated
+        // token's block at its first decode step, evicting P's tail with
+        // nothing queued.
         let mut m = replica(12);
         let t0 = Instant::now();
         m.load(0, 0, t0);
-        m.stored(&blocks(1, 1), t0);
-        let mut a = chain(1, 8);
-        a.extend(50..53);
-        m.delivered(a.clone(), 11 * u64::from(BS), t0);
-        m.stored(&[(1, 0)], t0);
-        m.stored(&blocks(1, 8)[1..], t0);
-        m.stored(
-            &[(50, 8), (51, 9), (52, 10)],
-            t0 + Duration::from_millis(100),
-        );
+        m.stored(&blocks(100, 4), t0);
+        m.delivered(chain(1, 8), 8 * u64::from(BS), t0);
+        m.stored(&blocks(1, 8), t0 + Duration::from_millis(100));
         assert_eq!(m.queued(), 0);
-        m.stored(&[(900, 0)], t0 + Duration::from_millis(100));
         assert!(m.pressure());
-        assert_eq!(m.claimable(&[900]), 0);
-        // Past the next report's scrape it is counted among the running.
+        assert_eq!(m.claimable(&chain(100, 4)), 3);
+        // A report scraped after A's start counts its block.
         m.load(1, 0, t0 + Duration::from_millis(1200));
         assert!(!m.pressure());
-        assert_eq!(m.claimable(&[900]), 1);
+        assert_eq!(m.claimable(&chain(100, 4)), 4);
     }
 
     #[test]

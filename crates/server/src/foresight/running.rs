@@ -1,19 +1,15 @@
-//! The requests that may be running past the last load report: the blocks
-//! they hold or are about to take are not blank.
+//! Block-aligned requests started since the last load report: each takes
+//! a block at its first decode step that no report has shown yet.
 //!
-//! The sidecar's load report (scraped every second, sent after the scrape)
-//! says how many requests ran then; requests that started since take blocks
-//! the report cannot show. Each holds its partial last block, and one
-//! whose prompt fills its last block exactly takes a new block at its first
-//! decode step (vLLM allocates the first generated token's slot then, not
-//! at the prefill), evicting one when none is blank. The model counted
-//! neither: issue 33's 4-client `after` over-claims of session 48's run B1
-//! were both one block, the first with one request running that the model
-//! took for the one queued (its partial block counted blank), the second a
-//! block-aligned request's first decode block. The server sees starts, not
-//! ends, so every start since the report's scrape counts as running (the
-//! starts of requests it hinted: traffic it did not hint is counted by the
-//! next report only, as before).
+//! vLLM allocates the slot of a request's first generated token at its
+//! first decode step, not at the prefill; a prompt that fills its last
+//! block exactly then takes a new block, evicting the oldest free one when
+//! none is blank, with nothing queued. One of the two 4-client `after`
+//! over-claims of session 48's run B1 was such a block (a 1,632-token
+//! prompt: 51 x 32). The server sees starts, not ends or decode steps, so
+//! each such start since the last report's scrape counts as a pending
+//! one-block allocation; the next report's counts include it. Only starts
+//! of requests this server hinted are known (their prompt length).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -22,21 +18,24 @@ use std::time::{Duration, Instant};
 /// comes must not grow the model).
 const MAX_STARTS: usize = 256;
 
-/// Starts since the last load report's scrape.
+/// Block-aligned starts since the last load report's scrape.
 #[derive(Debug, Default)]
 pub(crate) struct Running {
-    /// (when, whether its prompt fills its last block), oldest first.
-    starts: VecDeque<(Instant, bool)>,
+    /// When each started, oldest first.
+    starts: VecDeque<Instant>,
 }
 
 impl Running {
     /// A request started (its blocks were reported stored): `aligned` when
     /// its prompt is a whole number of blocks.
     pub(crate) fn started(&mut self, at: Instant, aligned: bool) {
+        if !aligned {
+            return;
+        }
         if self.starts.len() >= MAX_STARTS {
             self.starts.pop_front();
         }
-        self.starts.push_back((at, aligned));
+        self.starts.push_back(at);
     }
 
     /// A load report arrived at `at`, scraped at most `grace` before: the
@@ -46,17 +45,15 @@ impl Running {
         while self
             .starts
             .front()
-            .is_some_and(|s| scrape.is_some_and(|t| s.0 < t))
+            .is_some_and(|s| scrape.is_some_and(|t| *s < t))
         {
             self.starts.pop_front();
         }
     }
 
-    /// Starts the last report may not count: (holding a partial block,
-    /// about to take a decode block).
-    pub(crate) fn unreported(&self) -> (usize, usize) {
-        let aligned = self.starts.iter().filter(|s| s.1).count();
-        (self.starts.len() - aligned, aligned)
+    /// Decode blocks the last report may not count.
+    pub(crate) fn pending(&self) -> usize {
+        self.starts.len()
     }
 
     pub(crate) fn clear(&mut self) {
@@ -75,8 +72,10 @@ mod tests {
         r.started(t0, false);
         r.started(t0 + Duration::from_millis(900), true);
         r.started(t0 + Duration::from_millis(1500), false);
-        assert_eq!(r.unreported(), (2, 1));
+        assert_eq!(r.pending(), 1);
         r.reported(t0 + Duration::from_secs(2), Duration::from_secs(1));
-        assert_eq!(r.unreported(), (1, 0));
+        assert_eq!(r.pending(), 0);
+        r.started(t0 + Duration::from_millis(2500), true);
+        assert_eq!(r.pending(), 1);
     }
 }
