@@ -215,6 +215,9 @@ class EventTap:
         self.child = {}  # (parent hash, block tokens) -> hash
         self.copies = {}  # hash -> physical copies held
         self.flips = {}  # hash -> [(received, held afterwards)] as it came and went
+        # Every store and removal as received, in order (--out's `events`:
+        # the engine's free-queue order behind an over-claim, per request).
+        self.log = []  # (received, "S" | "R" | "C", [hash ids])
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -223,6 +226,16 @@ class EventTap:
     @staticmethod
     def key(h):
         return bytes(h) if isinstance(h, (bytes, bytearray, list)) else h
+
+    @staticmethod
+    def name(h):
+        """A hash as JSON can hold it (short: a diagnosis, not an identity)."""
+        return bytes(h).hex()[:16] if isinstance(h, (bytes, bytearray)) else str(h)
+
+    def events(self, t0, t1):
+        """The log between t0 and t1 (the per-request study's input)."""
+        with self.lock:
+            return [e for e in self.log if t0 <= e[0] <= t1]
 
     def run(self):
         import zmq
@@ -243,6 +256,11 @@ class EventTap:
         with self.lock:
             for ev in events:
                 kind = ev.get("type") if isinstance(ev, dict) else ev[0]
+                if kind in ("BlockStored", "BlockRemoved"):
+                    self.log.append((now, kind[5], [self.name(self.key(h))
+                                                    for h in ev["block_hashes"]]))
+                elif kind == "AllBlocksCleared":
+                    self.log.append((now, "C", []))
                 if kind == "BlockStored":
                     parent = self.key(ev.get("parent_block_hash"))
                     toks, bs = ev["token_ids"], ev["block_size"]
@@ -901,8 +919,10 @@ def run_policy(name, engines, reqs, conc, ctx):
             try:
                 first = None
                 left = {"n": lk.pop("uncached", 0)}
+                t_first = {}
                 if hc is not None:
                     def first():
+                        t_first.setdefault("t", time.time())
                         hc.prefilled(e, left.pop("n", 0))
                 ttft, pt, ct = send(target, prompt, meta=meta, on_first=first,
                                     on_sent=sent if hc is not None else None,
@@ -922,7 +942,7 @@ def run_policy(name, engines, reqs, conc, ctx):
                     lookup=cost, route=meta.get("x-inferencecache-route"), **lk,
                     t_headers=meta.get("t_headers"), load=meta.get("x-inferencecache-load"),
                     server_timing=meta.get("server-timing"),
-                    t_lookup=t_lookup, t_done=time.time())
+                    t_lookup=t_lookup, t_first=t_first.get("t"), t_done=time.time())
 
         idle = ctx.get("idle_probe", 0)
         if idle:
@@ -1256,6 +1276,9 @@ def main():
                             r["announced"] = announced(r, tok.encode(reqs[r["i"]][1]), tap)
                         except Exception as ex:  # a diagnosis, never the run
                             print(f"announced failed: {ex!r}", file=sys.stderr)
+                    if tap and hints_policy(name):
+                        ids = tok.encode(reqs[r["i"]][1])
+                        r["chain"] = [tap.name(h) for h in tap.chain(ids, len(ids) // BLOCK)]
                     if r.get("hinted") and r["hinted"] > r["cached"] and tap:
                         try:
                             ids = tok.encode(reqs[r["i"]][1])
@@ -1285,7 +1308,12 @@ def main():
                              eviction_visible_p99_le_s=p99, eviction_rpc_p99_le_s=rpc_p99,
                              stream_acks=acks, stream_ack_p99_le_s=ack_p99)
                     s.update(serve_lookup_delta(sl0, serve_lookups(ctx["serve_http"][name])))
-                report["runs"].append({"summary": s, "rows": rows})
+                run = {"summary": s, "rows": rows}
+                if rows and hints_policy(name):
+                    t0 = min(r["t_lookup"] for r in rows) - 0.2
+                    t1 = max(r["t_done"] for r in rows) + 0.3
+                    run["events"] = {e.url: t.events(t0, t1) for e, t in zip(engines, taps)}
+                report["runs"].append(run)
                 print(json.dumps(s), flush=True)
         finally:
             for t in taps:

@@ -63,13 +63,20 @@
 //! (at most 65,536), looked up (one lock per store report) only while some
 //! request waits.
 //!
-//! Not modelled: which blocks running requests use (every held block
+//! - **running requests' blocks**: each request running at the last load
+//!   report holds a partial block that is not blank, and a request hinted
+//!   after that report is not among them; one seen to start since its
+//!   scrape whose prompt fills its last block takes a new block at its
+//!   first decode step ([`running`]), which can evict with nothing queued.
+//!
+//! Not modelled: which hashed blocks running requests use (every held block
 //! counts as free), decode blocks past the first token, requests that reach
 //! an engine without a hint from this server, and a peer's deliveries in
 //! bus mode. Each makes a claim the index's (today's behaviour) or, rarely,
 //! a block shorter than the engine reuses.
 
 mod replica;
+mod running;
 
 use inferencecache_index::{CacheEvent, CacheUpdate, EventKind};
 use replica::Model;
@@ -315,7 +322,7 @@ impl Foresight {
                 } else {
                     Vec::new()
                 };
-                m.stored(&blocks);
+                m.stored(&blocks, now);
                 if let Some(l) = load {
                     m.load(l.running_requests, l.waiting_requests, now);
                 }
@@ -396,7 +403,7 @@ impl Foresight {
         let Some((there, chain)) = found else {
             return false;
         };
-        here.with(&self.counts, |m| m.arrived(&chain));
+        here.with(&self.counts, |m| m.arrived(&chain, Instant::now()));
         self.retired.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             tenant = %here.tenant, model = %here.model, hinted = %there.id, stored = %here.id,

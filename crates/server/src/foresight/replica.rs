@@ -1,6 +1,7 @@
 //! One replica's model: what its engine holds in eviction order, and the
 //! hinted requests that have not been seen to start.
 
+use super::running::Running;
 use inferencecache_foresight::{Ahead, FreeQueue, blocks_needed};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -46,9 +47,12 @@ pub(crate) struct Model {
     lru: BTreeMap<u64, u64>,
     next_key: u64,
     queued: VecDeque<Queued>,
-    /// Requests running at the last load report: each holds a block
+    /// Requests running at the last load report, less the hinted ones
+    /// not seen to start that it may have counted: each holds a block
     /// without a hash (its partial last block) that is not blank.
     running: usize,
+    /// Requests started since that report's scrape.
+    begun: Running,
     /// A hybrid model (its producer marked blocks a match may not end
     /// at): every KV-cache group draws on one pool, which this model does
     /// not follow, so it stays inert and claims are the index's.
@@ -100,7 +104,7 @@ impl Model {
     /// chain names a stored block has started, and (first come, first
     /// served) every request hinted before it: their blocks take the
     /// back of the eviction order, tail first, as vLLM frees them.
-    pub(crate) fn stored(&mut self, blocks: &[(u64, u64)]) {
+    pub(crate) fn stored(&mut self, blocks: &[(u64, u64)], now: Instant) {
         if blocks.is_empty() {
             return;
         }
@@ -119,6 +123,7 @@ impl Model {
         if let Some(last) = started {
             for q in self.queued.drain(..=last).collect::<Vec<_>>() {
                 self.started(&q.chain);
+                self.begun.started(now, self.aligned(q.prompt_tokens));
             }
         }
         self.bound();
@@ -151,8 +156,10 @@ impl Model {
     /// A request this model was not hinted for started here (its blocks
     /// were reported stored): what it hit moves to the back of the eviction
     /// order with them, as for a hinted one.
-    pub(crate) fn arrived(&mut self, chain: &[u64]) {
+    pub(crate) fn arrived(&mut self, chain: &[u64], now: Instant) {
         self.started(chain);
+        // Its prompt length is not known here: a partial block.
+        self.begun.started(now, false);
         self.bound();
     }
 
@@ -199,6 +206,7 @@ impl Model {
     pub(crate) fn cleared(&mut self) {
         self.held.clear();
         self.lru.clear();
+        self.begun.clear();
         self.queued.clear();
     }
 
@@ -237,12 +245,16 @@ impl Model {
     /// cache, which then withheld a prompt's surviving blocks).
     pub(crate) fn load(&mut self, running: u32, waiting: u32, now: Instant) {
         self.expire(now);
-        self.running = running as usize;
+        self.begun.reported(now, LOAD_GRACE);
         let visible = self
             .queued
             .iter()
             .filter(|q| now.saturating_duration_since(q.at) >= LOAD_GRACE)
             .count();
+        // Those hinted too recently to be sure the scrape missed them may
+        // be among its running (their partial block is then taken in the
+        // dry run); requests hinted after the report cannot be.
+        self.running = (running as usize).saturating_sub(self.queued.len() - visible);
         let keep = waiting as usize;
         for _ in 0..visible.saturating_sub(keep) {
             self.queued.pop_front();
@@ -262,7 +274,8 @@ impl Model {
     /// Whether the requests waiting could evict anything: they need more
     /// blocks (at most their whole prompts) than are blank.
     pub(crate) fn pressure(&self) -> bool {
-        if !self.active() || self.queued.is_empty() || self.lru.is_empty() {
+        let decode = self.begun.pending();
+        if !self.active() || (self.queued.is_empty() && decode == 0) || self.lru.is_empty() {
             return false;
         }
         let need: usize = self
@@ -270,17 +283,25 @@ impl Model {
             .iter()
             .map(|q| blocks_needed(q.prompt_tokens, self.block_size).max(q.chain.len()))
             .sum();
-        need > self.blank()
+        need + decode > self.blank()
     }
 
     /// Blank free blocks: what is not held, less a partial block per
-    /// running request (as last reported; those the model still counts as
-    /// waiting take theirs in the dry run).
+    /// running request as last reported. Subtracting every waiting
+    /// request from the report's running (as before session 48) counted a
+    /// running request's partial block blank whenever one was hinted after
+    /// the report: one of run B1's over-claims.
     fn blank(&self) -> usize {
-        let partial = self.running.saturating_sub(self.queued.len());
+        let partial = self.running;
         self.capacity
             .saturating_sub(self.held.len())
             .saturating_sub(partial)
+    }
+
+    /// Whether a `prompt_tokens`-token prompt fills its last block (its
+    /// first generated token then takes a new block at the first decode step).
+    fn aligned(&self, prompt_tokens: u64) -> bool {
+        prompt_tokens > 0 && prompt_tokens % u64::from(self.block_size.max(1)) == 0
     }
 
     /// Of `claim` (leading blocks the index says the engine holds), how
@@ -289,10 +310,16 @@ impl Model {
         if !self.active() {
             return claim.len();
         }
-        let ahead = self.queued.iter().map(|q| Ahead {
+        // A block-aligned request started since the last report takes one
+        // block at its first decode step: ahead of the queued ones.
+        let decode = (0..self.begun.pending()).map(|_| Ahead {
+            chain: &[],
+            prompt_tokens: 1,
+        });
+        let ahead = decode.chain(self.queued.iter().map(|q| Ahead {
             chain: &q.chain,
             prompt_tokens: q.prompt_tokens,
-        });
+        }));
         inferencecache_foresight::claimable(self, self.block_size, ahead, claim)
     }
 
@@ -365,7 +392,7 @@ mod tests {
     #[test]
     fn an_inert_model_keeps_every_claim() {
         let mut m = Model::default();
-        m.stored(&blocks(1, 8));
+        m.stored(&blocks(1, 8), Instant::now());
         m.delivered(chain(100, 20), 81, Instant::now());
         assert!(!m.pressure());
         assert_eq!(m.claimable(&chain(1, 8)), 8);
@@ -376,7 +403,7 @@ mod tests {
         // 12 blocks: A (system prompt + 1 question block) is held, tail
         // first at the front of the eviction order after the 3 blank ones.
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         assert!(!m.pressure());
         // B, a fresh 5-block prompt (+1 token: 6 blocks), was hinted here
         // and has not started: 3 blank blocks, then 9, 8, 7.
@@ -389,7 +416,7 @@ mod tests {
         for h in [9, 8, 7] {
             m.removed(h);
         }
-        m.stored(&blocks(200, 5));
+        m.stored(&blocks(200, 5), Instant::now());
         assert_eq!(m.queued(), 0);
         assert!(!m.pressure());
         assert_eq!(m.claimable(&chain(1, 6)), 6);
@@ -398,7 +425,7 @@ mod tests {
     #[test]
     fn a_hinted_request_sharing_the_prefix_protects_it() {
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         // B repeats the system prompt: it touches blocks 1..=8 before it
         // takes its 4 new blocks (3 blank, then 9).
         let b = prompt(500, 3);
@@ -411,14 +438,20 @@ mod tests {
     fn recently_used_prefixes_are_evicted_last() {
         // 20 blocks: X (hashes 1..=8) then Y (101..=108) stored, then a
         // request on X started: Y is now the least recently used.
+        // Seconds apart: each request ended before the next started.
         let mut m = replica(20);
-        m.stored(&blocks(1, 8));
-        m.stored(&blocks(101, 8));
-        let now = Instant::now();
+        let t0 = Instant::now();
+        let apart = Duration::from_secs(3);
+        m.stored(&blocks(1, 8), t0);
+        m.stored(&blocks(101, 8), t0 + apart);
+        let now = t0 + apart * 2;
         let x = prompt(50, 1);
         m.delivered(x.0.clone(), x.1, now);
-        m.stored(&[(50, 8)]);
+        m.stored(&[(50, 8)], now);
         assert_eq!(m.queued(), 0);
+        // The engine's report once it has ended.
+        let now = now + LOAD_GRACE + Duration::from_millis(10);
+        m.load(0, 0, now);
         // A fresh 6-block prompt waits: 3 blank blocks, then Y's tail.
         m.delivered(chain(300, 5), 21, now);
         assert_eq!(m.claimable(&chain(101, 8)), 5);
@@ -432,10 +465,10 @@ mod tests {
         m.delivered(chain(100, 2), 9, now);
         m.delivered(chain(200, 2), 9, now);
         m.delivered(chain(300, 2), 9, now);
-        m.stored(&blocks(200, 2));
+        m.stored(&blocks(200, 2), Instant::now());
         assert_eq!(m.queued(), 1);
         // Blocks nobody was hinted for start nothing.
-        m.stored(&blocks(900, 2));
+        m.stored(&blocks(900, 2), Instant::now());
         assert_eq!(m.queued(), 1);
     }
 
@@ -469,12 +502,12 @@ mod tests {
         // longer shortens claims.
         let mut m = replica(12);
         let t0 = Instant::now();
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         m.delivered(chain(200, 5), 21, t0);
         assert_eq!(m.claimable(&chain(1, 8)), 6);
         m.load(1, 0, t0 + LOAD_GRACE / 2);
         assert_eq!(m.claimable(&chain(1, 8)), 6, "the scrape may predate it");
-        m.stored(&blocks(300, 2));
+        m.stored(&blocks(300, 2), Instant::now());
         m.load(1, 0, t0 + LOAD_GRACE);
         assert_eq!(m.queued(), 0);
         assert!(!m.pressure());
@@ -484,14 +517,22 @@ mod tests {
     #[test]
     fn running_requests_hold_a_partial_block_each() {
         // 12 blocks, 9 held: 3 blank, less the partial blocks of the 3
-        // requests the load report says are running, one of which is B
-        // (6 blocks, waiting as far as the model knows): B takes 1 blank
-        // block, then 9, 8, 7, 6, 5.
+        // requests the load report says are running, one of which may be
+        // B (hinted just before it; 6 blocks, waiting as far as the model
+        // knows): B takes 1 blank block, then 9, 8, 7, 6, 5.
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
-        m.load(3, 0, Instant::now());
-        m.delivered(chain(200, 5), 21, Instant::now());
+        let t0 = Instant::now();
+        m.stored(&blocks(1, 9), t0);
+        m.delivered(chain(200, 5), 21, t0);
+        m.load(3, 0, t0);
         assert_eq!(m.claimable(&chain(1, 8)), 4);
+        // One hinted after the report cannot be among its running: all 3
+        // hold a partial block, and B pops 6.
+        let mut m = replica(12);
+        m.stored(&blocks(1, 9), t0);
+        m.load(3, 0, t0);
+        m.delivered(chain(200, 5), 21, t0);
+        assert_eq!(m.claimable(&chain(1, 8)), 3);
     }
 
     #[test]
@@ -510,15 +551,36 @@ mod tests {
         assert_eq!(a.retire(101), None);
         assert_eq!(a.retire(102), Some(chain(100, 3)));
         assert_eq!(a.queued(), 1);
-        b.stored(&blocks(100, 3));
-        b.arrived(&chain(100, 3));
+        b.stored(&blocks(100, 3), Instant::now());
+        b.arrived(&chain(100, 3), Instant::now());
         assert_eq!(b.queued(), 1, "B's own hinted request has not started");
+    }
+
+    #[test]
+    fn a_block_aligned_request_takes_a_block_at_its_first_decode_step() {
+        // 12 blocks: P (100..=103) held, then A (8 blocks of tokens exactly)
+        // started and filled the pool. vLLM allocates A's first generated
+        // token's block at its first decode step, evicting P's tail with
+        // nothing queued.
+        let mut m = replica(12);
+        let t0 = Instant::now();
+        m.load(0, 0, t0);
+        m.stored(&blocks(100, 4), t0);
+        m.delivered(chain(1, 8), 8 * u64::from(BS), t0);
+        m.stored(&blocks(1, 8), t0 + Duration::from_millis(100));
+        assert_eq!(m.queued(), 0);
+        assert!(m.pressure());
+        assert_eq!(m.claimable(&chain(100, 4)), 3);
+        // A report scraped after A's start counts its block.
+        m.load(1, 0, t0 + Duration::from_millis(1200));
+        assert!(!m.pressure());
+        assert_eq!(m.claimable(&chain(100, 4)), 4);
     }
 
     #[test]
     fn a_clear_forgets_everything() {
         let mut m = replica(12);
-        m.stored(&blocks(1, 9));
+        m.stored(&blocks(1, 9), Instant::now());
         m.delivered(chain(200, 5), 21, Instant::now());
         m.cleared();
         assert!(!m.pressure());
@@ -529,7 +591,7 @@ mod tests {
     #[test]
     fn the_model_is_bounded_by_the_capacity() {
         let mut m = replica(4);
-        m.stored(&blocks(1, 5000));
+        m.stored(&blocks(1, 5000), Instant::now());
         assert!(m.held.len() <= 4 + SLACK_BLOCKS);
         assert_eq!(m.held.len(), m.lru.len());
     }
