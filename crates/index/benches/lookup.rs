@@ -518,7 +518,10 @@ fn bench_nested(c: &mut Criterion) {
     // timed in this thread's CPU time (`/proc/thread-self/schedstat`), not
     // wall time: on the shared, loaded host wall time mostly measures the
     // other processes.
-    if let Some(n) = std::env::var("NESTED_CPU").ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(n) = std::env::var("NESTED_CPU")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
         let cpu_ns = || -> u64 {
             std::fs::read_to_string("/proc/thread-self/schedstat")
                 .ok()
