@@ -403,7 +403,7 @@ impl Foresight {
         let Some((there, chain)) = found else {
             return false;
         };
-        here.with(&self.counts, |m| m.arrived(&chain, Instant::now()));
+        here.with(&self.counts, |m| m.arrived(&chain));
         self.retired.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             tenant = %here.tenant, model = %here.model, hinted = %there.id, stored = %here.id,

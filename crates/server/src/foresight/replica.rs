@@ -155,11 +155,10 @@ impl Model {
 
     /// A request this model was not hinted for started here (its blocks
     /// were reported stored): what it hit moves to the back of the eviction
-    /// order with them, as for a hinted one.
-    pub(crate) fn arrived(&mut self, chain: &[u64], now: Instant) {
+    /// order with them, as for a hinted one. Its prompt length is not
+    /// known here, so no decode block is counted for it (`running.rs`).
+    pub(crate) fn arrived(&mut self, chain: &[u64]) {
         self.started(chain);
-        // Its prompt length is not known here: a partial block.
-        self.begun.started(now, false);
         self.bound();
     }
 
@@ -552,7 +551,7 @@ mod tests {
         assert_eq!(a.retire(102), Some(chain(100, 3)));
         assert_eq!(a.queued(), 1);
         b.stored(&blocks(100, 3), Instant::now());
-        b.arrived(&chain(100, 3), Instant::now());
+        b.arrived(&chain(100, 3));
         assert_eq!(b.queued(), 1, "B's own hinted request has not started");
     }
 
