@@ -41,12 +41,10 @@ impl Running {
     /// A load report arrived at `at`, scraped at most `grace` before: the
     /// starts before the scrape are in its counts.
     pub(crate) fn reported(&mut self, at: Instant, grace: Duration) {
-        let scrape = at.checked_sub(grace);
-        while self
-            .starts
-            .front()
-            .is_some_and(|s| scrape.is_some_and(|t| *s < t))
-        {
+        let Some(scrape) = at.checked_sub(grace) else {
+            return;
+        };
+        while self.starts.front().is_some_and(|s| *s < scrape) {
             self.starts.pop_front();
         }
     }
